@@ -1,0 +1,1 @@
+"""Text to audio: voice backends behind one batch interface. Pure compute."""

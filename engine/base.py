@@ -1,0 +1,97 @@
+"""The one interface every voice backend implements, and the engine facade over it.
+
+A backend splits synthesis into three steps so the worker can overlap them:
+
+1. ``prepare(item)``: CPU text front end (G2P, tokenization). Raises ``ItemError`` for
+   an item it cannot speak; the other items of a batch are unaffected.
+2. ``infer(batch)``: the model, on whatever provider was chosen. Backends that batch
+   natively (``native_batching``) run one padded call; others loop inside.
+3. ``postprocess(raw, prepared)``: DSP and trimming, to float32 mono in [-1, 1].
+
+Nothing under ``engine/`` imports Kafka, S3, Redis or Prometheus (a unit test enforces it).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.errors import EngineError
+
+__all__ = ["SynthItem", "Audio", "Failure", "ModelInfo", "Backend", "Prepared"]
+
+
+@dataclass(frozen=True, slots=True)
+class SynthItem:
+    """One piece of text to speak."""
+
+    text: str
+    voice: str
+    speed: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    name: str
+    version: str
+    precision: str
+    provider: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A backend's front-end output for one item (``length`` drives bucketing)."""
+
+    item: SynthItem
+    payload: Any
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Audio:
+    """Float32 mono samples in [-1, 1] and their sample rate."""
+
+    samples: np.ndarray
+    sample_rate: int
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why one item produced no audio; ``code`` goes into the failed completion."""
+
+    code: str
+    message: str
+
+    @classmethod
+    def of(cls, err: EngineError) -> Failure:
+        return cls(err.code, str(err) or type(err).__name__)
+
+
+class Backend(abc.ABC):
+    """A loaded voice model. Instances are used from one thread at a time."""
+
+    info: ModelInfo
+    sample_rate: int
+    voices: tuple[str, ...]
+    default_voice: str
+    native_batching: bool = False
+
+    @abc.abstractmethod
+    def prepare(self, item: SynthItem) -> Prepared: ...
+
+    @abc.abstractmethod
+    def infer(self, batch: Sequence[Prepared]) -> list[Any]: ...
+
+    @abc.abstractmethod
+    def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release sessions and threads."""

@@ -1,0 +1,41 @@
+"""Errors of the wire contract.
+
+One root, :class:`SchemaError`, carrying a stable machine-readable ``code`` (what a
+failed completion's ``error.code`` says) and, where it applies, the offending
+``field``. Every decode failure is poison: the message can never become valid by
+retrying, so callers record it (failed completion or dead letter) and move on.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SchemaError", "InvalidJSON", "InvalidField", "ContentError"]
+
+
+class SchemaError(ValueError):
+    """Bad input. ``code`` is stable and documented; ``message`` is for people."""
+
+    code = "invalid"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+
+class InvalidJSON(SchemaError):
+    """The bytes are not a JSON object (or not UTF-8)."""
+
+    code = "invalid_json"
+
+
+class InvalidField(SchemaError):
+    """A field is missing, of the wrong type or outside its bounds; ``field`` names it."""
+
+    code = "invalid_field"
+
+
+class ContentError(SchemaError):
+    """Well-formed but unservable content: ``empty_text``, ``text_too_long``,
+    ``unknown_voice``, ``unsupported_format``."""

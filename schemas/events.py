@@ -1,0 +1,269 @@
+"""Event types of ttsflow's topics, version 1, and their encode/decode.
+
+=====================  ==========  ===========================================
+topic                  key         value
+=====================  ==========  ===========================================
+``tts.requests``       user id     :class:`Request`
+``tts.segments``       user id     :class:`Segment` (one per segment)
+``tts.completed``      user id     :class:`Completion` (``ok`` or ``failed``)
+``tts.requests.dlq``   raw key     :class:`DeadLetter`
+=====================  ==========  ===========================================
+
+Events are frozen msgspec Structs encoded as JSON. Decoding never raises anything
+but :class:`~schemas.errors.SchemaError`, whose ``field`` names what is wrong, so one
+hostile message can be answered precisely and never stops a partition. Unknown
+fields are ignored (forward compatibility within v1). The JSON Schema files beside
+this module are generated from these types (``python -m schemas.jsonschema``) and a
+unit test keeps them in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError
+
+__all__ = [
+    "REQUEST_ID_PATTERN", "FORMATS", "Request", "Segment", "Completion", "AudioRef", "ModelInfo",
+    "Timings", "ErrorInfo", "DeadLetter", "decode_request", "decode_segment", "decode_completion",
+    "decode_dead_letter", "encode", "peek_request_id", "check_content", "segment_hash", "request_hash",
+]
+
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+FORMATS: tuple[str, ...] = ("wav", "flac", "ogg")
+_REQUEST_ID_RE = re.compile(REQUEST_ID_PATTERN)
+
+RequestId = Annotated[str, msgspec.Meta(pattern=REQUEST_ID_PATTERN, description="1-128 chars of [A-Za-z0-9._:-]")]
+UserId = Annotated[str, msgspec.Meta(min_length=1, max_length=256, description="Partition key; 1-256 chars")]
+Voice = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+Speed = Annotated[float, msgspec.Meta(ge=0.25, le=4.0, description="Speaking rate multiplier")]
+SampleRate = Annotated[int, msgspec.Meta(ge=8000, le=48000)]
+Sha256Hex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
+    pass
+
+
+class Request(_Event):
+    """What a user publishes to ``tts.requests`` (key: ``user_id``)."""
+
+    request_id: RequestId
+    user_id: UserId
+    text: str
+    voice: Voice | None = None
+    format: str = "wav"
+    speed: Speed = 1.0
+    sample_rate: SampleRate | None = None
+    created_at: datetime | None = None
+    schema_version: Literal[1] = 1
+
+
+class Segment(_Event):
+    """One unit of synthesis work on ``tts.segments`` (key: ``user_id``).
+
+    ``hash`` is the segment's cache key (:func:`segment_hash`); the last segment of a
+    request (``seq == total - 1``) carries ``parts``, the hashes of all its segments in
+    order, so a worker that restarts mid-request can rebuild the whole from S3.
+    """
+
+    request_id: RequestId
+    user_id: UserId
+    seq: NonNegInt
+    total: Annotated[int, msgspec.Meta(ge=1)]
+    text: Annotated[str, msgspec.Meta(min_length=1)]
+    hash: Sha256Hex
+    request_hash: Sha256Hex
+    voice: Voice
+    format: str = "wav"
+    speed: Speed = 1.0
+    sample_rate: SampleRate | None = None
+    model: str = ""
+    model_version: str = ""
+    created_at: datetime | None = None
+    enqueued_at: datetime | None = None
+    parts: list[Sha256Hex] | None = None
+    schema_version: Literal[1] = 1
+
+    @property
+    def last(self) -> bool:
+        return self.seq == self.total - 1
+
+
+class AudioRef(_Event):
+    """Where a request's audio lives and what it is."""
+
+    uri: str
+    bucket: str
+    key: str
+    format: str
+    sample_rate: SampleRate
+    duration_s: NonNegFloat
+    bytes: NonNegInt
+    sha256: Sha256Hex
+
+
+class ModelInfo(_Event):
+    name: str
+    version: str
+    precision: str
+    provider: str
+
+
+class Timings(_Event):
+    e2e_ms: NonNegFloat
+    synth_ms: NonNegFloat
+    queue_ms: NonNegFloat | None = None
+
+
+class ErrorInfo(_Event):
+    code: str
+    message: str
+
+
+class Completion(_Event):
+    """The one answer to a request on ``tts.completed`` (key: ``user_id``)."""
+
+    request_id: str
+    user_id: str
+    status: Literal["ok", "failed"]
+    audio: AudioRef | None = None
+    segments: NonNegInt = 0
+    cached_segments: NonNegInt = 0
+    model: ModelInfo | None = None
+    timings: Timings | None = None
+    error: ErrorInfo | None = None
+    completed_at: datetime | None = None
+    schema_version: Literal[1] = 1
+
+
+class DeadLetter(_Event):
+    """A request that could not be answered (no readable ``request_id``)."""
+
+    reason: str
+    message: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    key_b64: str | None
+    value_b64: str
+    timestamp_ms: int | None = None
+    schema_version: Literal[1] = 1
+
+
+# --- encode / decode -----------------------------------------------------------------
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+_FIELD_AT = re.compile(r"at `\$\.([A-Za-z0-9_]+)")
+_MISSING = re.compile(r"missing required field `([A-Za-z0-9_]+)`")
+
+E = TypeVar("E", bound=_Event)
+
+
+def encode(event: _Event) -> bytes:
+    """Compact JSON bytes of an event."""
+    return _encoder.encode(event)
+
+
+def _decode(raw: bytes | str, typ: type[E]) -> E:
+    dec = _decoders.get(typ)
+    if dec is None:
+        dec = _decoders[typ] = msgspec.json.Decoder(typ)
+    try:
+        return dec.decode(raw)
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        m = _FIELD_AT.search(msg) or _MISSING.search(msg)
+        if m is None:  # top level is not an object
+            raise InvalidJSON(f"not a JSON object: {msg}") from None
+        raise InvalidField(f"{m.group(1)}: {msg}", field=m.group(1)) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        raise InvalidJSON(f"not valid JSON: {e}") from None
+
+
+def decode_request(raw: bytes | str) -> Request:
+    """Decode a request's bytes; raises :class:`SchemaError` naming the bad field."""
+    return _decode(raw, Request)
+
+
+def decode_segment(raw: bytes | str) -> Segment:
+    return _decode(raw, Segment)
+
+
+def decode_completion(raw: bytes | str) -> Completion:
+    return _decode(raw, Completion)
+
+
+def decode_dead_letter(raw: bytes | str) -> DeadLetter:
+    return _decode(raw, DeadLetter)
+
+
+def peek_request_id(raw: bytes | str | None) -> str | None:
+    """The request id if one can be read from otherwise bad bytes, else None.
+
+    Decides between a failed completion (a client waits for that id) and a dead letter.
+    """
+    if raw is None:
+        return None
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if isinstance(obj, dict):
+        rid = obj.get("request_id")
+        if isinstance(rid, str) and _REQUEST_ID_RE.match(rid):
+            return rid
+    return None
+
+
+def check_content(req: Request, *, max_text_chars: int, voices: tuple[str, ...] | None = None,
+                  formats: tuple[str, ...] = FORMATS, text: str | None = None) -> None:
+    """Semantic checks after decoding, on the normalized ``text`` if given.
+
+    Raises :class:`ContentError` with code ``empty_text``, ``text_too_long``,
+    ``unsupported_format`` or ``unknown_voice``.
+    """
+    body = req.text if text is None else text
+    if not body.strip():
+        raise ContentError("text is empty after normalization", field="text", code="empty_text")
+    if len(body) > max_text_chars:
+        raise ContentError(f"text has {len(body)} characters, the limit is {max_text_chars}",
+                           field="text", code="text_too_long")
+    if req.format not in formats:
+        raise ContentError(f"format {req.format!r} is not one of {', '.join(formats)}",
+                           field="format", code="unsupported_format")
+    if voices is not None and req.voice is not None and req.voice not in voices:
+        raise ContentError(f"voice {req.voice!r} is not one of {', '.join(voices)}",
+                           field="voice", code="unknown_voice")
+
+
+def segment_hash(text: str, *, voice: str, model: str, model_version: str, speed: float,
+                 sample_rate: int | None, format: str) -> str:
+    """SHA-256 cache key of one segment's audio: same inputs, same key, same bytes."""
+    h = hashlib.sha256()
+    for part in ("ttsflow-seg-v1", text, voice, model, model_version, f"{speed:.4f}",
+                 str(sample_rate or 0), format):
+        b = part.encode("utf-8")
+        h.update(len(b).to_bytes(8, "big"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def request_hash(part_hashes: list[str], *, format: str) -> str:
+    """SHA-256 key of a request's joined audio, derived from its parts in order."""
+    h = hashlib.sha256(b"ttsflow-req-v1\0" + format.encode())
+    for p in part_hashes:
+        h.update(bytes.fromhex(p))
+    return h.hexdigest()
+
+
+_ = SchemaError  # re-exported through schemas/__init__

@@ -1,0 +1,46 @@
+"""Generate the JSON Schema files beside this module from the event types.
+
+``python -m schemas.jsonschema`` rewrites ``schemas/json/*.schema.json``; a unit test
+fails when the files and the types disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from schemas.events import Completion, DeadLetter, Request, Segment
+
+__all__ = ["SCHEMAS", "render", "write_all"]
+
+SCHEMAS: dict[str, type] = {
+    "request.v1": Request,
+    "segment.v1": Segment,
+    "completion.v1": Completion,
+    "dead_letter.v1": DeadLetter,
+}
+_DIR = Path(__file__).parent / "json"
+
+
+def render(name: str) -> str:
+    schema: dict[str, Any] = msgspec.json.schema(SCHEMAS[name])
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"ttsflow/{name}", **schema}
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def write_all(directory: Path = _DIR) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name in SCHEMAS:
+        p = directory / f"{name}.schema.json"
+        p.write_text(render(name))
+        out.append(p)
+    return out
+
+
+if __name__ == "__main__":
+    for p in write_all():
+        print(p)

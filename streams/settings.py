@@ -1,0 +1,158 @@
+"""The one settings object of a ttsflow process.
+
+Read once at start from ``TTS_``-prefixed environment variables (``TTS_MAX_BATCH``
+for ``max_batch``), optionally overridden by CLI flags, then frozen. Every field has
+a description, a default that works against the local stack (``ttsflow stack up``),
+and bounds checked at load: a bad value stops the process with one clear line
+instead of failing later in the hot path. Nothing else in ttsflow reads
+``os.environ``; engine and storage take plain constructor arguments built from this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Settings", "SettingsError", "load_settings"]
+
+_PREFIX = "TTS_"
+
+
+class SettingsError(ValueError):
+    """A setting is missing, unparsable or out of bounds."""
+
+
+def _f(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
+       choices: tuple[str, ...] | None = None) -> Any:
+    return field(default=default, metadata={"doc": doc, "lo": lo, "hi": hi, "choices": choices})
+
+
+def _default_home() -> str:
+    return str(Path.home() / ".local" / "share" / "ttsflow")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- Kafka -------------------------------------------------------------------
+    bootstrap_servers: str = _f("127.0.0.1:9092", "Kafka bootstrap servers, comma separated.")
+    topic_requests: str = _f("tts.requests", "Topic users publish requests to (key = user id).")
+    topic_segments: str = _f("tts.segments", "Internal topic of segment events (key = user id).")
+    topic_completed: str = _f("tts.completed", "Topic of completion events, ok or failed.")
+    topic_dlq: str = _f("tts.requests.dlq", "Dead-letter topic for requests without a readable request_id.")
+    topic_done: str = _f("tts.worker.done", "Compacted topic of completed request ids, written in the worker's transaction.")
+    partitions: int = _f(4, "Partitions of every ttsflow topic created by the stack; caps worker parallelism.", lo=1, hi=10_000)
+    replication_factor: int = _f(1, "Replication factor of created topics (1 on the local single-node stack).", lo=1, hi=16)
+    stage_app_id: str = _f("ttsflow-stage", "faust app id of the stage: its consumer group and table changelog prefix.")
+    worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
+    transactional_id: str = _f("", "Stable transactional.id of this worker; empty means ttsflow-worker-<hostname>.")
+    transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
+    # --- S3 ----------------------------------------------------------------------
+    s3_endpoint: str = _f("http://127.0.0.1:9000", "S3-compatible endpoint URL.")
+    s3_bucket: str = _f("ttsflow-audio", "Bucket holding segment and request audio.")
+    s3_access_key: str = _f("ttsflow", "S3 access key id.")
+    s3_secret_key: str = _f("ttsflow-local-secret", "S3 secret access key.")
+    s3_region: str = _f("us-east-1", "S3 region name.")
+    s3_prefix: str = _f("audio/", "Key prefix for audio objects.")
+    # --- Redis -------------------------------------------------------------------
+    redis_url: str = _f("redis://127.0.0.1:6379/0", "Redis URL for the audio cache.")
+    cache_ttl_s: int = _f(7 * 24 * 3600, "TTL of segment cache entries, seconds.", lo=1, hi=365 * 24 * 3600)
+    # --- Text limits -------------------------------------------------------------
+    max_text_chars: int = _f(100_000, "Longest accepted request text, in characters after normalization.", lo=1, hi=10_000_000)
+    max_segment_chars: int = _f(300, "Longest segment the stage emits, in characters.", lo=16, hi=10_000)
+    dedup_window_s: int = _f(24 * 3600, "Window in which a repeated request_id is dropped by the stage.", lo=1, hi=30 * 24 * 3600)
+    # --- Batching ----------------------------------------------------------------
+    max_batch: int = _f(8, "Most segments in one engine batch.", lo=1, hi=1024)
+    max_wait_ms: int = _f(20, "Longest a segment waits for its batch to fill, milliseconds.", lo=0, hi=60_000)
+    length_buckets: str = _f("32,64,128,256", "Ascending segment-length bucket edges in characters; batches never mix buckets.")
+    # --- Engine ------------------------------------------------------------------
+    backend: str = _f("hibari", "Engine backend.", choices=("hibari", "piper", "chattts"))
+    voice: str = _f("", "Default voice when a request names none; empty means the backend's default.")
+    precision: str = _f("auto", "Model precision: auto picks fp16 on GPU, the shipped model on CPU.", choices=("auto", "fp32", "fp16", "int8"))
+    providers: str = _f("auto", "onnxruntime execution providers, comma separated, or auto (TensorRT, CUDA, CPU).")
+    threads: int = _f(0, "Engine intra-op threads; 0 means all cores.", lo=0, hi=1024)
+    model_dir: str = _f("", "Versioned model store; empty means <home>/models.")
+    # --- Processes ---------------------------------------------------------------
+    metrics_port: int = _f(9108, "Port of this process's Prometheus /metrics endpoint; 0 disables it.", lo=0, hi=65535)
+    home: str = _f(_default_home(), "Where the local stack keeps its jars, data and logs.")
+    log_level: str = _f("INFO", "Log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    # --- Local stack ports -------------------------------------------------------
+    kafka_port: int = _f(9092, "Local stack: Kafka broker port.", lo=1, hi=65535)
+    kafka_controller_port: int = _f(9093, "Local stack: KRaft controller port.", lo=1, hi=65535)
+    s3_port: int = _f(9000, "Local stack: S3 server port.", lo=1, hi=65535)
+    redis_port: int = _f(6379, "Local stack: Redis port.", lo=1, hi=65535)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            lo, hi, choices = f.metadata["lo"], f.metadata["hi"], f.metadata["choices"]
+            if lo is not None and value < lo:
+                raise SettingsError(f"TTS_{f.name.upper()}={value} is below the minimum {lo}")
+            if hi is not None and value > hi:
+                raise SettingsError(f"TTS_{f.name.upper()}={value} is above the maximum {hi}")
+            if choices is not None and value not in choices:
+                raise SettingsError(f"TTS_{f.name.upper()}={value!r} is not one of {', '.join(choices)}")
+        edges = self.buckets
+        if list(edges) != sorted(set(edges)) or not edges or edges[0] < 1:
+            raise SettingsError(f"TTS_LENGTH_BUCKETS={self.length_buckets!r} must be ascending positive integers")
+
+    # Derived values -----------------------------------------------------------------
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        try:
+            return tuple(int(x) for x in self.length_buckets.split(",") if x.strip())
+        except ValueError as e:
+            raise SettingsError(f"TTS_LENGTH_BUCKETS={self.length_buckets!r}: {e}") from None
+
+    @property
+    def effective_transactional_id(self) -> str:
+        return self.transactional_id or f"ttsflow-worker-{socket.gethostname()}"
+
+    @property
+    def effective_model_dir(self) -> Path:
+        return Path(self.model_dir) if self.model_dir else Path(self.home) / "models"
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (bounds checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, str]]:
+        """(env name, default, description) for every field: the README's table."""
+        return [(f"TTS_{f.name.upper()}", str(f.default), f.metadata["doc"]) for f in dataclasses.fields(cls)]
+
+
+def _coerce(name: str, raw: str, typ: Any) -> Any:
+    try:
+        if typ in (int, "int"):
+            return int(raw)
+        if typ in (float, "float"):
+            return float(raw)
+        if typ in (bool, "bool"):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
+        return raw
+    except ValueError as e:
+        raise SettingsError(f"{_PREFIX}{name.upper()}={raw!r}: {e}") from None
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build the settings from ``TTS_*`` variables, then apply non-None overrides (CLI flags)."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        key = _PREFIX + f.name.upper()
+        if key in env:
+            values[f.name] = _coerce(f.name, env[key], f.type)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = set(values) - {f.name for f in dataclasses.fields(Settings)}
+    if unknown:
+        raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+    return Settings(**values)
