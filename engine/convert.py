@@ -1,0 +1,502 @@
+"""Precision conversion of the voice graphs (fp32, fp16, int8) and its check against fp32.
+
+``convert(src, dst, precision)`` writes a new ONNX file and guarantees that it loads in
+onnxruntime on the CPU (it is opened once before returning; a graph that does not load
+raises ``ConversionError`` and leaves no file at ``dst``). It does not promise the audio
+is right: ``compare()`` / ``check_against_fp32()`` measure that (length ratio,
+correlation of the waveforms and of their spectral envelopes, optional word error).
+
+What plain ``onnxconverter_common.float16`` conversion gets wrong on these graphs, and
+what ``to_fp16`` does about each before converting:
+
+* an initializer shared by a blocked (kept fp32) and a converted consumer can only have
+  one type: every consumer gets its own copy;
+* ``Cast(to=FLOAT)`` nodes inside the graph still emit float32 into fp16 consumers: they
+  are retargeted to FLOAT16 (blocked consumers get a cast back, inserted by the converter);
+* ``RandomNormalLike`` (Piper's noise) stays fp32: it is on the op block list;
+* a graph output that is also consumed inside the graph is renamed by the converter's
+  output cast, cutting the internal consumers off: such outputs are routed through an
+  ``Identity`` first;
+* unnamed nodes are named (the converter keys its cast bookkeeping by node name).
+
+Hibari ships only an int8 graph (``quantize_dynamic``: ``DynamicQuantizeLinear`` +
+``MatMulInteger`` + rescale). ``dequantize()`` rebuilds the fp32 graph from it: each
+pattern becomes a ``MatMul`` with the dequantized float weight, so ``fp32`` is a real
+target for Hibari and the fp16 graph is made from that.
+
+INT8 is ``onnxruntime.quantization.quantize_dynamic`` (MatMul weights, per tensor).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from engine.errors import EngineError
+
+__all__ = [
+    "PRECISIONS",
+    "Comparison",
+    "ConversionError",
+    "ConvertReport",
+    "compare",
+    "convert",
+    "detect_precision",
+]
+
+Precision = Literal["fp32", "fp16", "int8"]
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+
+# Ops kept in fp32 on top of onnxconverter-common's defaults.
+_EXTRA_FP16_BLOCK = ("RandomNormalLike", "RandomNormal", "RandomUniform", "RandomUniformLike")
+_QUANT_OPS = frozenset({"MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QLinearMatMul",
+                        "QLinearConv", "DequantizeLinear", "QuantizeLinear"})
+
+
+class ConversionError(EngineError):
+    """The graph could not be converted, or the converted graph does not load."""
+
+    code = "conversion_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertReport:
+    """What ``convert`` did: where, how long, and which graph fixes it needed."""
+
+    src: str
+    dst: str
+    precision: str
+    source_precision: str
+    seconds: float
+    bytes: int
+    sha256: str
+    fixes: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- helpers
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def detect_precision(model: Any) -> str:
+    """``int8`` if the graph holds quantization ops, ``fp16`` if float16 weights, else ``fp32``."""
+    from onnx import TensorProto
+
+    ops = {n.op_type for n in model.graph.node}
+    if ops & _QUANT_OPS:
+        return "int8"
+    n16 = sum(1 for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16)
+    n32 = sum(1 for t in model.graph.initializer if t.data_type == TensorProto.FLOAT)
+    return "fp16" if n16 > n32 else "fp32"
+
+
+def _consumers(graph: Any) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                out.setdefault(name, []).append(node)
+    return out
+
+
+def _producers(graph: Any) -> dict[str, Any]:
+    return {o: node for node in graph.node for o in node.output if o}
+
+
+def _name_nodes(graph: Any) -> int:
+    seen: set[str] = set()
+    fixed = 0
+    for i, node in enumerate(graph.node):
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_ttsflow_{i}"
+            fixed += 1
+        seen.add(node.name)
+    return fixed
+
+
+# --------------------------------------------------------------------------- int8 -> fp32
+def dequantize(model: Any) -> tuple[Any, int]:
+    """Rebuild float ``MatMul`` nodes from ``quantize_dynamic``'s int8 pattern.
+
+    The pattern (onnxruntime's dynamic quantizer)::
+
+        xq, xs, xz = DynamicQuantizeLinear(x)
+        yi = MatMulInteger(xq, Wq, xz, Wz)
+        s  = Mul(xs, Ws)
+        y  = Mul(Cast(yi, to=FLOAT), s)
+
+    becomes ``y = MatMul(x, (Wq - Wz) * Ws)``. Nodes left without consumers are dropped.
+    Returns the model (modified in place) and the number of rebuilt MatMuls.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    prod = _producers(graph)
+    cons = _consumers(graph)
+    remove: set[int] = set()
+    new_inits: list[Any] = []
+    add_nodes: list[tuple[int, Any]] = []
+    rebuilt = 0
+    index = {id(n): i for i, n in enumerate(graph.node)}
+
+    def init_array(name: str) -> np.ndarray | None:
+        t = inits.get(name)
+        if t is not None:
+            return numpy_helper.to_array(t)
+        p = prod.get(name)
+        if p is not None and p.op_type == "Constant":
+            return numpy_helper.to_array(helper.get_attribute_value(p.attribute[0]))
+        return None
+
+    for node in graph.node:
+        if node.op_type != "MatMulInteger":
+            continue
+        a, b = node.input[0], node.input[1]
+        dql = prod.get(a)
+        wq = init_array(b)
+        if dql is None or dql.op_type != "DynamicQuantizeLinear" or wq is None:
+            raise ConversionError(f"MatMulInteger {node.name!r}: not the dynamic-quantization pattern")
+        wz = init_array(node.input[3]) if len(node.input) > 3 and node.input[3] else np.zeros((), wq.dtype)
+        if wz is None:
+            raise ConversionError(f"MatMulInteger {node.name!r}: weight zero point is not constant")
+        casts = cons.get(node.output[0], [])
+        if len(casts) != 1 or casts[0].op_type != "Cast":
+            raise ConversionError(f"MatMulInteger {node.name!r}: expected one Cast after it")
+        cast = casts[0]
+        muls = cons.get(cast.output[0], [])
+        if len(muls) != 1 or muls[0].op_type != "Mul":
+            raise ConversionError(f"MatMulInteger {node.name!r}: expected one rescale Mul")
+        out_mul = muls[0]
+        scale_name = next(i for i in out_mul.input if i != cast.output[0])
+        scale_mul = prod.get(scale_name)
+        if scale_mul is None or scale_mul.op_type != "Mul":
+            raise ConversionError(f"MatMulInteger {node.name!r}: scale is not Mul(x_scale, w_scale)")
+        ws = None
+        for i in scale_mul.input:
+            if i != dql.output[1]:
+                ws = init_array(i)
+        if ws is None:
+            raise ConversionError(f"MatMulInteger {node.name!r}: weight scale is not constant")
+        w = ((wq.astype(np.float32) - wz.astype(np.float32)) * ws.astype(np.float32)).astype(np.float32)
+        wname = f"{b}_ttsflow_dequantized"
+        new_inits.append(numpy_helper.from_array(w, wname))
+        mm = helper.make_node("MatMul", [dql.input[0], wname], [out_mul.output[0]],
+                              name=f"{node.name}_ttsflow_fp32")
+        add_nodes.append((index[id(out_mul)], mm))
+        for n in (node, cast, out_mul):
+            remove.add(index[id(n)])
+        rebuilt += 1
+
+    if not rebuilt:
+        return model, 0
+    kept = []
+    replacement = dict(add_nodes)
+    for i, n in enumerate(graph.node):
+        if i in replacement:
+            kept.append(replacement[i])
+        elif i not in remove:
+            kept.append(n)
+    # Drop what no longer feeds anything (scale Muls, DynamicQuantizeLinear, int8 weights).
+    outputs = {o.name for o in graph.output}
+    while True:
+        used = {i for n in kept for i in n.input} | outputs
+        still = [n for n in kept if any(o in used for o in n.output)]
+        if len(still) == len(kept):
+            break
+        kept = still
+    del graph.node[:]
+    graph.node.extend(kept)
+    used = {i for n in graph.node for i in n.input} | outputs
+    keep_inits = [t for t in graph.initializer if t.name in used] + [t for t in new_inits if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep_inits)
+    # Value infos of removed tensors would only confuse shape inference.
+    produced = {o for n in graph.node for o in n.output}
+    vis = [v for v in graph.value_info if v.name in produced]
+    del graph.value_info[:]
+    graph.value_info.extend(vis)
+    assert all(t.data_type != TensorProto.INT8 or t.name in used for t in graph.initializer)
+    return model, rebuilt
+
+
+# --------------------------------------------------------------------------- fp32 -> fp16
+def _fp16_block_list() -> list[str]:
+    from onnxconverter_common import float16
+
+    return sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(_EXTRA_FP16_BLOCK))
+
+
+def _untie_initializers(graph: Any, blocked: set[str]) -> int:
+    """Give every consumer of a shared float initializer its own copy."""
+    from onnx import TensorProto
+
+    inits = {t.name: t for t in graph.initializer if t.data_type == TensorProto.FLOAT}
+    cons = _consumers(graph)
+    copies = 0
+    for name, init in inits.items():
+        users = cons.get(name, [])
+        if len(users) < 2:
+            continue
+        for k, node in enumerate(users[1:], start=1):
+            new_name = f"{name}_ttsflow_copy{k}"
+            dup = graph.initializer.add()
+            dup.CopyFrom(init)
+            dup.name = new_name
+            for j, i in enumerate(node.input):
+                if i == name:
+                    node.input[j] = new_name
+            copies += 1
+    return copies
+
+
+def _retarget_casts(graph: Any, blocked: set[str]) -> tuple[int, list[str]]:
+    """Retarget ``Cast(to=FLOAT)`` to FLOAT16 where every reader is converted to fp16.
+
+    A cast that feeds a blocked op or a graph output keeps emitting float32 and is put on
+    the node block list instead: the converter then adds a Cast16 for its fp16 readers.
+    (Retargeting it would make the converter pair the new cast with the Cast32 it puts
+    before the blocked op and drop both, wiring an int64 tensor into e.g. ``Range``.)
+    Returns (retargeted, names of the casts kept fp32).
+    """
+    from onnx import TensorProto
+
+    cons = _consumers(graph)
+    outputs = {o.name for o in graph.output}
+    n, keep = 0, []
+    for node in graph.node:
+        if node.op_type != "Cast":
+            continue
+        for attr in node.attribute:
+            if attr.name == "to" and attr.i == TensorProto.FLOAT:
+                out = node.output[0]
+                if out in outputs or any(c.op_type in blocked for c in cons.get(out, [])):
+                    keep.append(node.name)
+                else:
+                    attr.i = TensorProto.FLOAT16
+                    n += 1
+    return n, keep
+
+
+def _route_outputs(graph: Any) -> int:
+    """Put an Identity between a graph output and its producer when the graph also reads it."""
+    from onnx import helper
+
+    cons = _consumers(graph)
+    prod = _producers(graph)
+    n = 0
+    for out in graph.output:
+        if out.name not in cons or out.name not in prod:
+            continue
+        inner = f"{out.name}_ttsflow_inner"
+        p = prod[out.name]
+        for j, o in enumerate(p.output):
+            if o == out.name:
+                p.output[j] = inner
+        for node in cons[out.name]:
+            for j, i in enumerate(node.input):
+                if i == out.name:
+                    node.input[j] = inner
+        graph.node.append(helper.make_node("Identity", [inner], [out.name], name=f"{out.name}_ttsflow_identity"))
+        n += 1
+    return n
+
+
+def to_fp16(model: Any) -> tuple[Any, dict[str, int]]:
+    """fp32 graph -> fp16 graph with fp32 inputs and outputs (see the module docstring)."""
+    from onnxconverter_common import float16
+
+    graph = model.graph
+    block = _fp16_block_list()
+    fixes = {
+        "nodes_named": _name_nodes(graph),
+        "outputs_routed": _route_outputs(graph),
+        "initializers_untied": _untie_initializers(graph, set(block)),
+    }
+    fixes["casts_retargeted"], keep_fp32 = _retarget_casts(graph, set(block))
+    fixes["casts_kept_fp32"] = len(keep_fp32)
+    del graph.value_info[:]  # stale fp32 infos; the converter re-infers shapes
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "the float32 number ... will be truncated": expected
+        # check_fp16_ready would mistake the retargeted casts for an fp16 graph.
+        out = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=block, node_block_list=keep_fp32,
+                                               check_fp16_ready=False)
+    return out, fixes
+
+
+# --------------------------------------------------------------------------- entry point
+def _load_check(path: Path) -> None:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    try:
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own untyped errors
+        raise ConversionError(f"converted graph does not load: {str(e).splitlines()[0][:300]}") from e
+
+
+def _save(model: Any, path: Path) -> None:
+    import onnx
+
+    onnx.save_model(model, str(path))
+
+
+def convert(src: Path, dst: Path, precision: str) -> ConvertReport:
+    """Write ``src`` converted to ``precision`` at ``dst`` (atomically) and check that it loads.
+
+    ``fp32`` from an int8 graph dequantizes it; ``fp16`` goes through fp32 first;
+    ``int8`` quantizes the fp32 graph dynamically. Converting to the source's own
+    precision copies the graph unchanged.
+    """
+    import onnx
+
+    if precision not in PRECISIONS:
+        raise ConversionError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    src, dst = Path(src), Path(dst)
+    t0 = time.perf_counter()
+    try:
+        model = onnx.load(str(src))
+    except Exception as e:
+        raise ConversionError(f"cannot read {src}: {e}") from e
+    source_precision = detect_precision(model)
+    fixes: dict[str, int] = {}
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=dst.name + ".", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        if precision == source_precision:
+            _save(model, tmp)
+        else:
+            if source_precision == "int8":
+                model, fixes["matmuls_dequantized"] = dequantize(model)
+                if detect_precision(model) != "fp32":
+                    raise ConversionError("graph still holds quantized ops after dequantization")
+            elif source_precision == "fp16":
+                raise ConversionError("converting from an fp16 graph is not supported; start from fp32 or int8")
+            if precision == "fp32":
+                _save(model, tmp)
+            elif precision == "fp16":
+                model, more = to_fp16(model)
+                fixes.update(more)
+                _save(model, tmp)
+            else:
+                fixes.update(_quantize_int8(model, tmp))
+        _load_check(tmp)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return ConvertReport(
+        src=str(src), dst=str(dst), precision=precision, source_precision=source_precision,
+        seconds=round(time.perf_counter() - t0, 3), bytes=dst.stat().st_size, sha256=sha256_file(dst),
+        fixes=fixes,
+    )
+
+
+def _quantize_int8(model: Any, out: Path) -> dict[str, int]:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory(prefix="ttsflow-quant-") as d:
+        fp32 = Path(d) / "fp32.onnx"
+        onnx.save_model(model, str(fp32))
+        quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8)
+    q = onnx.load(str(out), load_external_data=False)
+    return {"ops_quantized": sum(1 for n in q.graph.node if n.op_type in ("MatMulInteger", "ConvInteger"))}
+
+
+# --------------------------------------------------------------------------- comparison
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One sentence, candidate vs reference audio."""
+
+    text: str
+    length_ratio: float
+    waveform_corr: float
+    envelope_corr: float
+    wer_reference: float | None = None
+    wer_candidate: float | None = None
+
+
+def _band_envelope(x: np.ndarray, sr: int, bands: int = 40) -> np.ndarray:
+    """Log energy in ``bands`` linear-in-mel bands per 20 ms frame: phase-blind."""
+    n_fft = 1 << max(8, int(np.ceil(np.log2(0.04 * sr))))
+    hop = max(1, int(0.02 * sr))
+    if len(x) < n_fft:
+        x = np.pad(x, (0, n_fft - len(x)))
+    frames = np.lib.stride_tricks.sliding_window_view(x.astype(np.float32), n_fft)[::hop]
+    spec = np.abs(np.fft.rfft(frames * np.hanning(n_fft).astype(np.float32), axis=1)) ** 2
+    freqs = np.fft.rfftfreq(n_fft, 1.0 / sr)
+    mel = 2595.0 * np.log10(1.0 + freqs / 700.0)
+    edges = np.linspace(mel[1], mel[-1], bands + 1)
+    idx = np.clip(np.searchsorted(edges, mel) - 1, 0, bands - 1)
+    env = np.zeros((spec.shape[0], bands), np.float64)
+    for b in range(bands):
+        sel = idx == b
+        if sel.any():
+            env[:, b] = spec[:, sel].sum(axis=1)
+    return np.log(env + 1e-8)
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    a = a.ravel().astype(np.float64) - a.mean()
+    b = b.ravel().astype(np.float64) - b.mean()
+    den = float(np.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / den) if den > 0 else 0.0
+
+
+def _stretch(env: np.ndarray, frames: int) -> np.ndarray:
+    """Linearly time-stretch an envelope to ``frames`` rows (durations may drift a frame or two)."""
+    if len(env) == frames:
+        return env
+    src = np.linspace(0.0, 1.0, len(env))
+    dst = np.linspace(0.0, 1.0, frames)
+    return np.stack([np.interp(dst, src, env[:, b]) for b in range(env.shape[1])], axis=1)
+
+
+def compare(text: str, reference: np.ndarray, candidate: np.ndarray, sample_rate: int) -> Comparison:
+    """Length ratio, waveform correlation (over the common length) and envelope correlation."""
+    n = min(len(reference), len(candidate))
+    ratio = len(candidate) / len(reference) if len(reference) else float("inf")
+    wave = _corr(reference[:n], candidate[:n]) if n else 0.0
+    er = _band_envelope(reference, sample_rate)
+    ec = _stretch(_band_envelope(candidate, sample_rate), len(er))
+    return Comparison(text=text, length_ratio=round(ratio, 4), waveform_corr=round(wave, 4),
+                      envelope_corr=round(_corr(er, ec), 4))
+
+
+def summarize(rows: Sequence[Comparison]) -> dict[str, Any]:
+    """Worst and mean numbers over the sentences, the lines a person reads first."""
+    if not rows:
+        return {}
+    out: dict[str, Any] = {
+        "sentences": len(rows),
+        "length_ratio_min": min(r.length_ratio for r in rows),
+        "length_ratio_max": max(r.length_ratio for r in rows),
+        "waveform_corr_mean": round(float(np.mean([r.waveform_corr for r in rows])), 4),
+        "envelope_corr_min": min(r.envelope_corr for r in rows),
+        "envelope_corr_mean": round(float(np.mean([r.envelope_corr for r in rows])), 4),
+    }
+    if all(r.wer_candidate is not None for r in rows):
+        out["wer_reference"] = round(float(np.mean([r.wer_reference for r in rows])), 4)  # type: ignore[arg-type]
+        out["wer_candidate"] = round(float(np.mean([r.wer_candidate for r in rows])), 4)  # type: ignore[arg-type]
+    return out
