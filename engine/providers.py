@@ -1,0 +1,103 @@
+"""onnxruntime sessions: which execution provider runs, with how many threads, at what precision.
+
+``choose_providers("auto")`` prefers TensorRT, then CUDA, then CPU among the providers
+this onnxruntime build offers. onnxruntime silently falls back to CPU when a provider
+fails to initialise (missing CUDA libraries, for instance), so ``make_session`` logs and
+returns the provider that actually runs (``session.get_providers()[0]``): that is the one
+``ModelInfo.provider`` reports, never the one that was asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ModelLoadError
+
+__all__ = ["choose_providers", "detect_precision", "make_session"]
+
+_log = logging.getLogger("ttsflow.engine")
+
+_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+_ALIASES = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "gpu": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+
+
+def _available() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+def choose_providers(requested: str | Sequence[str] | None = "auto") -> list[str]:
+    """Provider names to hand to onnxruntime, best first, always ending with CPU.
+
+    ``requested`` is ``"auto"`` (TensorRT, CUDA, CPU: whichever this build has), a comma
+    separated string, or a sequence; short names (``cuda``, ``trt``, ``cpu``) are accepted.
+    A provider this build lacks is dropped with a warning rather than failing the load.
+    """
+    available = _available()
+    auto = requested is None or (isinstance(requested, str) and requested.strip().lower() in ("", "auto"))
+    if auto:
+        wanted = list(_PREFERENCE)
+    else:
+        names = requested.split(",") if isinstance(requested, str) else list(requested)
+        wanted = [_ALIASES.get(n.strip().lower(), n.strip()) for n in names if n.strip()]
+    chosen: list[str] = []
+    for name in wanted:
+        if name in available and name not in chosen:
+            chosen.append(name)
+        elif name not in available and not auto:
+            _log.warning("event=provider_unavailable provider=%s available=%s", name, ",".join(available))
+    if "CPUExecutionProvider" not in chosen:
+        chosen.append("CPUExecutionProvider")
+    return chosen
+
+
+def make_session(model: str | Path | bytes, *, providers: str | Sequence[str] | None = "auto",
+                 threads: int = 0, name: str = "model") -> tuple[Any, str]:
+    """An ``InferenceSession`` and the provider that really runs it.
+
+    ``threads`` is the intra-op thread count (0 = onnxruntime's default: all cores).
+    Raises ``ModelLoadError`` when the file is missing or onnxruntime refuses the graph.
+    """
+    import onnxruntime as ort
+
+    if isinstance(model, Path | str) and not Path(model).is_file():
+        raise ModelLoadError(f"{name}: model file not found: {model}")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads > 0:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    chosen = choose_providers(providers)
+    try:
+        session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), so, providers=chosen)
+    except Exception as e:  # onnxruntime raises its own untyped errors for bad graphs
+        raise ModelLoadError(f"{name}: onnxruntime could not load the model: {e}") from e
+    actual = session.get_providers()[0]
+    if actual != chosen[0]:
+        _log.warning("event=provider_fallback model=%s requested=%s actual=%s", name, chosen[0], actual)
+    _log.info("event=session_ready model=%s provider=%s threads=%s", name, actual, threads or "all")
+    return session, actual
+
+
+def detect_precision(model: Any) -> str:
+    """``int8``, ``fp16`` or ``fp32`` from an ``onnx.ModelProto``'s operators and weights."""
+    from onnx import TensorProto
+
+    ops = {n.op_type for n in model.graph.node}
+    if ops & {"MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QLinearMatMul", "QLinearConv"}:
+        return "int8"
+    types = [t.data_type for t in model.graph.initializer]
+    if types and sum(t == TensorProto.FLOAT16 for t in types) > sum(t == TensorProto.FLOAT for t in types):
+        return "fp16"
+    return "fp32"
