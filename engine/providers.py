@@ -48,7 +48,7 @@ def choose_providers(requested: str | Sequence[str] | None = "auto") -> list[str
     if auto:
         wanted = list(_PREFERENCE)
     else:
-        names = requested.split(",") if isinstance(requested, str) else list(requested)
+        names = requested.split(",") if isinstance(requested, str) else list(requested or ())
         wanted = [_ALIASES.get(n.strip().lower(), n.strip()) for n in names if n.strip()]
     chosen: list[str] = []
     for name in wanted:

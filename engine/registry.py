@@ -82,7 +82,7 @@ def load_engine(backend: str = "hibari", *, model_path: Path | str | None = None
     cfg = config_path or choice.config_path
     if cfg is not None:
         kwargs["config_path"] = Path(cfg)
-    be = cls(choice.model_path, **kwargs)
+    be = cls(choice.model_path, **kwargs)  # type: ignore[call-arg]
     engine = Engine(be, max_batch=max_batch)
     if warm_up:
         engine.warm_up()

@@ -1,0 +1,124 @@
+"""``ttsflow synth TEXT -o out.wav``: speak text into a file with the engine directly, no Kafka.
+
+For a person trying a voice. The text is normalized and split into sentences the way the
+stage does it, synthesized as one batch, joined with short pauses and written as
+wav/flac/ogg. Anything a person can fix (empty text, unknown voice or backend, text over
+``max_text_chars``, a model that is not there) is one line on stderr and exit status 2;
+a synthesis failure is one line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+class _Usage(Exception):
+    """A mistake in the command line: one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _Usage(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ttsflow synth", description="Speak TEXT into an audio file (engine only, no Kafka).")
+    p.add_argument("text", help="text to speak; '-' reads standard input")
+    p.add_argument("-o", "--output", required=True, help="output file (.wav, .flac or .ogg)")
+    p.add_argument("--voice", default=None, help="voice name (default: the backend's default voice)")
+    p.add_argument("--backend", default=None, help="hibari (default) or piper (extra 'piper')")
+    p.add_argument("--precision", default=None, help="auto, fp32, fp16 or int8 (default: the shipped model)")
+    p.add_argument("--model", default=None, help="path of an ONNX model to load instead of the shipped one")
+    p.add_argument("--format", default=None, help="wav, flac or ogg (default: from the output's extension)")
+    p.add_argument("--speed", type=float, default=1.0, help="speaking rate multiplier, 0.25..4")
+    p.add_argument("--sample-rate", type=int, default=None, help="resample the output to this rate (Hz)")
+    p.add_argument("--threads", type=int, default=None, help="engine intra-op threads (0 = all cores)")
+    return p
+
+
+def _split(text: str, max_chars: int) -> list[str]:
+    try:
+        from streams.text import normalize, split_segments
+    except ImportError:  # the stage's splitter is the reference; a plain one before it exists
+        import re
+
+        return [s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if s]
+    return split_segments(normalize(text), max_chars)
+
+
+def _run(argv: list[str]) -> int:
+    from engine import SynthItem, encode, join, load_engine, resample
+    from engine.audio import FORMATS
+    from engine.base import Failure
+    from engine.errors import EngineError
+    from engine.registry import BACKENDS
+    from streams.settings import SettingsError, load_settings
+
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings()
+    except SettingsError as e:
+        raise _Usage(str(e)) from None
+    text = sys.stdin.read() if args.text == "-" else args.text
+    if not text.strip():
+        raise _Usage("the text is empty")
+    if len(text) > settings.max_text_chars:
+        raise _Usage(f"the text has {len(text)} characters, over the limit of {settings.max_text_chars} (TTS_MAX_TEXT_CHARS)")
+    backend = args.backend or settings.backend
+    if backend not in BACKENDS:
+        raise _Usage(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
+    out = Path(args.output)
+    fmt = (args.format or out.suffix.lstrip(".") or "wav").lower()
+    if fmt not in FORMATS:
+        raise _Usage(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if not 0.25 <= args.speed <= 4.0:
+        raise _Usage(f"speed {args.speed} is outside 0.25..4")
+    if args.sample_rate is not None and not 8000 <= args.sample_rate <= 192_000:
+        raise _Usage(f"sample rate {args.sample_rate} is outside 8000..192000")
+    segments = _split(text, settings.max_segment_chars)
+    if not segments:
+        raise _Usage("the text is empty after normalization")
+
+    t0 = time.perf_counter()
+    try:
+        engine = load_engine(backend, model_path=args.model, precision=args.precision or settings.precision,
+                             providers=settings.providers,
+                             threads=settings.threads if args.threads is None else args.threads)
+    except EngineError as e:
+        raise _Usage(str(e)) from None
+    voice = args.voice or settings.voice or engine.default_voice
+    if voice not in engine.voices:
+        raise _Usage(f"unknown voice {voice!r} for {backend}; available: {', '.join(engine.voices)}")
+    results = engine.synthesize([SynthItem(s, voice, args.speed) for s in segments])
+    engine.close()
+    for seg, r in zip(segments, results, strict=True):
+        if isinstance(r, Failure):
+            print(f"ttsflow synth: {r.code}: {r.message} (in: {seg[:60]!r})", file=sys.stderr)
+            return 1
+    sr = engine.sample_rate
+    samples = join([r.samples for r in results if not isinstance(r, Failure)], sr)
+    if args.sample_rate and args.sample_rate != sr:
+        samples, sr = resample(samples, sr, args.sample_rate), args.sample_rate
+    data = encode(samples, sr, fmt)
+    try:
+        out.write_bytes(data)
+    except OSError as e:
+        raise _Usage(f"cannot write {out}: {e.strerror or e}") from None
+    info = engine.info
+    print(f"wrote {out}: {len(samples) / sr:.2f} s of {fmt} at {sr} Hz, {len(segments)} segment(s), "
+          f"{info.name} {info.precision} on {info.provider}, {time.perf_counter() - t0:.2f} s "
+          f"(cold start {engine.cold_start_s or 0:.2f} s)", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return _run(argv)
+    except _Usage as e:
+        print(f"ttsflow synth: {e}", file=sys.stderr)
+        return 2
