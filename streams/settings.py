@@ -143,6 +143,13 @@ def _coerce(name: str, raw: str, typ: Any) -> Any:
         raise SettingsError(f"{_PREFIX}{name.upper()}={raw!r}: {e}") from None
 
 
+_PORT_ADDRESSES: tuple[tuple[str, str, str], ...] = (
+    ("kafka_port", "bootstrap_servers", "127.0.0.1:{}"),
+    ("s3_port", "s3_endpoint", "http://127.0.0.1:{}"),
+    ("redis_port", "redis_url", "redis://127.0.0.1:{}/0"),
+)
+
+
 def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build the settings from ``TTS_*`` variables, then apply non-None overrides (CLI flags)."""
     env = os.environ if env is None else env
@@ -152,6 +159,11 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         if key in env:
             values[f.name] = _coerce(f.name, env[key], f.type)
     values.update({k: v for k, v in overrides.items() if v is not None})
+    # A local-stack port given without its client address moves the address with it, so
+    # TTS_KAFKA_PORT=19092 alone yields a second stack that clients actually reach.
+    for port_name, addr_name, fmt in _PORT_ADDRESSES:
+        if port_name in values and addr_name not in values:
+            values[addr_name] = fmt.format(values[port_name])
     unknown = set(values) - {f.name for f in dataclasses.fields(Settings)}
     if unknown:
         raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
