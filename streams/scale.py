@@ -32,6 +32,7 @@ new pod serves after ``startup_s``; every membership change pauses the group for
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -323,7 +324,7 @@ def recommend(p: SimParams, *, target_delay_s: float, headroom: float = 1.25) ->
                                 activation_lag_threshold=min(p.rule.activation_lag_threshold, threshold),
                                 allow_idle_consumers=p.rule.allow_idle_consumers, min_replicas=floor,
                                 max_replicas=max(p.rule.max_replicas, partitions))
-                r = simulate(SimParams(**{**_params_kwargs(p), "partitions": partitions, "rule": rule}))
+                r = simulate(dataclasses.replace(p, partitions=partitions, rule=rule))
                 row: dict[str, object] = {
                     "partitions": partitions, "lag_threshold": threshold, "min_replicas": floor,
                     "worst_queue_delay_s": r.worst_queue_delay_s, "p99_queue_delay_s": r.p99_queue_delay_s,
@@ -345,10 +346,6 @@ def recommend(p: SimParams, *, target_delay_s: float, headroom: float = 1.25) ->
         out["closest"] = closest
         out["hint"] = "pod startup and polling alone exceed the target: raise the replica floor or cut startup time"
     return out
-
-
-def _params_kwargs(p: SimParams) -> dict[str, object]:
-    return {f: getattr(p, f) for f in p.__slots__}  # type: ignore[attr-defined]
 
 
 # --- CLI -----------------------------------------------------------------------------
