@@ -1,0 +1,459 @@
+"""``ttsflow chaos``: kill workers, the stage and the broker mid-run, then count what users would see.
+
+The run: one stage and two workers (real subprocesses, :mod:`streams.procs`) on topics,
+groups and transactional ids of their own; ``--requests`` short requests published at an
+even pace over ``--publish-seconds``; at random moments in that window (seeded) a worker
+or the stage is SIGKILLed and started again at once, and the broker is stopped and
+started (``--restart-broker``; only ever on a private stack instance this command brings
+up with its own ``TTS_HOME`` and ports, never the shared one). A process that exits on its
+own (a fenced producer exits non-zero by design) is restarted, as an orchestrator would,
+and counted. When every request is answered (or ``--timeout`` passes) everything is
+stopped and ``tts.completed`` is read again from the beginning with ``read_committed``.
+
+What it checks, per request id: exactly one completion (``lost``: none, ``duplicates``:
+completions beyond the first); for each ok completion, that its S3 object exists, has the
+announced ``bytes`` and ``sha256``, decodes, is not silent and lasts a plausible time for
+its text (``bad_audio`` counts requests with any problem). The last line printed is one
+JSON object; the exit status is 0 only if nothing was lost, duplicated or bad.
+
+The counting and checking functions at the top are pure (tested in
+``tests/unit/test_chaos_logic.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = ["Event", "Tally", "check_audio", "main", "plan_events", "plausible_duration", "run_chaos", "tally"]
+
+Action = Literal["kill_worker", "kill_stage", "restart_broker"]
+
+
+# --- pure logic ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What a ``read_committed`` reader saw for the expected request ids."""
+
+    requests: int
+    completed: int  # expected ids with at least one completion
+    lost: int  # expected ids with none
+    duplicates: int  # completions beyond the first, summed over ids
+    failed: int  # expected ids whose first completion is ``failed``
+    unexpected: int  # completions for ids nobody published in this run
+    lost_ids: tuple[str, ...] = ()  # a sample, for the report
+    duplicate_ids: tuple[str, ...] = ()
+
+
+def tally(expected: Iterable[str], seen: Iterable[tuple[str, str]], *, sample: int = 10) -> Tally:
+    """Count lost, duplicated and failed answers.
+
+    ``expected``: the request ids published (each once); ``seen``: ``(request_id, status)``
+    of every completion read, in topic order.
+    """
+    want = list(dict.fromkeys(expected))
+    want_set = set(want)
+    counts: Counter[str] = Counter()
+    first_status: dict[str, str] = {}
+    unexpected = 0
+    for rid, status in seen:
+        if rid not in want_set:
+            unexpected += 1
+            continue
+        counts[rid] += 1
+        first_status.setdefault(rid, status)
+    lost_ids = [r for r in want if counts[r] == 0]
+    dup_ids = [r for r in want if counts[r] > 1]
+    return Tally(
+        requests=len(want),
+        completed=len(want) - len(lost_ids),
+        lost=len(lost_ids),
+        duplicates=sum(counts[r] - 1 for r in dup_ids),
+        failed=sum(1 for s in first_status.values() if s != "ok"),
+        unexpected=unexpected,
+        lost_ids=tuple(lost_ids[:sample]),
+        duplicate_ids=tuple(dup_ids[:sample]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    at_s: float  # seconds after the first publish
+    action: Action
+    target: int = 0  # worker index for kill_worker
+
+
+def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: int, restart_broker: int,
+                workers: int = 2, start: float = 0.1, end: float = 0.9) -> list[Event]:
+    """The disruptions of one run, at seeded random moments in ``[start, end] * window_s``, in time order."""
+    if not 0 <= start <= end <= 1:
+        raise ValueError("need 0 <= start <= end <= 1")
+    rng = random.Random(seed)
+    lo, hi = start * window_s, end * window_s
+    events = [Event(rng.uniform(lo, hi), "kill_worker", rng.randrange(workers)) for _ in range(kill_workers)]
+    events += [Event(rng.uniform(lo, hi), "kill_stage") for _ in range(kill_stage)]
+    events += [Event(rng.uniform(lo, hi), "restart_broker") for _ in range(restart_broker)]
+    return sorted(events, key=lambda e: e.at_s)
+
+
+def plausible_duration(chars: int) -> tuple[float, float]:
+    """Bounds in seconds for speech of ``chars`` characters at 1x speed.
+
+    English is read at roughly 12-18 characters per second; the bounds are loose
+    (50 down to 4 characters per second, plus a second and a half of edge silence).
+    """
+    return chars / 50.0, chars / 4.0 + 1.5
+
+
+def check_audio(data: bytes | None, *, sha256: str, nbytes: int, sample_rate: int, duration_s: float,
+                text_chars: int | None = None, speed: float = 1.0) -> list[str]:
+    """Problems with one completion's audio object (empty list: good).
+
+    ``data`` is the object as downloaded (None: it does not exist); the other arguments
+    are what the completion announced.
+    """
+    import hashlib
+
+    import soundfile as sf
+
+    if data is None:
+        return ["missing"]
+    problems = []
+    if len(data) != nbytes:
+        problems.append(f"bytes {len(data)} != announced {nbytes}")
+    if hashlib.sha256(data).hexdigest() != sha256:
+        problems.append("sha256 mismatch")
+    try:
+        samples, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception as e:  # soundfile raises LibsndfileError / RuntimeError / TypeError
+        return [*problems, f"undecodable: {e}"]
+    mono = samples.mean(axis=1) if samples.size else np.zeros(0, np.float32)
+    dur = len(mono) / sr if sr else 0.0
+    if sr != sample_rate:
+        problems.append(f"sample rate {sr} != announced {sample_rate}")
+    if abs(dur - duration_s) > 0.05 + 0.02 * duration_s:
+        problems.append(f"duration {dur:.3f}s != announced {duration_s:.3f}s")
+    if mono.size == 0 or float(np.sqrt(np.mean(mono.astype(np.float64) ** 2))) < 1e-3 or float(
+            np.max(np.abs(mono))) < 0.01:
+        problems.append("silent")
+    if text_chars is not None:
+        lo, hi = plausible_duration(text_chars)
+        lo, hi = lo / max(speed, 0.25), hi / max(speed, 0.25)
+        if not lo <= dur <= hi:
+            problems.append(f"implausible duration {dur:.2f}s for {text_chars} characters")
+    return problems
+
+
+# --- the run -------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class ChaosConfig:
+    requests: int = 200
+    kill_workers: int = 2
+    kill_stage: int = 1
+    restart_broker: int = 0
+    workers: int = 2
+    seed: int | None = None
+    publish_s: float | None = None  # default: max(10, requests / 20)
+    timeout_s: float = 300.0  # after the last publish, for every answer
+    startup_timeout_s: float = 180.0
+    out_dir: Path = Path("out/chaos")
+    keep: bool = False  # keep the run's topics (and private stack) for inspection
+
+
+@dataclass(slots=True)
+class _Progress:
+    seen: dict[str, int] = field(default_factory=dict)
+    first_at: float | None = None
+    last_at: float | None = None
+
+    def add(self, rid: str, t: float) -> None:
+        self.seen[rid] = self.seen.get(rid, 0) + 1
+        self.first_at = t if self.first_at is None else self.first_at
+        self.last_at = t
+
+
+def _say(msg: str) -> None:
+    print(f"chaos: {msg}", file=sys.stderr, flush=True)
+
+
+def _private_stack(base: Any, run_id: str) -> Any:
+    """Settings of a fresh stack instance of this run's own (home, ports), jars shared."""
+    from streams.procs import free_port
+
+    home = Path(base.home).expanduser().resolve().parent / f"ttsflow-chaos-{run_id}"
+    home.mkdir(parents=True)
+    shared_jars = Path(base.home).expanduser().resolve() / "jars"
+    if shared_jars.is_dir():
+        (home / "jars").symlink_to(shared_jars)
+    kp, cp, sp, rp = (free_port() for _ in range(4))
+    return base.replace(home=str(home), kafka_port=kp, kafka_controller_port=cp, s3_port=sp, redis_port=rp,
+                        bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
+                        redis_url=f"redis://127.0.0.1:{rp}/0")
+
+
+def _restart_broker(settings: Any, log: list[dict[str, Any]]) -> None:
+    """Stop this run's private broker (SIGTERM, by its PID file) and start it again."""
+    import os
+
+    from streams import stack
+
+    t0 = time.monotonic()
+    pid = stack.status(settings)["kafka"].get("pid")
+    if pid is None:
+        raise RuntimeError("private broker is not running")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        stack._reap(pid)
+        time.sleep(0.1)
+    down_s = time.monotonic() - t0
+    stack.stack_up(settings, quiet=True)
+    log.append({"action": "restart_broker", "down_s": round(down_s, 1), "total_s": round(time.monotonic() - t0, 1)})
+
+
+def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
+    """Run the pipeline under disruption; the report (also the command's JSON line)."""
+    from schemas import SchemaError, decode_completion
+    from streams import stack
+    from streams.corpus import chaos_requests, encode_request
+    from streams.harness import Publisher, TopicReader, isolated, new_run_id, s3_client
+    from streams.procs import Supervisor
+    from streams.settings import load_settings
+
+    t_start = time.monotonic()
+    run_id = new_run_id()
+    seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
+    base = load_settings()
+    private = cfg.restart_broker > 0
+    run_dir = cfg.out_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    broker_log: list[dict[str, Any]] = []
+    if private:
+        base = _private_stack(base, run_id)
+        _say(f"bringing up a private stack in {base.home} (kafka {base.bootstrap_servers})")
+        t0 = time.monotonic()
+        stack.stack_up(base, quiet=True)
+        timings["private_stack_up_s"] = round(time.monotonic() - t0, 1)
+    else:
+        st = stack.status(base)
+        down = [k for k, v in st.items() if not v["ok"]]
+        if down:
+            raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up` first")
+    s = isolated(base, run_id)
+    stack.ensure_topics(s)
+    stack.ensure_bucket(s)
+    reqs = chaos_requests(cfg.requests, seed=seed, run_id=run_id)
+    by_id = {r.request_id: r for r in reqs}
+    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 20.0)
+    events = plan_events(seed, publish_s, kill_workers=cfg.kill_workers, kill_stage=cfg.kill_stage,
+                         restart_broker=cfg.restart_broker, workers=cfg.workers)
+    _say(f"run {run_id} seed {seed}: {cfg.requests} requests over {publish_s:.0f}s, events "
+         + ", ".join(f"{e.action}{'#' + str(e.target) if e.action == 'kill_worker' else ''}@{e.at_s:.1f}s"
+                     for e in events))
+    fired: list[dict[str, Any]] = []
+    crash_restarts = 0
+    sup = Supervisor(run_dir / "logs")
+    progress = _Progress()
+    final: list[tuple[str, str]] = []
+    completions: dict[str, list[Any]] = {}
+    undecodable = 0
+    broker_thread: threading.Thread | None = None
+    try:
+        # 1. start one stage and the workers; wait until each serves /metrics
+        t0 = time.monotonic()
+        sup.stage("stage", s)
+        for i in range(cfg.workers):
+            sup.worker(f"worker-{i}", s.replace(transactional_id=f"ttsflow-chaos-{run_id}-w{i}"))
+        for p in list(sup.procs.values()):
+            sup.wait_ready(p, timeout=cfg.startup_timeout_s)
+        timings["startup_s"] = round(time.monotonic() - t0, 1)
+        _say(f"processes ready in {timings['startup_s']}s; publishing")
+
+        # 2. publish at an even pace; fire each event when its moment comes; follow progress
+        reader = TopicReader(s, s.topic_completed, start="beginning")
+        pub = Publisher(s)
+        t_pub = time.monotonic()
+        wall_pub = time.time()
+        pending = list(events)
+        i = 0
+        deadline: float | None = None
+        while True:
+            now = time.monotonic() - t_pub
+            while i < len(reqs) and i * publish_s / len(reqs) <= now:
+                r = reqs[i]
+                pub.publish(s.topic_requests, r.user_id.encode(), encode_request(r))
+                i += 1
+            while pending and pending[0].at_s <= now:
+                ev = pending.pop(0)
+                rec: dict[str, Any] = {"at_s": round(now, 1), "action": ev.action,
+                                       "completed_before": len(progress.seen)}
+                if ev.action == "kill_worker":
+                    rec["target"] = f"worker-{ev.target}"
+                    sup.restart(f"worker-{ev.target}", sig=signal.SIGKILL)
+                elif ev.action == "kill_stage":
+                    rec["target"] = "stage"
+                    sup.restart("stage", sig=signal.SIGKILL)
+                else:
+                    if broker_thread is not None:
+                        broker_thread.join()
+                    broker_thread = threading.Thread(target=_restart_broker, args=(s, broker_log), daemon=True)
+                    broker_thread.start()
+                fired.append(rec)
+                _say(f"{now:6.1f}s {ev.action} {rec.get('target', '')} ({len(progress.seen)} answered)")
+            # an orchestrator restarts a process that exits on its own (a fenced worker does)
+            for p in sup.procs.values():
+                if p.popen is not None and p.popen.poll() is not None:
+                    crash_restarts += 1
+                    if crash_restarts > 10 * (len(events) + 1):
+                        raise RuntimeError(f"{p.name} keeps exiting; {p.log_path}:\n{p.log_tail()}")
+                    _say(f"{now:6.1f}s {p.name} exited with {p.popen.returncode}; restarting")
+                    sup.restart(p.name)
+            for recd in reader.poll(0.2):
+                try:
+                    c = decode_completion(recd.value)
+                except SchemaError:
+                    continue
+                progress.add(c.request_id, recd.received)
+            if i == len(reqs) and not pending:
+                if deadline is None:
+                    pub.flush(120)
+                    timings["publish_s"] = round(time.monotonic() - t_pub, 1)
+                    deadline = time.monotonic() + cfg.timeout_s
+                if all(rid in progress.seen for rid in by_id):
+                    break
+                if time.monotonic() > deadline:
+                    _say(f"timeout: {len(by_id) - sum(1 for r in by_id if r in progress.seen)} requests unanswered")
+                    break
+        if broker_thread is not None:
+            broker_thread.join()
+        timings["first_publish_to_last_answer_s"] = round((progress.last_at or time.time()) - wall_pub, 1)
+        reader.close()
+
+        # 3. stop everything, then read the whole completions topic as a user would
+        codes = sup.stop_all()
+        _say(f"stopped: {codes}")
+        with TopicReader(s, s.topic_completed, start="beginning", eof=True) as final_reader:
+            for recd in final_reader.read_to_end(timeout=120):
+                try:
+                    c = decode_completion(recd.value)
+                except SchemaError:
+                    undecodable += 1
+                    continue
+                final.append((c.request_id, c.status))
+                completions.setdefault(c.request_id, []).append(c)
+        t = tally(by_id, final)
+
+        # 4. check every ok completion's audio in S3
+        s3 = s3_client(s)
+        bad_audio: dict[str, list[str]] = {}
+        checked = 0
+        for rid, cs in completions.items():
+            for c in cs:
+                if c.status != "ok" or rid not in by_id:
+                    continue
+                if c.audio is None:
+                    bad_audio[rid] = ["ok completion without audio"]
+                    continue
+                try:
+                    data = s3.get_object(Bucket=c.audio.bucket, Key=c.audio.key)["Body"].read()
+                except s3.exceptions.NoSuchKey:
+                    data = None
+                probs = check_audio(data, sha256=c.audio.sha256, nbytes=c.audio.bytes,
+                                    sample_rate=c.audio.sample_rate, duration_s=c.audio.duration_s,
+                                    text_chars=len(by_id[rid].text), speed=by_id[rid].speed)
+                checked += 1
+                if probs:
+                    bad_audio.setdefault(rid, []).extend(probs)
+        timings["total_s"] = round(time.monotonic() - t_start, 1)
+        failed_codes = Counter(c.error.code for cs in completions.values() for c in cs[:1]
+                               if c.status != "ok" and c.error is not None)
+        return {
+            "run_id": run_id, "seed": seed, "workers": cfg.workers,
+            **{k: v for k, v in asdict(t).items() if k not in ("lost_ids", "duplicate_ids")},
+            "bad_audio": len(bad_audio), "audio_checked": checked, "undecodable_completions": undecodable,
+            "failed_codes": dict(failed_codes),
+            "kills": {"worker": sum(1 for f in fired if f["action"] == "kill_worker"),
+                      "stage": sum(1 for f in fired if f["action"] == "kill_stage"),
+                      "broker_restarts": len(broker_log)},
+            "crash_restarts": crash_restarts, "events": fired, "broker": broker_log,
+            "lost_ids": list(t.lost_ids), "duplicate_ids": list(t.duplicate_ids),
+            "bad_audio_sample": dict(list(bad_audio.items())[:5]),
+            "private_stack": private, "logs": str(run_dir / "logs"),
+            "timings": timings,
+        }
+    finally:
+        sup.stop_all()
+        if broker_thread is not None:
+            broker_thread.join(120)
+        if not cfg.keep:
+            try:
+                if private:
+                    stack.stack_down(s, wipe=True, quiet=True)
+                    shutil.rmtree(base.home, ignore_errors=True)
+                else:
+                    _delete_run_topics(s)
+            except Exception as e:  # cleanup must not hide the run's own error
+                _say(f"cleanup failed: {e}")
+
+
+def _delete_run_topics(s: Any) -> None:
+    """Delete this run's topics and the stage's internal ones (prefixed with its app id)."""
+    from confluent_kafka.admin import AdminClient
+
+    from streams import stack
+
+    names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done]
+    md = AdminClient({"bootstrap.servers": s.bootstrap_servers}).list_topics(timeout=10)
+    names += [t for t in md.topics if t.startswith(s.stage_app_id + "-") or t.startswith(s.stage_app_id + ".")]
+    stack.delete_topics(s, [n for n in names if n in md.topics])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow chaos", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=200, help="requests to publish (short texts)")
+    ap.add_argument("--kill-workers", type=int, default=2, help="SIGKILLs of a worker, each restarted at once")
+    ap.add_argument("--kill-stage", type=int, default=1, help="SIGKILLs of the stage, each restarted at once")
+    ap.add_argument("--restart-broker", type=int, default=0,
+                    help="broker restarts (runs on a private stack instance when > 0)")
+    ap.add_argument("--workers", type=int, default=2, help="worker processes")
+    ap.add_argument("--seed", type=int, default=None, help="seed of texts and event moments (default: random)")
+    ap.add_argument("--publish-seconds", type=float, default=None, help="spread publishing over this many seconds")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds after the last publish to wait for answers")
+    ap.add_argument("--keep", action="store_true", help="keep the run's topics / private stack")
+    ap.add_argument("--json", action="store_true", help="print only the JSON report on stdout")
+    ns = ap.parse_args(argv)
+    if ns.requests < 1 or ns.workers < 1 or min(ns.kill_workers, ns.kill_stage, ns.restart_broker) < 0:
+        print("ttsflow chaos: --requests and --workers must be >= 1, counts >= 0", file=sys.stderr)
+        return 2
+    cfg = ChaosConfig(requests=ns.requests, kill_workers=ns.kill_workers, kill_stage=ns.kill_stage,
+                      restart_broker=ns.restart_broker, workers=ns.workers, seed=ns.seed,
+                      publish_s=ns.publish_seconds, timeout_s=ns.timeout, keep=ns.keep)
+    try:
+        report = run_chaos(cfg)
+    except Exception as e:
+        print(f"ttsflow chaos: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if not ns.json:
+        print(f"requests {report['requests']}  completed {report['completed']}  lost {report['lost']}  "
+              f"duplicates {report['duplicates']}  bad_audio {report['bad_audio']}  failed {report['failed']}  "
+              f"in {report['timings']['total_s']}s")
+    print(json.dumps(report))
+    ok = report["lost"] == 0 and report["duplicates"] == 0 and report["bad_audio"] == 0
+    return 0 if ok else 1

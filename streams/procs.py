@@ -1,0 +1,264 @@
+"""A small supervisor for the pipeline's own processes: ``ttsflow stage`` and ``ttsflow worker``.
+
+Used by the demo, the chaos run, the pipeline benchmark and the end-to-end tests to run
+the pipeline the way an orchestrator would: as real subprocesses, configured only by
+``TTS_*`` variables built from one :class:`~streams.settings.Settings`.
+
+Guarantees:
+
+* It signals only processes it started, by PID, while it still holds their ``Popen``
+  (so a PID is never reused under it); nothing is ever looked up or killed by name.
+* Every child gets a distinct ``TTS_METRICS_PORT`` (a free port) and every worker a
+  distinct, stable ``TTS_TRANSACTIONAL_ID``: a restarted worker reuses its id, so its
+  first ``init_transactions`` fences the killed instance and aborts its open transaction.
+* Children die with the supervisor (``PR_SET_PDEATHSIG``), and :meth:`Supervisor.stop_all`
+  (also on ``with`` exit) stops everything still running: SIGTERM, then SIGKILL after a
+  deadline.
+* Each process writes stdout and stderr to ``<log_dir>/<name>.log`` (appended across
+  restarts); errors raised here quote the log's last lines.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from streams.settings import Settings
+
+__all__ = ["Proc", "ProcError", "Supervisor", "free_port", "group_members", "metrics_up", "settings_env"]
+
+Kind = Literal["stage", "worker"]
+
+
+class ProcError(RuntimeError):
+    """A supervised process exited or did not become ready in time."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The ``TTS_*`` variables from which ``load_settings`` rebuilds ``settings`` in a child."""
+    return {f"TTS_{f.name.upper()}": str(getattr(settings, f.name)) for f in dataclasses.fields(settings)}
+
+
+def _child_env(settings: Settings, extra: Mapping[str, str]) -> dict[str, str]:
+    # The child inherits PATH, HOME, locale...; every TTS_* it sees comes from `settings`.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
+    return {**base, **settings_env(settings), "PYTHONUNBUFFERED": "1", **extra}
+
+
+try:  # resolved here, not in the child: between fork and exec only a plain call is safe
+    _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGTERM it when the supervisor's thread dies.
+
+    Children are therefore started from the main thread only.
+    """
+    if _prctl is not None:
+        _prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+def metrics_up(port: int, timeout: float = 0.5) -> bool:
+    """True if ``http://127.0.0.1:<port>/metrics`` answers 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def group_members(settings: Settings, group: str, timeout: float = 5.0) -> int:
+    """Members of a consumer group right now (0 if it does not exist or is rebalancing)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    try:
+        desc = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
+    except Exception:  # KafkaException: coordinator not available yet, group unknown
+        return 0
+    state = str(getattr(desc, "state", "")).upper()
+    return len(desc.members) if "STABLE" in state else 0
+
+
+@dataclass(slots=True)
+class Proc:
+    """One supervised process (one name; several starts over its life)."""
+
+    name: str
+    kind: Kind
+    settings: Settings
+    env: dict[str, str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    kills: int = 0
+    history: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    @property
+    def metrics_port(self) -> int:
+        return self.settings.metrics_port
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class Supervisor:
+    """Starts, kills, restarts and stops ``ttsflow stage`` / ``ttsflow worker`` processes."""
+
+    def __init__(self, log_dir: Path, *, python: str = sys.executable) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.python = python
+        self.procs: dict[str, Proc] = {}
+
+    # -- starting --------------------------------------------------------------------
+    def add(self, name: str, kind: Kind, settings: Settings, *, extra_env: Mapping[str, str] | None = None) -> Proc:
+        """Register and start a process; ``settings.metrics_port`` is replaced by a free port."""
+        if name in self.procs:
+            raise ValueError(f"a process named {name!r} already exists")
+        changes: dict[str, object] = {"metrics_port": free_port()}
+        if kind == "worker":
+            changes["transactional_id"] = settings.transactional_id or f"ttsflow-worker-{name}-{os.getpid()}"
+        s = settings.replace(**changes)
+        proc = Proc(name, kind, s, _child_env(s, extra_env or {}), self.log_dir / f"{name}.log")
+        self.procs[name] = proc
+        self._spawn(proc)
+        return proc
+
+    def stage(self, name: str, settings: Settings) -> Proc:
+        return self.add(name, "stage", settings)
+
+    def worker(self, name: str, settings: Settings) -> Proc:
+        return self.add(name, "worker", settings)
+
+    def _spawn(self, proc: Proc) -> None:
+        with open(proc.log_path, "ab") as log:
+            log.write(f"\n==== start {proc.starts + 1} of {proc.name} at {time.strftime('%H:%M:%S')} ====\n".encode())
+            log.flush()
+            proc.popen = subprocess.Popen(
+                [self.python, "-m", "streams.cli", proc.kind], env=proc.env, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
+        proc.starts += 1
+        proc.history.append((time.monotonic(), f"start pid={proc.popen.pid}"))
+
+    # -- readiness -------------------------------------------------------------------
+    def wait_ready(self, proc: Proc | str, *, timeout: float = 60.0,
+                   extra: Callable[[], bool] | None = None) -> float:
+        """Poll until the process's metrics endpoint answers (and ``extra()`` holds); seconds waited.
+
+        Raises :class:`ProcError` with the log's tail if it exits or the deadline passes.
+        """
+        p = self.procs[proc] if isinstance(proc, str) else proc
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        while True:
+            if not p.alive():
+                code = p.popen.returncode if p.popen else None
+                raise ProcError(f"{p.name} exited with {code} before it was ready; {p.log_path}:\n{p.log_tail()}")
+            if (p.metrics_port == 0 or metrics_up(p.metrics_port)) and (extra is None or extra()):
+                return time.monotonic() - t0
+            if time.monotonic() > deadline:
+                raise ProcError(f"{p.name} not ready after {timeout:.0f}s; {p.log_path}:\n{p.log_tail()}")
+            time.sleep(0.2)
+
+    def wait_group(self, settings: Settings, group: str, members: int, *, timeout: float = 60.0) -> float:
+        """Poll until ``group`` is stable with at least ``members`` members; seconds waited."""
+        t0 = time.monotonic()
+        while group_members(settings, group) < members:
+            dead = [p for p in self.procs.values() if p.popen is not None and not p.alive()]
+            if dead:
+                p = dead[0]
+                raise ProcError(f"{p.name} exited with {p.popen.returncode if p.popen else None}; "
+                                f"{p.log_path}:\n{p.log_tail()}")
+            if time.monotonic() - t0 > timeout:
+                raise ProcError(f"group {group} has fewer than {members} members after {timeout:.0f}s")
+            time.sleep(0.3)
+        return time.monotonic() - t0
+
+    def check_alive(self) -> None:
+        """Raise :class:`ProcError` if a process this supervisor runs has exited on its own."""
+        for p in self.procs.values():
+            if p.popen is not None and p.popen.poll() is not None:
+                raise ProcError(f"{p.name} exited with {p.popen.returncode}; {p.log_path}:\n{p.log_tail()}")
+
+    # -- signals ---------------------------------------------------------------------
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL, *, timeout: float = 30.0) -> int | None:
+        """Send ``sig`` to the named process (by its PID) and wait for it to exit; its exit code.
+
+        After SIGTERM it is SIGKILLed if still running at the deadline.
+        """
+        p = self.procs[name]
+        if p.popen is None or p.popen.poll() is not None:
+            return p.popen.returncode if p.popen else None
+        p.popen.send_signal(sig)
+        p.history.append((time.monotonic(), f"signal {sig.name} pid={p.popen.pid}"))
+        if sig == signal.SIGKILL:
+            p.kills += 1
+        try:
+            return p.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.popen.kill()
+            p.history.append((time.monotonic(), f"signal SIGKILL pid={p.popen.pid} (deadline)"))
+            return p.popen.wait(10)
+
+    def restart(self, name: str, *, sig: signal.Signals = signal.SIGKILL) -> Proc:
+        """Stop the named process with ``sig`` (if running) and start it again, same settings."""
+        self.kill(name, sig)
+        p = self.procs[name]
+        self._spawn(p)
+        return p
+
+    def stop_all(self, *, timeout: float = 20.0) -> dict[str, int | None]:
+        """SIGTERM every running process, SIGKILL those still running at the deadline; exit codes."""
+        running = [p for p in self.procs.values() if p.alive()]
+        for p in running:
+            assert p.popen is not None
+            p.popen.send_signal(signal.SIGTERM)
+            p.history.append((time.monotonic(), f"signal SIGTERM pid={p.popen.pid}"))
+        deadline = time.monotonic() + timeout
+        for p in running:
+            assert p.popen is not None
+            try:
+                p.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.history.append((time.monotonic(), f"signal SIGKILL pid={p.popen.pid} (deadline)"))
+                p.popen.wait(10)
+        return {p.name: (p.popen.returncode if p.popen else None) for p in self.procs.values()}
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop_all()
