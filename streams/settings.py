@@ -76,6 +76,9 @@ class Settings:
     providers: str = _f("auto", "onnxruntime execution providers, comma separated, or auto (TensorRT, CUDA, CPU).")
     threads: int = _f(0, "Engine intra-op threads; 0 means all cores.", lo=0, hi=1024)
     model_dir: str = _f("", "Versioned model store; empty means <home>/models.")
+    # --- Scaling (KEDA kafka trigger; ttsflow lag) --------------------------------
+    lag_threshold: int = _f(500, "KEDA lagThreshold: segments of worker-group lag per desired replica.", lo=1, hi=10_000_000)
+    activation_lag_threshold: int = _f(0, "KEDA activationLagThreshold: lag at or below this scales to minReplicaCount.", lo=0, hi=10_000_000)
     # --- Processes ---------------------------------------------------------------
     metrics_port: int = _f(9108, "Port of this process's Prometheus /metrics endpoint; 0 disables it.", lo=0, hi=65535)
     home: str = _f(_default_home(), "Where the local stack keeps its jars, data and logs.")
