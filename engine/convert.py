@@ -43,13 +43,17 @@ import numpy as np
 from engine.errors import EngineError
 
 __all__ = [
+    "CHECK_SENTENCES",
     "PRECISIONS",
     "Comparison",
     "ConversionError",
     "ConvertReport",
+    "WordErrorMeter",
+    "check_against",
     "compare",
     "convert",
     "detect_precision",
+    "summarize",
 ]
 
 Precision = Literal["fp32", "fp16", "int8"]
@@ -360,12 +364,34 @@ def _save(model: Any, path: Path) -> None:
     onnx.save_model(model, str(path))
 
 
-def convert(src: Path, dst: Path, precision: str) -> ConvertReport:
+def expose_outputs(model: Any, names: Sequence[str]) -> int:
+    """Make internal float tensors graph outputs (typed float32, so an fp16 graph casts them).
+
+    Piper's duration tensor (the output of its one ``Ceil``) is needed to trim padded
+    rows; exposing it before the fp16 conversion keeps it float32 and exact.
+    """
+    from onnx import TensorProto, helper
+
+    have = {o.name for o in model.graph.output}
+    produced = {o for n in model.graph.node for o in n.output}
+    added = 0
+    for name in names:
+        if name in have:
+            continue
+        if name not in produced:
+            raise ConversionError(f"cannot expose {name!r}: no node produces it")
+        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+        added += 1
+    return added
+
+
+def convert(src: Path, dst: Path, precision: str, *, expose: Sequence[str] = ()) -> ConvertReport:
     """Write ``src`` converted to ``precision`` at ``dst`` (atomically) and check that it loads.
 
     ``fp32`` from an int8 graph dequantizes it; ``fp16`` goes through fp32 first;
     ``int8`` quantizes the fp32 graph dynamically. Converting to the source's own
-    precision copies the graph unchanged.
+    precision copies the graph unchanged. ``expose`` names internal float tensors to add
+    as float32 graph outputs (see ``expose_outputs``).
     """
     import onnx
 
@@ -379,6 +405,8 @@ def convert(src: Path, dst: Path, precision: str) -> ConvertReport:
         raise ConversionError(f"cannot read {src}: {e}") from e
     source_precision = detect_precision(model)
     fixes: dict[str, int] = {}
+    if expose:
+        fixes["outputs_exposed"] = expose_outputs(model, expose)
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=dst.name + ".", suffix=".tmp", dir=dst.parent)
     os.close(fd)
@@ -500,3 +528,87 @@ def summarize(rows: Sequence[Comparison]) -> dict[str, Any]:
         out["wer_reference"] = round(float(np.mean([r.wer_reference for r in rows])), 4)  # type: ignore[arg-type]
         out["wer_candidate"] = round(float(np.mean([r.wer_candidate for r in rows])), 4)  # type: ignore[arg-type]
     return out
+
+
+# --------------------------------------------------------------------------- word error
+def _words(text: str) -> list[str]:
+    import re
+
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
+
+
+class WordErrorMeter:
+    """Offline word error with pocketsphinx (its en-US model ships on PyPI) and jiwer.
+
+    Optional: ``available()`` is False when either package is missing (they are in the
+    ``dev`` extra), and callers report no word error rather than fail.
+    """
+
+    def __init__(self) -> None:
+        self._decoder: Any = None
+
+    @staticmethod
+    def available() -> bool:
+        import importlib.util
+
+        return all(importlib.util.find_spec(m) is not None for m in ("pocketsphinx", "jiwer"))
+
+    def transcribe(self, samples: np.ndarray, sample_rate: int) -> str:
+        from engine.audio import resample
+
+        if self._decoder is None:
+            from pocketsphinx import Decoder
+
+            self._decoder = Decoder(samprate=16000, logfn=os.devnull)
+        x = resample(np.asarray(samples, np.float32), sample_rate, 16000)
+        pcm = (np.clip(x, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+        d = self._decoder
+        d.start_utt()
+        d.process_raw(pcm, full_utt=True)
+        d.end_utt()
+        hyp = d.hyp()
+        return hyp.hypstr if hyp is not None else ""
+
+    def wer(self, text: str, samples: np.ndarray, sample_rate: int) -> float:
+        import jiwer
+
+        ref = " ".join(_words(text))
+        hyp = " ".join(_words(self.transcribe(samples, sample_rate)))
+        if not hyp:
+            return 1.0
+        return float(jiwer.wer(ref, hyp))
+
+
+CHECK_SENTENCES: tuple[str, ...] = (
+    "The quick brown fox jumps over the lazy dog near the river bank this morning.",
+    "Please remember to bring your passport and two forms of identification to the appointment.",
+    "Scientists announced on Tuesday that the new telescope had captured images of a distant galaxy.",
+    "If the weather stays clear tonight, we will walk down to the harbor and watch the boats come in.",
+)
+
+
+def check_against(reference: Any, candidate: Any, sentences: Sequence[str] = CHECK_SENTENCES,
+                  *, wer: bool = True) -> list[Comparison]:
+    """Speak ``sentences`` with two engines (anything with ``synthesize(items)``) and compare.
+
+    ``reference`` is normally the fp32 graph. A sentence either engine fails on raises
+    ``ConversionError`` naming it. Word error is added when pocketsphinx is installed.
+    """
+    from engine.base import Audio, SynthItem
+
+    items = [SynthItem(s, "") for s in sentences]
+    ref = reference.synthesize(items)
+    cand = candidate.synthesize(items)
+    meter = WordErrorMeter() if wer and WordErrorMeter.available() else None
+    rows: list[Comparison] = []
+    for s, a, b in zip(sentences, ref, cand, strict=True):
+        if not isinstance(a, Audio) or not isinstance(b, Audio):
+            bad = a if not isinstance(a, Audio) else b
+            raise ConversionError(f"check sentence failed ({bad}): {s!r}")
+        row = compare(s, a.samples, b.samples, a.sample_rate)
+        if meter is not None:
+            row = Comparison(row.text, row.length_ratio, row.waveform_corr, row.envelope_corr,
+                             round(meter.wer(s, a.samples, a.sample_rate), 4),
+                             round(meter.wer(s, b.samples, b.sample_rate), 4))
+        rows.append(row)
+    return rows
