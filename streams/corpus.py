@@ -127,8 +127,9 @@ def demo_corpus(run_id: str) -> list[Item]:
     items.append(Item("hello-repeat", b"heidi", rep.request_id, "ok", request=rep, text=hello.text,
                       after="hello"))
     # Not JSON and no readable id: nobody waits for an answer, so it is dead-lettered.
+    # Its bytes carry the run id, so a run on shared topics recognizes its own dead letter.
     items.append(Item("not-json", b"mallory", None, "dlq",
-                      raw=b'{"user_id": "mallory", "text": "this request never ends'))
+                      raw=b'{"user_id": "mallory", "text": "run %s: this request never ends' % run_id.encode()))
     # A readable id with blank text: the waiting client gets a failed completion.
     blank_id = f"demo-{run_id}-blank"
     items.append(Item("blank", b"mallory", blank_id, "failed", error_code="empty_text",

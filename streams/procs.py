@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -79,13 +80,26 @@ def _die_with_parent() -> None:
         _prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
-def metrics_up(port: int, timeout: float = 0.5) -> bool:
-    """True if ``http://127.0.0.1:<port>/metrics`` answers 200."""
+def _http_status(url: str, timeout: float) -> int | None:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
-            return bool(r.status == 200)
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
     except OSError:
-        return False
+        return None
+
+
+def metrics_up(port: int, timeout: float = 0.5) -> bool:
+    """True if the process on ``port`` says it is ready.
+
+    ``/readyz`` answering 200 (engine loaded, consumer running); a process without
+    ``/readyz`` (404) counts as ready once ``/metrics`` answers 200.
+    """
+    code = _http_status(f"http://127.0.0.1:{port}/readyz", timeout)
+    if code == 404:
+        code = _http_status(f"http://127.0.0.1:{port}/metrics", timeout)
+    return code == 200
 
 
 def group_members(settings: Settings, group: str, timeout: float = 5.0) -> int:
