@@ -105,3 +105,27 @@ def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"samples", "peak_lag_segments", "worst_queue_delay_s", "recommendation"} <= set(out)
+
+
+# --- Burrow-style status (streams.lag.burrow_status): pure over a window of samples ---------
+
+def _w(*rows: tuple[int | None, int]) -> list[tuple[float, int | None, int]]:
+    return [(float(i), c, lag) for i, (c, lag) in enumerate(rows)]
+
+
+def test_burrow_ok_when_lag_is_zero_now_or_anywhere_in_the_window() -> None:
+    from streams.lag import burrow_status
+
+    assert burrow_status(_w((10, 5), (10, 5), (10, 0)), members=1) == "OK"
+    assert burrow_status(_w((10, 0), (10, 3), (10, 3)), members=1) == "OK"
+
+
+def test_burrow_stop_stall_rewind_warn() -> None:
+    from streams.lag import burrow_status
+
+    assert burrow_status(_w((10, 5), (12, 4)), members=0) == "STOP"  # lag, nobody consuming
+    assert burrow_status(_w((10, 5), (10, 7), (10, 9)), members=2) == "STALL"  # offset frozen
+    assert burrow_status(_w((10, 5), (8, 7)), members=2) == "REWIND"
+    assert burrow_status(_w((10, 5), (12, 5), (14, 6)), members=2) == "WARN"  # moving, lag not shrinking
+    assert burrow_status(_w((10, 9), (15, 6), (18, 7)), members=2) == "OK"  # lag went down once
+    assert burrow_status(_w((10, 5)), members=2) == "OK"  # one sample shows no trend

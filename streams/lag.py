@@ -1,0 +1,358 @@
+"""``ttsflow lag``: consumer-group lag, a Burrow-style status and KEDA's desired replicas.
+
+Guarantees:
+
+* Per partition, CURRENT-OFFSET is the group's committed offset (AdminClient
+  ``list_consumer_group_offsets``), LOG-END-OFFSET the partition's high watermark read
+  with ``isolation.level=read_uncommitted`` (a transactional topic's end includes the
+  commit markers; that is what Kafka's own ``kafka-consumer-groups --describe`` reports),
+  and LAG = LOG-END-OFFSET - CURRENT-OFFSET, or none when nothing is committed. The
+  integration test compares these numbers with ConsumerGroupCommand's, partition by
+  partition.
+* The partitions listed are every partition of the group's input topic (the segments
+  topic for the worker group, the requests topic for the stage) plus any other
+  partition the group has committed.
+* Desired replicas use :func:`streams.scale.keda_desired_replicas` on KEDA's lag (a
+  partition without a committed offset counts as its whole log under
+  ``offsetResetPolicy: earliest``, the worker's ``auto.offset.reset``), capped at the
+  input topic's partition count.
+* Status follows Burrow's evaluation rules over a window of samples (oldest first):
+  OK when the lag is zero now or was zero anywhere in the window; STOP when there is lag
+  and the group has no live member (Burrow: offsets stopped being committed); REWIND
+  when a committed offset went backwards; STALL when the committed offset did not move
+  over the window although there was lag; WARN when the offset moved but the lag never
+  decreased; OK otherwise. A group takes its worst partition's status.
+* ``--serve PORT`` exports the same figures as ``ttsflow_lag_*`` gauges from its own
+  registry, re-sampled every ``--interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from streams.scale import KedaRule, keda_desired_replicas, partition_lag
+from streams.settings import Settings, load_settings
+
+__all__ = ["GroupLag", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "main"]
+
+STATUSES = ("OK", "WARN", "REWIND", "STALL", "STOP")  # ascending severity
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int | None  # None: the group has no committed offset here
+    end_offset: int
+    lag: int | None
+    status: str = "OK"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    group: str
+    topic: str  # the input topic that caps replicas
+    state: str  # the group's coordinator state (STABLE, EMPTY, ...)
+    members: int
+    partitions: list[PartitionLag]
+    total_lag: int  # sum of known lags, as kafka-consumer-groups would add them up
+    keda_lag: int  # KEDA's metric before the partition cap
+    input_partitions: int
+    desired_replicas: int
+    status: str
+    sampled_at: float = field(default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    at: float
+    committed: int | None
+    lag: int
+
+
+def burrow_status(window: Sequence[_Sample] | Sequence[tuple[float, int | None, int]], *, members: int) -> str:
+    """Burrow's partition evaluation over ``window`` (oldest first), adapted to sampling.
+
+    Burrow sees every commit and its timestamp; a sampler only sees committed offsets, so
+    "stopped committing" is read from group membership: lag with no live member is STOP.
+    """
+    samples = [s if isinstance(s, _Sample) else _Sample(*s) for s in window]
+    if not samples:
+        return "OK"
+    now = samples[-1]
+    if now.lag <= 0:
+        return "OK"
+    if members == 0:
+        return "STOP"
+    if any(s.lag <= 0 for s in samples):
+        return "OK"
+    offsets = [s.committed if s.committed is not None else -1 for s in samples]
+    if any(b < a for a, b in itertools.pairwise(offsets)):
+        return "REWIND"
+    if len(samples) < 2:
+        return "OK"  # one sample cannot show a trend
+    if offsets[0] == offsets[-1]:
+        return "STALL"
+    if all(b.lag >= a.lag for a, b in itertools.pairwise(samples)):
+        return "WARN"
+    return "OK"
+
+
+def _worst(statuses: Sequence[str]) -> str:
+    return max(statuses, key=STATUSES.index, default="OK")
+
+
+class LagReader:
+    """Reads lag for consumer groups; keeps a window of samples per partition for the status.
+
+    One AdminClient and one group-less read_uncommitted consumer (for watermarks), closed
+    by :meth:`close`.
+    """
+
+    def __init__(self, settings: Settings, *, window: int = 10, timeout: float = 10.0) -> None:
+        from confluent_kafka import Consumer
+        from confluent_kafka.admin import AdminClient
+
+        self.settings = settings
+        self.timeout = timeout
+        self._admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "socket.timeout.ms": 5000})
+        self._consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                                   "group.id": "ttsflow-lag-unused",  # never subscribes nor commits
+                                   "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+        self._windows: dict[tuple[str, str, int], deque[_Sample]] = {}
+        self._window = window
+        self._closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
+
+    def __enter__(self) -> LagReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------
+    def default_groups(self) -> list[tuple[str, str]]:
+        """(group, input topic): the worker group on segments, the stage on requests."""
+        s = self.settings
+        return [(s.worker_group, s.topic_segments), (s.stage_app_id, s.topic_requests)]
+
+    def committed(self, group: str) -> dict[tuple[str, int], int]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        futs = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                       request_timeout=self.timeout)
+        res = futs[group].result(self.timeout)
+        return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions
+                if tp.offset is not None and tp.offset >= 0 and not tp.error}
+
+    def describe(self, group: str) -> tuple[str, int]:
+        """(state, member count); ('DEAD', 0) for a group the coordinator does not know."""
+        fut = self._admin.describe_consumer_groups([group], request_timeout=self.timeout)[group]
+        try:
+            d = fut.result(self.timeout)
+        except Exception as e:  # a group with no metadata at all
+            if "GROUP_ID_NOT_FOUND" in str(e):
+                return "DEAD", 0
+            raise
+        return str(getattr(d.state, "name", d.state)), len(d.members)
+
+    def _partitions(self, topic: str) -> list[int]:
+        md = self._admin.list_topics(topic, timeout=self.timeout)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None:
+            return []
+        return sorted(t.partitions)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        from confluent_kafka import TopicPartition
+
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout,
+                                                       cached=False)
+        return int(high)
+
+    def read(self, group: str, topic: str, *, rule: KedaRule | None = None) -> GroupLag:
+        """One sample of ``group``: every partition of ``topic`` and of its other commits."""
+        rule = rule or KedaRule(lag_threshold=self.settings.lag_threshold,
+                                activation_lag_threshold=self.settings.activation_lag_threshold)
+        committed = self.committed(group)
+        state, members = self.describe(group)
+        input_parts = self._partitions(topic)
+        tps = {(topic, p) for p in input_parts} | set(committed)
+        now = time.time()
+        rows: list[PartitionLag] = []
+        keda_lag = 0
+        for t, p in sorted(tps):
+            end = self.end_offset(t, p)
+            c = committed.get((t, p))
+            lag = None if c is None else end - c
+            if t == topic:
+                keda_lag += partition_lag(end, c, offset_reset_policy="earliest")
+            win = self._windows.setdefault((group, t, p), deque(maxlen=self._window))
+            win.append(_Sample(now, c, lag if lag is not None else end))
+            rows.append(PartitionLag(t, p, c, end, lag, burrow_status(win, members=members)))
+        desired = keda_desired_replicas(keda_lag, partitions=max(len(input_parts), 1), rule=rule)
+        return GroupLag(group=group, topic=topic, state=state, members=members, partitions=rows,
+                        total_lag=sum(r.lag for r in rows if r.lag is not None), keda_lag=keda_lag,
+                        input_partitions=len(input_parts), desired_replicas=desired,
+                        status=_worst([r.status for r in rows]), sampled_at=now)
+
+
+# --- Prometheus exporter -------------------------------------------------------------------
+
+class LagExporter:
+    """The same figures as gauges in their own registry (``ttsflow_lag_*``)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        part = ["group", "topic", "partition"]
+        self.committed = Gauge("ttsflow_lag_committed_offset", "Committed offset of the group.", part,
+                               registry=self.registry)
+        self.end = Gauge("ttsflow_lag_end_offset", "Log end offset (high watermark, read_uncommitted).", part,
+                         registry=self.registry)
+        self.lag = Gauge("ttsflow_lag_messages", "End offset minus committed offset, per partition.", part,
+                         registry=self.registry)
+        self.total = Gauge("ttsflow_lag_total_messages", "Sum of partition lags of the group.", ["group"],
+                           registry=self.registry)
+        self.desired = Gauge("ttsflow_lag_desired_replicas", "Replicas KEDA's Kafka rule asks for.", ["group"],
+                             registry=self.registry)
+        self.members = Gauge("ttsflow_lag_group_members", "Live members of the consumer group.", ["group"],
+                             registry=self.registry)
+        self.partitions = Gauge("ttsflow_lag_input_partitions", "Partitions of the group's input topic.", ["group"],
+                                registry=self.registry)
+        self.status = Gauge("ttsflow_lag_status", "1 for the group's current Burrow-style status.",
+                            ["group", "status"], registry=self.registry)
+        self.polls = Counter("ttsflow_lag_polls", "Lag samples taken.", registry=self.registry)
+        self.errors = Counter("ttsflow_lag_poll_errors", "Lag samples that failed.", registry=self.registry)
+        self.last = Gauge("ttsflow_lag_last_poll_timestamp_seconds", "When the last sample succeeded.",
+                          registry=self.registry)
+
+    def update(self, g: GroupLag) -> None:
+        for r in g.partitions:
+            labels = (g.group, r.topic, str(r.partition))
+            self.end.labels(*labels).set(r.end_offset)
+            if r.committed is not None and r.lag is not None:
+                self.committed.labels(*labels).set(r.committed)
+                self.lag.labels(*labels).set(r.lag)
+        self.total.labels(g.group).set(g.total_lag)
+        self.desired.labels(g.group).set(g.desired_replicas)
+        self.members.labels(g.group).set(g.members)
+        self.partitions.labels(g.group).set(g.input_partitions)
+        for s in STATUSES:
+            self.status.labels(g.group, s).set(1 if s == g.status else 0)
+        self.last.set(g.sampled_at)
+
+    def render(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+def _print_table(groups: Sequence[GroupLag]) -> None:
+    for g in groups:
+        print(f"GROUP {g.group} ({g.state}, {g.members} members) status={g.status} total_lag={g.total_lag} "
+              f"keda_lag={g.keda_lag} desired_replicas={g.desired_replicas} (input {g.topic}, "
+              f"{g.input_partitions} partitions)")
+        print(f"  {'TOPIC':<32} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>8} STATUS")
+        for r in g.partitions:
+            cur = "-" if r.committed is None else str(r.committed)
+            lag = "-" if r.lag is None else str(r.lag)
+            print(f"  {r.topic:<32} {r.partition:>9} {cur:>14} {r.end_offset:>14} {lag:>8} {r.status}")
+
+
+def _stack_down_message(settings: Settings, timeout: float) -> str | None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "socket.timeout.ms": int(timeout * 1000)})
+    try:
+        admin.list_topics(timeout=timeout)
+    except Exception as e:
+        return (f"ttsflow lag: Kafka at {settings.bootstrap_servers} is not reachable ({e.args[0] if e.args else e}); "
+                "start it with `ttsflow stack up`")
+    return None
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow lag", description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--group", action="append", default=None, metavar="GROUP[:TOPIC]",
+                    help="group to report (repeatable); default: the worker group and the stage group")
+    ap.add_argument("--samples", type=int, default=2, help="samples in the status window (one-shot mode)")
+    ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    ap.add_argument("--window", type=int, default=10, help="samples kept for the status in --serve mode")
+    ap.add_argument("--serve", type=int, default=None, metavar="PORT", help="export Prometheus gauges on PORT")
+    ap.add_argument("--bootstrap-servers", default=None)
+    ap.add_argument("--lag-threshold", type=int, default=None)
+    ap.add_argument("--activation", type=int, default=None)
+    ap.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the broker")
+    a = ap.parse_args(argv)
+    settings = load_settings(bootstrap_servers=a.bootstrap_servers, lag_threshold=a.lag_threshold,
+                             activation_lag_threshold=a.activation)
+    down = _stack_down_message(settings, a.timeout)
+    if down:
+        print(down, file=sys.stderr)
+        return 1
+    with LagReader(settings, window=a.window if a.serve is not None else max(a.samples, 1),
+                   timeout=max(a.timeout, 5.0)) as reader:
+        groups = reader.default_groups()
+        if a.group:
+            groups = []
+            for g in a.group:
+                name, _, topic = g.partition(":")
+                groups.append((name, topic or settings.topic_segments))
+        if a.serve is not None:
+            return _serve(reader, groups, port=a.serve, interval=a.interval)
+        result: list[GroupLag] = []
+        for i in range(max(a.samples, 1)):
+            if i:
+                time.sleep(a.interval)  # the sampling period itself, not a wait for a condition
+            result = [reader.read(g, t) for g, t in groups]
+    if a.json:
+        print(json.dumps({"groups": [g.to_dict() for g in result],
+                          "total_lag": sum(g.total_lag for g in result)}))
+    else:
+        _print_table(result)
+    return 0
+
+
+def _serve(reader: LagReader, groups: Sequence[tuple[str, str]], *, port: int, interval: float) -> int:
+    from prometheus_client import start_http_server
+
+    exp = LagExporter()
+    server, thread = start_http_server(port, registry=exp.registry)
+    print(f"ttsflow lag: serving ttsflow_lag_* on :{port}/metrics every {interval:g} s", file=sys.stderr)
+    stop = threading.Event()
+    try:
+        while not stop.is_set():
+            try:
+                for g, t in groups:
+                    exp.update(reader.read(g, t))
+                exp.polls.inc()
+            except Exception as e:  # a broker hiccup must not kill the exporter; it is counted and shown
+                exp.errors.inc()
+                print(f"ttsflow lag: sample failed: {e}", file=sys.stderr)
+            stop.wait(interval)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    return 0
