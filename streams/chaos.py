@@ -232,7 +232,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     from schemas import SchemaError, decode_completion
     from streams import stack
     from streams.corpus import chaos_requests, encode_request
-    from streams.harness import Publisher, TopicReader, isolated, new_run_id, s3_client
+    from streams.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, s3_client
     from streams.procs import Supervisor
     from streams.settings import load_settings
 
@@ -408,21 +408,9 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                     stack.stack_down(s, wipe=True, quiet=True)
                     shutil.rmtree(base.home, ignore_errors=True)
                 else:
-                    _delete_run_topics(s)
+                    delete_run_topics(s)
             except Exception as e:  # cleanup must not hide the run's own error
                 _say(f"cleanup failed: {e}")
-
-
-def _delete_run_topics(s: Any) -> None:
-    """Delete this run's topics and the stage's internal ones (prefixed with its app id)."""
-    from confluent_kafka.admin import AdminClient
-
-    from streams import stack
-
-    names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done]
-    md = AdminClient({"bootstrap.servers": s.bootstrap_servers}).list_topics(timeout=10)
-    names += [t for t in md.topics if t.startswith(s.stage_app_id + "-") or t.startswith(s.stage_app_id + ".")]
-    stack.delete_topics(s, [n for n in names if n in md.topics])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from streams.settings import Settings
 
 __all__ = [
-    "Publisher", "Record", "TopicReader", "isolated", "new_run_id", "percentile", "s3_client", "sha256_hex",
+    "Publisher", "Record", "TopicReader", "delete_run_topics", "isolated", "new_run_id", "percentile", "s3_client", "sha256_hex",
     "wait_for",
 ]
 
@@ -211,3 +211,15 @@ def wait_for(pred: Callable[[], bool], *, timeout: float, interval: float = 0.2,
         time.sleep(interval)
     return time.monotonic() - t0
 
+
+
+def delete_run_topics(s: Settings) -> None:
+    """Delete a run's topics (see :func:`isolated`) and the stage's internal ones (named after its app id)."""
+    from confluent_kafka.admin import AdminClient
+
+    from streams import stack
+
+    names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done]
+    md = AdminClient({"bootstrap.servers": s.bootstrap_servers}).list_topics(timeout=10)
+    names += [t for t in md.topics if t.startswith((s.stage_app_id + "-", s.stage_app_id + "."))]
+    stack.delete_topics(s, [n for n in names if n in md.topics])

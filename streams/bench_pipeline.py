@@ -1,0 +1,249 @@
+"""``ttsflow bench pipeline``: what Kafka, S3, Redis and transactions cost on top of the engine.
+
+In one run, on one generated corpus (a fresh seed, so nothing is cached):
+
+1. **engine**: the bare engine (``Engine.synthesize``, the settings' backend and
+   ``max_batch``) on the segments the stage would cut from the corpus texts:
+   audio seconds per second of wall time.
+2. **pipeline**: the same texts through one stage and one worker (real processes, topics
+   of their own), all published at once: from the first publish to the last committed
+   completion seen by a ``read_committed`` reader. ``ratio`` = engine wall time /
+   pipeline wall time for the same work (1.0: the pipeline costs nothing).
+3. **open loop at 70%**: fresh texts arriving as a Poisson process at 0.7 x the capacity
+   measured in 2; p50/p99 of publish-to-completion latency.
+4. **cached**: the texts of 2 again under new request ids at the same arrival rate: every
+   segment is a cache hit; p50/p99 of that path.
+
+Latencies are what a client sees (its publish time to its receipt of the committed
+completion). The machine is shared: read the ratio, not the absolute numbers. The last
+line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "run_bench"]
+
+
+def _say(msg: str) -> None:
+    print(f"bench pipeline: {msg}", file=sys.stderr, flush=True)
+
+
+def _segments(texts: list[str], max_chars: int) -> list[str]:
+    from streams.text import normalize, split_segments
+
+    return [seg for t in texts for seg in split_segments(normalize(t), max_chars)]
+
+
+def bench_engine(settings: Any, texts: list[str]) -> dict[str, Any]:
+    """Bare engine throughput on the segments of ``texts``, in ``max_batch`` chunks."""
+    from engine import Failure, SynthItem, load_engine
+
+    segs = _segments(texts, settings.max_segment_chars)
+    eng = load_engine(settings.backend, precision=settings.precision, providers=settings.providers,
+                      threads=settings.threads, max_batch=settings.max_batch)
+    try:
+        voice = settings.voice or eng.default_voice
+        items = [SynthItem(s, voice) for s in segs]
+        t0 = time.perf_counter()
+        audio_s = 0.0
+        failures = 0
+        for k in range(0, len(items), settings.max_batch):
+            for r in eng.synthesize(items[k:k + settings.max_batch]):
+                if isinstance(r, Failure):
+                    failures += 1
+                else:
+                    audio_s += r.duration_s
+        wall = time.perf_counter() - t0
+        return {"segments": len(segs), "failures": failures, "audio_s": round(audio_s, 2),
+                "wall_s": round(wall, 3), "audio_s_per_s": round(audio_s / wall, 2),
+                "cold_start_s": round(eng.cold_start_s or 0.0, 2), "model": eng.info.name,
+                "provider": eng.info.provider, "max_batch": settings.max_batch}
+    finally:
+        eng.close()
+
+
+class _Driver:
+    """Publishes requests and matches committed completions to them."""
+
+    def __init__(self, settings: Any) -> None:
+        from streams.harness import Publisher, TopicReader
+
+        self.s = settings
+        self.pub = Publisher(settings)
+        self.reader = TopicReader(settings, settings.topic_completed, start="end")
+        self.sent: dict[str, float] = {}
+        self.got: dict[str, tuple[Any, float]] = {}
+
+    def publish(self, req: Any) -> None:
+        from streams.corpus import encode_request
+
+        self.sent[req.request_id] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
+
+    def pump(self, timeout: float = 0.05) -> None:
+        from schemas import SchemaError, decode_completion
+
+        for rec in self.reader.poll(timeout):
+            try:
+                c = decode_completion(rec.value)
+            except SchemaError:
+                continue
+            if c.request_id in self.sent and c.request_id not in self.got:
+                self.got[c.request_id] = (c, rec.received)
+
+    def wait(self, ids: list[str], timeout: float, sup: Any) -> None:
+        self.pub.flush(60)
+        deadline = time.monotonic() + timeout
+        while not all(i in self.got for i in ids):
+            sup.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{sum(i not in self.got for i in ids)} of {len(ids)} requests "
+                                   f"unanswered after {timeout:.0f}s")
+            self.pump(0.2)
+
+    def open_loop(self, reqs: list[Any], rate: float, rng: random.Random, timeout: float, sup: Any) -> float:
+        """Publish ``reqs`` as a Poisson process of ``rate`` per second; the achieved rate."""
+        t0 = time.monotonic()
+        due = t0
+        for r in reqs:
+            due += rng.expovariate(rate)
+            while time.monotonic() < due:
+                self.pump(min(0.05, max(0.0, due - time.monotonic())))
+            self.publish(r)
+        achieved = len(reqs) / max(1e-9, time.monotonic() - t0)
+        self.wait([r.request_id for r in reqs], timeout, sup)
+        return achieved
+
+    def latencies(self, ids: list[str]) -> list[float]:
+        return [self.got[i][1] - self.sent[i] for i in ids]
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def _lat(xs: list[float]) -> dict[str, float | None]:
+    from streams.harness import percentile
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else round(v * 1000, 1)
+
+    return {"p50_ms": ms(percentile(xs, 50)), "p99_ms": ms(percentile(xs, 99)), "max_ms": ms(max(xs) if xs else None)}
+
+
+def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.7, seed: int | None = None,
+              out_dir: Path = Path("out/bench-pipeline"), timeout_s: float = 300.0) -> dict[str, Any]:
+    from schemas import Request
+    from streams import stack
+    from streams.corpus import bench_texts
+    from streams.harness import delete_run_topics, isolated, new_run_id
+    from streams.procs import Supervisor
+    from streams.settings import load_settings
+
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    run_id = new_run_id()
+    base = load_settings()
+    down = [k for k, v in stack.status(base).items() if not v["ok"]]
+    if down:
+        raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up`")
+    s = isolated(base, run_id)
+    stack.ensure_topics(s)
+    rng = random.Random(seed)
+    # One generator, three disjoint slices: saturation (also the engine's), open loop, warm-up.
+    n_open = max(10, int(open_loop_s * 20))  # upper bound; trimmed once the rate is known
+    texts = bench_texts(requests + n_open + 3, seed=seed)
+    sat_texts, open_texts, warm_texts = texts[:requests], texts[requests:requests + n_open], texts[-3:]
+    users = [f"bench-user-{i:02d}" for i in range(16)]
+
+    def reqs(label: str, ts: list[str]) -> list[Request]:
+        return [Request(request_id=f"bench-{run_id}-{label}-{i:05d}", user_id=rng.choice(users), text=t)
+                for i, t in enumerate(ts)]
+
+    report: dict[str, Any] = {"run_id": run_id, "seed": seed, "cpus": os.cpu_count(),
+                              "backend": s.backend, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms}
+    _say(f"engine alone on {requests} texts")
+    report["engine"] = bench_engine(s, sat_texts)
+    sup = Supervisor(out_dir / run_id / "logs")
+    driver: _Driver | None = None
+    try:
+        sup.stage("stage", s)
+        sup.worker("worker", s.replace(transactional_id=f"ttsflow-bench-{run_id}"))
+        for p in list(sup.procs.values()):
+            sup.wait_ready(p, timeout=180)
+        driver = _Driver(s)
+        warm = reqs("warm", warm_texts)
+        for r in warm:
+            driver.publish(r)
+        driver.wait([r.request_id for r in warm], timeout_s, sup)
+
+        _say(f"pipeline, {requests} requests at once")
+        sat = reqs("sat", sat_texts)
+        t0 = time.time()
+        for r in sat:
+            driver.publish(r)
+        driver.wait([r.request_id for r in sat], timeout_s, sup)
+        wall = max(driver.got[r.request_id][1] for r in sat) - t0
+        audio = sum(c.audio.duration_s for c, _ in (driver.got[r.request_id] for r in sat) if c.audio is not None)
+        failed = sum(1 for r in sat if driver.got[r.request_id][0].status != "ok")
+        capacity = requests / wall
+        report["pipeline"] = {"requests": requests, "failed": failed, "audio_s": round(audio, 2),
+                              "wall_s": round(wall, 3), "audio_s_per_s": round(audio / wall, 2),
+                              "requests_per_s": round(capacity, 3), **_lat(driver.latencies([r.request_id for r in sat]))}
+        report["ratio"] = round(report["engine"]["wall_s"] / wall, 3)
+
+        rate = load * capacity
+        n = max(10, min(len(open_texts), int(rate * open_loop_s)))
+        _say(f"open loop: {n} requests at {rate:.2f}/s ({load:.0%} of {capacity:.2f}/s)")
+        op = reqs("open", open_texts[:n])
+        achieved = driver.open_loop(op, rate, rng, timeout_s, sup)
+        report["open_loop"] = {"load": load, "rate_rps": round(rate, 3), "achieved_rps": round(achieved, 3),
+                               "requests": n, **_lat(driver.latencies([r.request_id for r in op]))}
+
+        cached = reqs("cached", [sat_texts[i % requests] for i in range(n)])
+        _say(f"cached path: {n} repeated texts at {rate:.2f}/s")
+        achieved = driver.open_loop(cached, rate, rng, timeout_s, sup)
+        cs = [driver.got[r.request_id][0] for r in cached]
+        report["cached"] = {"rate_rps": round(rate, 3), "achieved_rps": round(achieved, 3), "requests": n,
+                            "segments": sum(c.segments for c in cs),
+                            "cached_segments": sum(c.cached_segments for c in cs),
+                            **_lat(driver.latencies([r.request_id for r in cached]))}
+    finally:
+        if driver is not None:
+            driver.close()
+        sup.stop_all()
+        try:
+            delete_run_topics(s)
+        except Exception as e:  # cleanup must not hide the run's result or error
+            _say(f"cleanup failed: {e}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow bench pipeline", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=60, help="texts in the saturation run (1-3 sentences each)")
+    ap.add_argument("--open-loop-seconds", type=float, default=30.0, help="length of the open-loop runs")
+    ap.add_argument("--load", type=float, default=0.7, help="open-loop arrival rate as a fraction of capacity")
+    ap.add_argument("--seed", type=int, default=None, help="corpus seed (default: random, so nothing is cached)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object (always the last line)")
+    ns = ap.parse_args(argv)
+    if ns.requests < 1 or not 0 < ns.load <= 2:
+        print("ttsflow bench pipeline: --requests >= 1 and 0 < --load <= 2", file=sys.stderr)
+        return 2
+    try:
+        r = run_bench(requests=ns.requests, open_loop_s=ns.open_loop_seconds, load=ns.load, seed=ns.seed)
+    except Exception as e:
+        print(f"ttsflow bench pipeline: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if not ns.json:
+        print(f"engine {r['engine']['audio_s_per_s']} audio s/s, pipeline {r['pipeline']['audio_s_per_s']} audio s/s, "
+              f"ratio {r['ratio']}; open loop p50/p99 {r['open_loop']['p50_ms']}/{r['open_loop']['p99_ms']} ms; "
+              f"cached p99 {r['cached']['p99_ms']} ms")
+    print(json.dumps(r))
+    return 0
