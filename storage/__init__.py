@@ -1,1 +1,12 @@
-"""S3 audio store and Redis cache: the only code that talks to them."""
+"""S3 audio store and Redis cache: the only code that talks to them.
+
+``AudioStore`` keeps content-addressed audio in a bucket; ``AudioCache`` maps segment
+hashes to S3 keys and degrades to misses when Redis is down. Errors: ``storage.errors``.
+"""
+
+from storage.cache import AudioCache
+from storage.errors import ObjectMissing, RedisUnavailable, S3Unavailable, StorageError
+from storage.s3 import AudioStore, content_key
+
+__all__ = ["AudioCache", "AudioStore", "ObjectMissing", "RedisUnavailable", "S3Unavailable", "StorageError",
+           "content_key"]

@@ -13,7 +13,8 @@ Pure bookkeeping: no Kafka import; partitions are any hashable key.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
 
 __all__ = ["OffsetTracker"]
 
@@ -78,7 +79,7 @@ class OffsetTracker:
                 return True
         return False
 
-    def committed(self, offsets: dict[Hashable, int]) -> None:
+    def committed(self, offsets: Mapping[Any, int]) -> None:
         """These offsets are now committed: forget the done offsets below them."""
         for key, off in offsets.items():
             p = self._parts.get(key)

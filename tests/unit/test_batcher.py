@@ -126,7 +126,7 @@ def test_busy_bucket_does_not_starve_a_quiet_one():
 
 
 def test_remove_if_drops_only_matching_items():
-    b, clock = make(max_batch=4)
+    b, _ = make(max_batch=4)
     for i in range(6):
         b.add(i, 10 if i % 2 else 40)
     removed = b.remove_if(lambda x: x % 3 == 0)

@@ -1,0 +1,111 @@
+"""Kafka client configuration shared by ttsflow processes, and small admin helpers.
+
+Guarantees:
+
+* Every producer uses ``partitioner=murmur2_random`` (the Java client's and faust's
+  mapping of keys to partitions, so one user's events stay in one partition whoever
+  produced them) with idempotence and ``acks=all``.
+* The worker's consumer reads only committed records (``read_committed``), never
+  auto-commits (offsets go into the producer's transaction), and starts from the
+  earliest offset when its group has none.
+* :func:`ensure_done_topic` creates the worker's compacted done topic with at least as
+  many partitions as the segments topic, since a segment in partition p records its
+  request as done in partition p of the done topic.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from streams.settings import Settings
+
+__all__ = ["consumer_config", "ensure_done_topic", "producer_config", "reader_config", "transactional_config"]
+
+_log = logging.getLogger("ttsflow.kafka")
+
+
+def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """An idempotent producer that partitions like Java clients and faust."""
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "partitioner": "murmur2_random",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        **extra,
+    }
+
+
+def transactional_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """The worker's transactional producer (``transactional.id`` fences older instances)."""
+    return producer_config(
+        settings,
+        **{"transactional.id": settings.effective_transactional_id,
+           "transaction.timeout.ms": settings.transaction_timeout_ms,
+           "client.id": settings.effective_transactional_id,
+           **extra})
+
+
+def consumer_config(settings: Settings, group: str, **extra: Any) -> dict[str, Any]:
+    """A group consumer whose offsets are committed only through a transaction."""
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": group,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+        "max.poll.interval.ms": 300_000,
+        **extra,
+    }
+
+
+def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """A group-less reader (explicit assignment) of committed records only."""
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": "ttsflow-reader-unused",  # required by the client; never joins or commits
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        **extra,
+    }
+
+
+def ensure_done_topic(settings: Settings, *, timeout: float = 30.0) -> int:
+    """Create the compacted done topic if missing; returns its partition count.
+
+    It gets ``max(settings.partitions, partitions of the segments topic)`` partitions,
+    ``cleanup.policy=compact,delete`` with a retention of twice the stage's dedup window:
+    a re-emitted segment older than that is no longer expected.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    md = admin.list_topics(timeout=timeout)
+    seg = md.topics.get(settings.topic_segments)
+    want = max(settings.partitions, len(seg.partitions) if seg is not None and not seg.error else 0)
+    have = md.topics.get(settings.topic_done)
+    if have is not None and not have.error:
+        n = len(have.partitions)
+        if n < want:
+            raise ValueError(f"{settings.topic_done} has {n} partitions, fewer than {settings.topic_segments} ({want})")
+        return n
+    topic = NewTopic(settings.topic_done, num_partitions=want, replication_factor=settings.replication_factor,
+                     config={"cleanup.policy": "compact,delete",
+                             "retention.ms": str(2 * settings.dedup_window_s * 1000),
+                             "min.compaction.lag.ms": "0", "segment.ms": str(3600 * 1000)})
+    fut = admin.create_topics([topic], operation_timeout=timeout)[settings.topic_done]
+    try:
+        fut.result(timeout)
+        _log.info("event=topic_created topic=%s partitions=%d", settings.topic_done, want)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    return want

@@ -1,0 +1,945 @@
+"""``ttsflow worker``: segments in, audio in S3, one completion per request, exactly once.
+
+The loop (:meth:`Worker.step`) reads like the protocol: 1) poll, 2) decode and drop what
+is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize ready
+batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
+their audio, 8) produce completions, done records and offsets in one transaction.
+
+Guarantees (DESIGN.md "Exactly-once, end to end"):
+
+* Offsets follow durability. Per partition the committed offset is the first segment
+  not yet done (:class:`~streams.offsets.OffsetTracker`). A segment is done when its
+  audio is in S3; a last segment (and every segment of a failed request) when its
+  request's completion is produced in the transaction that commits the offset.
+* One transaction per commit: completions (``tts.completed``, key = user id), a record
+  per answered request in the compacted done topic (key = request id, partition = the
+  segment's partition) and the consumer offsets (``send_offsets_to_transaction`` with
+  the group metadata, so a zombie is fenced) commit together or not at all.
+* No second completion: on assignment of partition p the worker reads partition p of
+  the done topic (read_committed) and drops every segment of a request found there, so a
+  restarted worker, a new owner after a rebalance or a re-emitted segment never answers
+  twice. Redis is only a cache.
+* Errors as librdkafka means them: retriable -> capped backoff and retry; abortable ->
+  abort, rewind every assigned partition to its committed offset, drop in-memory work;
+  fatal (fenced) -> exit non-zero. A commit that times out is retried, never aborted.
+  S3 unreachable -> nothing is committed; in-memory work is dropped and the partitions
+  rewound and paused while the consumer keeps polling (it stays in the group) until S3
+  answers again. Redis unreachable -> cache bypass, counted.
+* An engine failure on one item fails that request (failed completion with the code),
+  not the batch's other requests and not the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import logging
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from engine import audio as audio_codec
+from engine.base import Audio, Failure, Prepared, SynthItem
+from engine.engine import Engine
+from engine.errors import EngineError, ItemError
+from schemas import (
+    AudioRef,
+    Completion,
+    ErrorInfo,
+    ModelInfo,
+    SchemaError,
+    Segment,
+    Timings,
+    decode_segment,
+    encode,
+    peek_request_id,
+    request_hash,
+)
+from storage.cache import AudioCache
+from storage.errors import ObjectMissing, S3Unavailable, StorageError
+from storage.s3 import AudioStore
+from streams.batcher import MicroBatcher
+from streams.errors import AbortableError, FatalError, RetriableError, classify
+from streams.offsets import OffsetTracker
+from streams.settings import Settings, SettingsError, load_settings
+
+__all__ = ["Worker", "main"]
+
+_log = logging.getLogger("ttsflow.worker")
+
+_COMMIT_INTERVAL_S = 0.25   # offsets-only transactions at most this often
+_BACKOFF_BASE_S = 0.2
+_BACKOFF_CAP_S = 10.0
+_PART_FORMAT = "wav"        # parts are kept lossless at the engine's rate; requests get their format
+_OP_TIMEOUT_S = 30.0
+
+
+def _backoff(attempt: int) -> float:
+    return min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** attempt) * random.uniform(0.5, 1.0)
+
+
+def _now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(slots=True, eq=False)
+class _Seg:
+    """One consumed segment event and where it came from."""
+
+    partition: int
+    gen: int  # the partition's generation when consumed; stale after a revoke or rewind
+    offset: int
+    seg: Segment
+    part_id: str
+    received: float
+    prepared: Prepared | None = None
+
+
+@dataclass(slots=True)
+class _Part:
+    key: str
+    audio: np.ndarray | None  # None: fetch from S3 at join time
+    cached: bool
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    partition: int
+    gen: int
+    request_id: str
+    user_id: str
+    total: int
+    first: Segment | None
+    offsets: list[int] = field(default_factory=list)
+    seqs: set[int] = field(default_factory=set)          # consumed in this process
+    parts: dict[int, _Part] = field(default_factory=dict)  # ready (in S3)
+    last: Segment | None = None
+    failure: ErrorInfo | None = None
+    finalizing: bool = False
+    synth_s: float = 0.0
+    queue_s: float = 0.0
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.partition, self.request_id)
+
+
+@dataclass(slots=True)
+class _Answer:
+    """A completion ready to be produced, and the request it answers."""
+
+    partition: int
+    request_id: str
+    user_id: str
+    completion: Completion
+    offsets: list[int]
+    e2e_s: float | None
+
+
+class Worker:
+    """One worker process's state and loop. Used from one thread (the loop's)."""
+
+    def __init__(self, settings: Settings, engine: Engine, store: AudioStore, cache: AudioCache, metrics: Any,
+                 *, consumer: Any = None, producer: Any = None, overlap: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        from confluent_kafka import Consumer, Producer
+
+        from streams.kafka import consumer_config, reader_config, transactional_config
+
+        self.settings = settings
+        self.engine = engine
+        self.store = store
+        self.cache = cache
+        self.metrics = metrics
+        self.clock = clock
+        info = engine.info
+        self.identity = f"{info.name}:{info.version}:{info.precision}"
+        self.model_info = ModelInfo(name=info.name, version=info.version, precision=info.precision,
+                                    provider=info.provider)
+        self.batcher: MicroBatcher[_Seg] = MicroBatcher(settings.max_batch, settings.max_wait_ms / 1000,
+                                                        settings.buckets, clock)
+        self.tracker = OffsetTracker()
+        self._stop = threading.Event()
+        self._closing = False
+        self._consumer = consumer or Consumer(consumer_config(
+            settings, settings.worker_group, **{"client.id": settings.effective_transactional_id}))
+        self._producer = producer or Producer(transactional_config(settings))
+        self._reader = Consumer(reader_config(settings, **{"enable.partition.eof": True}))
+        self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
+        self._io = ThreadPoolExecutor(4, thread_name_prefix="s3")
+        self._assigned: set[int] = set()
+        self._paused: set[int] = set()
+        self._done: dict[int, set[str]] = {}                # durable: request ids answered, per partition
+        self._requests: dict[tuple[int, str], _Request] = {}
+        self._seen: set[tuple[int, str, int]] = set()        # (partition, request_id, seq) in flight here
+        self._waiting: dict[str, list[_Seg]] = {}            # part_id -> segments waiting for its audio
+        self._post_futs: list[tuple[int, Future[list[tuple[_Seg, Audio | Failure, str, float]]]]] = []
+        self._final_futs: list[tuple[_Request, Future[AudioRef | ErrorInfo]]] = []
+        self._answers: list[_Answer] = []
+        self._gen: dict[int, int] = {}                       # partition -> generation of its in-memory work
+        self._last_commit = clock()
+        self._in_txn = False
+        self._cap = 4 * settings.max_batch
+        self.cache.on_error = metrics.redis_error
+
+    # -- keys ----------------------------------------------------------------------
+    def part_id(self, segment_hash: str) -> str:
+        """The content address of a part: the stage's segment hash and this model's identity."""
+        return hashlib.sha256(f"ttsflow-part-v1\0{segment_hash}\0{self.identity}".encode()).hexdigest()
+
+    def part_key(self, segment_hash: str) -> str:
+        return self.store.key("part", self.part_id(segment_hash), _PART_FORMAT)
+
+    def request_key(self, parts: list[str], fmt: str, sample_rate: int) -> str:
+        digest = hashlib.sha256(
+            f"ttsflow-req-v1\0{request_hash(parts, format=fmt)}\0{self.identity}\0{sample_rate}".encode()).hexdigest()
+        return self.store.key("req", digest, fmt)
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> None:
+        """Create the done topic, initialise transactions (fencing older instances), subscribe."""
+        from streams.kafka import ensure_done_topic
+
+        ensure_done_topic(self.settings)
+        self._retry("init_transactions", lambda: self._producer.init_transactions(_OP_TIMEOUT_S))
+        self._consumer.subscribe([self.settings.topic_segments], on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self.metrics.ready(True)
+        _log.info("event=worker_started transactional_id=%s group=%s model=%s provider=%s",
+                  self.settings.effective_transactional_id, self.settings.worker_group, self.identity,
+                  self.model_info.provider)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> int:
+        """Loop until stopped; 0 after a clean shutdown, raises ``FatalError`` otherwise."""
+        self.start()
+        try:
+            while not self._stop.is_set():
+                self.run_once()
+            self._drain()
+        finally:
+            self.close()
+        return 0
+
+    def run_once(self) -> None:
+        """One pass of the loop, with the reactions to retriable, abortable and S3 errors."""
+        try:
+            self.step()
+        except S3Unavailable as e:
+            self._s3_outage(e)
+        except AbortableError as e:
+            self._abort_and_rewind(e)
+        except RetriableError as e:
+            _log.warning("event=retry error=%s", e)
+            time.sleep(_backoff(1))
+
+    def close(self) -> None:
+        self.metrics.ready(False)
+        self._closing = True
+        if self._in_txn:
+            self._abort_quietly()
+        try:
+            self._consumer.close()
+        finally:
+            self._producer.flush(10)
+            self._reader.close()
+            if self._post is not None:
+                self._post.shutdown(wait=True, cancel_futures=True)
+            self._io.shutdown(wait=True, cancel_futures=True)
+
+    # -- the loop ------------------------------------------------------------------
+    def step(self) -> None:
+        """One turn of the protocol; each numbered step maps to DESIGN.md."""
+        self.metrics.heartbeat()
+        now = self.clock()
+
+        # 1) poll: no longer than the batcher's next deadline, briefly while work is in flight
+        self._apply_backpressure()
+        timeout = 0.2
+        deadline = self.batcher.next_deadline()
+        if deadline is not None:
+            timeout = min(timeout, max(0.0, deadline - now))
+        if self._post_futs or self._final_futs:
+            timeout = min(timeout, 0.005)
+        want = max(1, min(500, self._cap - self._backlog()))
+        msgs = self._consumer.consume(want, timeout)
+
+        # 2) decode, drop what is done; 3) cache lookup; 4) batch the misses
+        fresh: list[_Seg] = []
+        for msg in msgs:
+            if msg.error() is not None:
+                self._consumer_error(msg.error())
+                continue
+            s = self._admit(msg)
+            if s is not None:
+                fresh.append(s)
+        self._lookup_and_batch(fresh)
+
+        # 5) synthesize ready batches (model on this thread; DSP, encode, upload on the pools)
+        now = self.clock()
+        while self.batcher.ready(now) and len(self._post_futs) < 2:
+            self._synthesize(self.batcher.take_with_wait(now))
+            now = self.clock()
+
+        # 6) collect encoded and uploaded parts, update the cache, mark their offsets done
+        self._collect_parts()
+
+        # 7) finished requests: join in order, resample, encode, upload; failed ones: answer
+        self._finalize_ready()
+        self._collect_finals()
+
+        # 8) one transaction: completions + done records + offsets, then commit
+        self._commit()
+        self.metrics.inflight(self.tracker.pending())
+
+    def _backlog(self) -> int:
+        """Segments consumed and not yet synthesized: what bounds prefetching."""
+        return len(self.batcher) + sum(n for n, _ in self._post_futs)
+
+    def _current(self, partition: int, gen: int) -> bool:
+        return partition in self._assigned and self._gen.get(partition) == gen
+
+    def _apply_backpressure(self) -> None:
+        want_paused = self._assigned if self._backlog() >= self._cap else set()
+        self._set_paused(want_paused)
+
+    def _set_paused(self, want: set[int]) -> None:
+        from confluent_kafka import TopicPartition
+
+        topic = self.settings.topic_segments
+        pause = [TopicPartition(topic, p) for p in want - self._paused if p in self._assigned]
+        resume = [TopicPartition(topic, p) for p in self._paused - want if p in self._assigned]
+        if pause:
+            self._consumer.pause(pause)
+        if resume:
+            self._consumer.resume(resume)
+        self._paused = set(want) & self._assigned
+
+    def _consumer_error(self, err: Any) -> None:
+        exc = classify(err)
+        if isinstance(exc, FatalError):
+            raise exc
+        _log.warning("event=consumer_error error=%s", err.str())
+
+    # -- 2) decode and drop ----------------------------------------------------------
+    def _admit(self, msg: Any) -> _Seg | None:
+        p, off = msg.partition(), msg.offset()
+        if p not in self._assigned:  # a late message of a partition just revoked
+            return None
+        self.tracker.add(p, off)
+        self.metrics.consumed()
+        raw = msg.value()
+        try:
+            seg = decode_segment(raw if raw is not None else b"")
+        except SchemaError as e:
+            self._bad_segment(p, off, msg, e)
+            return None
+        if seg.request_id in self._done.get(p, ()):
+            self.metrics.skipped("request_done")
+            self.tracker.mark_done(p, off)
+            return None
+        if (p, seg.request_id, seg.seq) in self._seen or seg.seq >= seg.total:
+            # a re-emitted copy: its original has a lower offset and holds the commit back
+            self.metrics.skipped("duplicate" if seg.seq < seg.total else "bad_seq")
+            self.tracker.mark_done(p, off)
+            return None
+        self._seen.add((p, seg.request_id, seg.seq))
+        gen = self._gen.get(p, 0)
+        req = self._requests.get((p, seg.request_id))
+        if req is None:
+            req = self._requests[(p, seg.request_id)] = _Request(p, gen, seg.request_id, seg.user_id, seg.total, seg)
+        req.offsets.append(off)
+        req.seqs.add(seg.seq)
+        if seg.last:
+            req.last = seg
+        if req.failure is not None:  # answered soon; nothing more to synthesize for it
+            return None
+        return _Seg(p, gen, off, seg, self.part_id(seg.hash), self.clock())
+
+    def _bad_segment(self, p: int, off: int, msg: Any, err: SchemaError) -> None:
+        self.metrics.bad_segment()
+        rid = peek_request_id(msg.value())
+        _log.error("event=bad_segment partition=%d offset=%d request_id=%s code=%s error=%s",
+                   p, off, rid, err.code, err.message)
+        if rid is None or rid in self._done.get(p, ()):
+            self.tracker.mark_done(p, off)
+            return
+        req = self._requests.get((p, rid))
+        if req is None:
+            key = msg.key()
+            user = key.decode("utf-8", "replace") if key else ""
+            req = self._requests[(p, rid)] = _Request(p, self._gen.get(p, 0), rid, user or "unknown", 1, None)
+        req.offsets.append(off)
+        req.failure = req.failure or ErrorInfo(code=f"bad_segment_{err.code}", message=err.message)
+
+    # -- 3) cache, 4) batch ----------------------------------------------------------
+    def _lookup_and_batch(self, fresh: list[_Seg]) -> None:
+        misses: list[_Seg] = []
+        for s in fresh:
+            if s.part_id in self._waiting:  # the same audio is being made: wait for it
+                self._waiting[s.part_id].append(s)
+                continue
+            key = self.cache.get(s.part_id)
+            if key is not None and self.store.head(key) is not None:
+                self.metrics.cache(True)
+                self._part_ready(s, _Part(key, None, cached=True))
+                continue
+            if key is not None:
+                self.cache.delete(s.part_id)  # the object expired: the pointer is stale
+            self.metrics.cache(False)
+            self._waiting[s.part_id] = [s]
+            misses.append(s)
+        if not misses:
+            return
+        # CPU front end as segments arrive; its length picks the padding bucket
+        prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed) for s in misses])
+        for s, p in zip(misses, prepared, strict=True):
+            if isinstance(p, Failure):
+                self._part_failed(s.part_id, p)
+                continue
+            s.prepared = p
+            group: tuple[Any, ...] = (p.item.voice, round(p.item.speed, 4))
+            if self.engine.native_batching:
+                group += self.engine.batch_key(p)
+            self.batcher.add(s, len(s.seg.text), group=group)
+
+    # -- 5) synthesize ---------------------------------------------------------------
+    def _synthesize(self, batch: list[tuple[_Seg, float]]) -> None:
+        segs = [s for s, _ in batch]
+        waits = [w for _, w in batch]
+        prepared: list[Prepared] = [s.prepared for s in segs]  # type: ignore[misc]
+        for group in self.engine.plan(prepared):
+            gsegs = [segs[i] for i in group]
+            gprep = [prepared[i] for i in group]
+            t0 = time.perf_counter()
+            try:
+                raw = self.engine.infer_batch(gprep)
+            except EngineError as e:  # the model failed on the batch: every item of it fails
+                _log.warning("event=batch_failed size=%d error=%s", len(gsegs), e)
+                for s in gsegs:
+                    self._part_failed(s.part_id, Failure.of(e))
+                continue
+            infer_s = time.perf_counter() - t0
+            gwaits = [waits[i] for i in group]
+            for s, w in zip(gsegs, gwaits, strict=True):
+                req = self._requests.get((s.partition, s.seg.request_id))
+                if req is not None:
+                    req.queue_s = max(req.queue_s, w)
+            job = self._post.submit(self._postprocess_upload, gsegs, gprep, raw, infer_s, gwaits) \
+                if self._post is not None else _done_future(self._postprocess_upload, gsegs, gprep, raw, infer_s,
+                                                             gwaits)
+            self._post_futs.append((len(gsegs), job))
+
+    def _postprocess_upload(self, segs: list[_Seg], prepared: list[Prepared], raw: list[Any], infer_s: float,
+                            waits: list[float]) -> list[tuple[_Seg, Audio | Failure, str, float]]:
+        """Pool thread: DSP, encode, upload every part of one model call (uploads in parallel)."""
+        t0 = time.perf_counter()
+        results = self.engine.postprocess_many(raw, prepared)
+        synth_s = infer_s + (time.perf_counter() - t0)
+        audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
+        self.metrics.batch(len(segs), self.settings.max_batch, synth_s, audio_s, waits)
+        uploads: list[Future[str] | None] = []
+        for s, r in zip(segs, results, strict=True):
+            if isinstance(r, Audio):
+                data = audio_codec.encode(r.samples, r.sample_rate, _PART_FORMAT)
+                uploads.append(self._io.submit(self.store.put, self.store.key("part", s.part_id, _PART_FORMAT),
+                                               data, audio_codec.content_type(_PART_FORMAT)))
+            else:
+                uploads.append(None)
+        out: list[tuple[_Seg, Audio | Failure, str, float]] = []
+        share = synth_s / max(1, len(segs))
+        for s, r, up in zip(segs, results, uploads, strict=True):
+            key = self.store.key("part", s.part_id, _PART_FORMAT)
+            if up is not None:
+                up.result()  # raises S3Unavailable into the loop
+            out.append((s, r, key, share))
+        return out
+
+    # -- 6) collect parts ------------------------------------------------------------
+    def _collect_parts(self) -> None:
+        keep = []
+        for n, fut in self._post_futs:
+            if not fut.done():
+                keep.append((n, fut))
+                continue
+            try:
+                results = fut.result()
+            except S3Unavailable:
+                self._post_futs = []
+                raise
+            for s, r, key, share in results:
+                if isinstance(r, Failure):
+                    self._part_failed(s.part_id, r)
+                    continue
+                self.cache.set(s.part_id, key)  # the audio is in S3 whoever waits for it now
+                self._part_synthesized(s.part_id, _Part(key, r.samples, cached=False), share)
+        self._post_futs = keep
+
+    def _part_synthesized(self, part_id: str, part: _Part, synth_s: float) -> None:
+        for i, s in enumerate(self._waiting.pop(part_id, [])):
+            if i == 0:
+                req = self._requests.get((s.partition, s.seg.request_id))
+                if req is not None:
+                    req.synth_s += synth_s
+                self._part_ready(s, part)
+            else:  # same audio asked for again while it was being made
+                self._part_ready(s, _Part(part.key, part.audio, cached=True))
+
+    def _part_ready(self, s: _Seg, part: _Part) -> None:
+        if not self._current(s.partition, s.gen):
+            return  # its partition was revoked or rewound meanwhile
+        req = self._requests.get((s.partition, s.seg.request_id))
+        if req is None:  # answered already (failed), or its partition was dropped
+            self.tracker.mark_done(s.partition, s.offset)
+            return
+        req.parts[s.seg.seq] = part
+        if not s.seg.last:  # a last segment is done only with its completion
+            self.tracker.mark_done(s.partition, s.offset)
+
+    def _part_failed(self, part_id: str, failure: Failure) -> None:
+        for s in self._waiting.pop(part_id, []):
+            req = self._requests.get((s.partition, s.seg.request_id))
+            if req is not None and req.failure is None:
+                req.failure = ErrorInfo(code=failure.code, message=failure.message)
+                _log.warning("event=request_failed request_id=%s user_id=%s seq=%d code=%s error=%s",
+                             req.request_id, req.user_id, s.seg.seq, failure.code, failure.message)
+
+    # -- 7) finalize -----------------------------------------------------------------
+    def _finalize_ready(self) -> None:
+        for req in list(self._requests.values()):
+            if req.finalizing:
+                continue
+            if req.failure is not None:
+                self._answer(req, status="failed", error=req.failure)
+                continue
+            if req.last is None or any(seq not in req.parts for seq in req.seqs):
+                continue
+            hashes = self._part_hashes(req)
+            if hashes is None:
+                self._answer(req, status="failed", error=ErrorInfo(
+                    code="parts_unknown", message="the last segment carries no part list and earlier parts are gone"))
+                continue
+            req.finalizing = True
+            parts = {seq: req.parts[seq] for seq in req.parts}
+            self._final_futs.append((req, self._io.submit(self._join_upload, req, hashes, parts)))
+
+    def _part_hashes(self, req: _Request) -> list[str] | None:
+        last = req.last
+        assert last is not None
+        if last.parts is not None and len(last.parts) == req.total:
+            return list(last.parts)
+        if req.total == 1:
+            return [last.hash]
+        return None  # without the list only parts seen here could be joined: not all of them
+
+    def _join_upload(self, req: _Request, hashes: list[str], parts: dict[int, _Part]) -> AudioRef | ErrorInfo:
+        """Pool thread: fetch parts not in memory, join in order, resample, encode, upload."""
+        sr = self.engine.sample_rate
+        arrays: list[np.ndarray] = []
+        for seq, h in enumerate(hashes):
+            part = parts.get(seq)
+            samples = part.audio if part is not None else None
+            if samples is None:
+                key = part.key if part is not None else self.part_key(h)
+                try:
+                    samples, psr = audio_codec.decode(self.store.get(key))
+                except ObjectMissing:
+                    return ErrorInfo(code="part_missing", message=f"audio of segment {seq} is not in the store")
+                if psr != sr:
+                    samples = audio_codec.resample(samples, psr, sr)
+            arrays.append(samples)
+        last = req.last
+        assert last is not None
+        joined = audio_codec.join(arrays, sr)
+        out_sr = last.sample_rate or sr
+        if out_sr != sr:
+            joined = audio_codec.resample(joined, sr, out_sr)
+        try:
+            data = audio_codec.encode(joined, out_sr, last.format)
+        except ItemError as e:
+            return ErrorInfo(code="unsupported_format", message=str(e))
+        key = self.request_key(hashes, last.format, out_sr)
+        sha = self.store.put(key, data, audio_codec.content_type(last.format))
+        return AudioRef(uri=self.store.uri(key), bucket=self.store.bucket, key=key, format=last.format,
+                        sample_rate=out_sr, duration_s=round(len(joined) / out_sr, 4), bytes=len(data), sha256=sha)
+
+    def _collect_finals(self) -> None:
+        keep = []
+        for req, fut in self._final_futs:
+            if not fut.done():
+                keep.append((req, fut))
+                continue
+            if not self._current(req.partition, req.gen):
+                continue
+            try:
+                res = fut.result()
+            except S3Unavailable:
+                self._final_futs = []
+                raise
+            if isinstance(res, ErrorInfo):
+                self._answer(req, status="failed", error=res)
+            else:
+                self._answer(req, status="ok", audio=res)
+        self._final_futs = keep
+
+    def _answer(self, req: _Request, *, status: str, audio: AudioRef | None = None,
+                error: ErrorInfo | None = None) -> None:
+        """Build the completion; it is produced and its offsets committed in step 8."""
+        now = _now_utc()
+        start = (req.first.created_at or req.first.enqueued_at) if req.first is not None else None
+        e2e_s = (now - start).total_seconds() if start is not None else None
+        cached = sum(1 for p in req.parts.values() if p.cached)
+        c = Completion(
+            request_id=req.request_id, user_id=req.user_id, status=status,  # type: ignore[arg-type]
+            audio=audio, segments=req.total, cached_segments=cached, model=self.model_info,
+            timings=Timings(e2e_ms=round(max(0.0, e2e_s or 0.0) * 1000, 3), synth_ms=round(req.synth_s * 1000, 3),
+                            queue_ms=round(req.queue_s * 1000, 3)),
+            error=error, completed_at=now)
+        self._answers.append(_Answer(req.partition, req.request_id, req.user_id, c, list(req.offsets), e2e_s))
+        self._requests.pop(req.key, None)
+        self._seen.difference_update({(req.partition, req.request_id, s) for s in req.seqs})
+        log = _log.warning if status == "failed" else _log.info
+        log("event=completion request_id=%s user_id=%s status=%s segments=%d cached=%d code=%s",
+            req.request_id, req.user_id, status, req.total, cached, error.code if error else "-")
+
+    # -- 8) transaction --------------------------------------------------------------
+    def _commit(self, *, force: bool = False) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        now = self.clock()
+        if not self._answers and not (self.tracker.advanced() and (force or now - self._last_commit
+                                                                    >= _COMMIT_INTERVAL_S)):
+            return
+        answers, self._answers = self._answers, []
+        for a in answers:  # answered requests: every segment of theirs is done
+            for off in a.offsets:
+                self.tracker.mark_done(a.partition, off)
+        offsets = {p: o for p, o in self.tracker.to_commit().items() if p in self._assigned}
+        topic = self.settings.topic_segments
+        try:
+            self._producer.begin_transaction()
+            self._in_txn = True
+            for a in answers:
+                self._produce(self.settings.topic_completed, a.user_id.encode(), encode(a.completion), None)
+                done = json.dumps({"request_id": a.request_id, "status": a.completion.status,
+                                   "completed_at": a.completion.completed_at.isoformat()
+                                   if a.completion.completed_at else None}).encode()
+                self._produce(self.settings.topic_done, a.request_id.encode(), done, a.partition)
+            if offsets:
+                tps = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
+                self._retry("send_offsets_to_transaction", lambda: self._producer.send_offsets_to_transaction(
+                    tps, self._consumer.consumer_group_metadata(), _OP_TIMEOUT_S), in_txn=True)
+            self._retry("commit_transaction", lambda: self._producer.commit_transaction(_OP_TIMEOUT_S), in_txn=True)
+            self._in_txn = False
+        except KafkaException as e:
+            raise classify(e, during="transaction") from e
+        self._last_commit = self.clock()
+        self.tracker.committed(offsets)
+        self.metrics.transaction(True)
+        for a in answers:
+            self._done.setdefault(a.partition, set()).add(a.request_id)
+            self.metrics.completion(a.completion.status, a.e2e_s)
+
+    def _produce(self, topic: str, key: bytes, value: bytes, partition: int | None) -> None:
+        kwargs: dict[str, Any] = {"key": key, "value": value}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                return
+            except BufferError:  # local queue full: let deliveries drain
+                self._producer.poll(0.1)
+
+    def _retry(self, what: str, fn: Callable[[], Any], *, in_txn: bool = False) -> Any:
+        """Call ``fn``, retrying librdkafka-retriable errors with capped backoff; others raise classified."""
+        from confluent_kafka import KafkaException
+
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except KafkaException as e:
+                exc = classify(e, during=what if in_txn else "")
+                if type(exc) is not RetriableError or (self._stop.is_set() and attempt >= 3):
+                    raise exc from e
+                _log.warning("event=retry op=%s attempt=%d error=%s", what, attempt, e.args[0].str())
+                time.sleep(_backoff(attempt))
+                attempt += 1
+
+    # -- failure reactions -------------------------------------------------------------
+    def _abort_quietly(self) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            self._producer.abort_transaction(_OP_TIMEOUT_S)
+        except KafkaException as e:
+            exc = classify(e, during="abort")
+            if isinstance(exc, FatalError):
+                raise exc from e
+            _log.warning("event=abort_failed error=%s", e)
+        self._in_txn = False
+
+    def _abort_and_rewind(self, err: BaseException) -> None:
+        _log.warning("event=transaction_abort error=%s", err)
+        self.metrics.transaction(False)
+        if self._in_txn:
+            self._retry("abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S))
+            self._in_txn = False
+        self._drop_all()
+        self._rewind(self._assigned)
+
+    def _s3_outage(self, err: BaseException) -> None:
+        """S3 is down: commit nothing, forget in-memory work, keep polling (paused) until it answers."""
+        self.metrics.s3_error()
+        _log.error("event=s3_unavailable error=%s", err)
+        attempt = 0
+        while not self._stop.is_set():
+            self._drop_all()
+            self._set_paused(set(self._assigned))
+            until = self.clock() + _backoff(attempt)
+            while self.clock() < until and not self._stop.is_set():
+                self.metrics.heartbeat()
+                for m in self._consumer.consume(100, 0.1):  # paused: keeps the membership alive
+                    _ = m  # records of a partition assigned meanwhile: rewound below
+                self._set_paused(set(self._assigned))
+            try:
+                self.store.ping()
+                break
+            except S3Unavailable as e:
+                self.metrics.s3_error()
+                attempt += 1
+                _log.warning("event=s3_still_unavailable attempt=%d error=%s", attempt, e)
+        self._drop_all()
+        self._rewind(self._assigned)
+        self._set_paused(set())
+        _log.info("event=s3_recovered")
+
+    def _rewind(self, partitions: set[int]) -> None:
+        """Seek each partition back to its committed offset (the start if none)."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        if not partitions:
+            return
+        topic = self.settings.topic_segments
+        committed = self._retry("committed", lambda: self._consumer.committed(
+            [TopicPartition(topic, p) for p in sorted(partitions)], _OP_TIMEOUT_S))
+        for tp in committed:
+            target = TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+            self._retry("seek", functools.partial(self._consumer.seek, target))
+        _log.info("event=rewound partitions=%s", sorted(partitions))
+
+    def _drop_all(self) -> None:
+        """Forget all in-memory work (nothing of it was committed); the done set is kept."""
+        for p in set(self._gen) | self._assigned:
+            self._gen[p] = self._gen.get(p, 0) + 1  # results of tasks still running are ignored
+        self._post_futs = []
+        self._final_futs = []
+        self._answers = []
+        self.tracker.drop(self.tracker.partitions())
+        self.batcher.remove_if(lambda s: True)
+        self._waiting.clear()
+        self._requests.clear()
+        self._seen.clear()
+
+    def _drain(self) -> None:
+        """Graceful stop: finish the work in flight (bounded), commit what is done."""
+        deadline = self.clock() + 10.0
+        while (self._post_futs or self._final_futs) and self.clock() < deadline:
+            try:
+                self._collect_parts()
+                self._finalize_ready()
+                self._collect_finals()
+            except S3Unavailable:
+                return
+            time.sleep(0.01)
+        try:
+            self._finalize_ready()
+            self._commit(force=True)
+        except (AbortableError, S3Unavailable) as e:
+            _log.warning("event=final_commit_failed error=%s", e)
+            if self._in_txn:
+                self._abort_quietly()
+
+    # -- rebalance callbacks (run inside consume(), between loop steps) --------------
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        new = {tp.partition for tp in partitions}
+        for p in new:
+            self._gen[p] = self._gen.get(p, 0) + 1
+        self._load_done(new)
+        self._assigned |= new
+        self.metrics.assigned(len(self._assigned))
+        _log.info("event=assigned partitions=%s now=%s", sorted(new), sorted(self._assigned))
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        gone = {tp.partition for tp in partitions}
+        if not self._closing:
+            # commit what is durable before giving the partitions away; the rest is redone by the new owner
+            try:
+                self._collect_parts()
+                self._finalize_ready()
+                self._collect_finals()
+                self._commit(force=True)
+            except (AbortableError, S3Unavailable) as e:
+                _log.warning("event=commit_on_revoke_failed error=%s", e)
+                if self._in_txn:
+                    self._abort_quietly()
+                    self.metrics.transaction(False)
+                self._drop_all()
+                self._rewind(self._assigned - gone)
+        self._forget(gone)
+        _log.info("event=revoked partitions=%s now=%s", sorted(gone), sorted(self._assigned))
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        gone = {tp.partition for tp in partitions}
+        _log.warning("event=partitions_lost partitions=%s", sorted(gone))
+        self._forget(gone)
+
+    def _forget(self, gone: set[int]) -> None:
+        for p in gone:
+            self._gen[p] = self._gen.get(p, 0) + 1
+        self._assigned -= gone
+        self._paused -= gone
+        for p in gone:
+            self._done.pop(p, None)
+        self.tracker.drop(gone)
+        self.batcher.remove_if(lambda s: s.partition in gone)
+        for pid in list(self._waiting):
+            rest = [s for s in self._waiting[pid] if s.partition not in gone]
+            if rest:
+                self._waiting[pid] = rest
+            else:
+                del self._waiting[pid]
+        self._answers = [a for a in self._answers if a.partition not in gone]
+        for key in [k for k in self._requests if k[0] in gone]:
+            del self._requests[key]
+        self._seen = {k for k in self._seen if k[0] not in gone}
+        self.metrics.assigned(len(self._assigned))
+
+    def _load_done(self, partitions: set[int]) -> None:
+        """Read partitions of the done topic (read_committed) into the durable done set."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        if not partitions:
+            return
+        topic = self.settings.topic_done
+        since_ms = int((time.time() - 2 * self.settings.dedup_window_s) * 1000)
+        starts = self._retry("offsets_for_times", lambda: self._reader.offsets_for_times(
+            [TopicPartition(topic, p, since_ms) for p in sorted(partitions)], _OP_TIMEOUT_S))
+        todo = [TopicPartition(topic, tp.partition, tp.offset) for tp in starts if tp.offset >= 0]
+        for p in partitions:
+            self._done[p] = set()
+        if not todo:
+            return
+        t0 = time.monotonic()
+        self._reader.assign(todo)
+        open_parts = {tp.partition for tp in todo}
+        n = 0
+        deadline = time.monotonic() + 120
+        while open_parts:
+            if time.monotonic() > deadline:
+                raise RetriableError(f"reading {topic} partitions {sorted(open_parts)} did not reach the end")
+            for m in self._reader.consume(1000, 0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        open_parts.discard(m.partition())
+                        continue
+                    exc = classify(err)
+                    if isinstance(exc, FatalError):
+                        raise exc
+                    continue
+                key, part = m.key(), m.partition()
+                if key and part is not None:
+                    self._done[part].add(key.decode("utf-8", "replace"))
+                    n += 1
+        self._reader.unassign()
+        _log.info("event=done_set_loaded partitions=%s records=%d seconds=%.2f", sorted(partitions), n,
+                  time.monotonic() - t0)
+
+
+def _done_future(fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """Run ``fn`` now and wrap its outcome in a finished future (no-overlap mode)."""
+    fut: Future[Any] = Future()
+    try:
+        fut.set_result(fn(*args))
+    except S3Unavailable as e:
+        fut.set_exception(e)
+    return fut
+
+
+# -- command line -----------------------------------------------------------------------
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="ttsflow worker", description="Run a synthesis worker (exactly-once).")
+    ap.add_argument("--max-batch", type=int, help="most segments per engine batch (TTS_MAX_BATCH)")
+    ap.add_argument("--max-wait-ms", type=int, help="longest wait for a batch to fill (TTS_MAX_WAIT_MS)")
+    ap.add_argument("--backend", help="engine backend (TTS_BACKEND)")
+    ap.add_argument("--metrics-port", type=int, help="Prometheus port, 0 disables (TTS_METRICS_PORT)")
+    ap.add_argument("--no-overlap", action="store_true", help="run DSP/encode/upload on the loop thread")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = load_settings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, backend=args.backend,
+                                 metrics_port=args.metrics_port)
+    except SettingsError as e:
+        print(f"ttsflow worker: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from engine.errors import ModelLoadError
+    from engine.registry import load_engine
+    from streams.worker_metrics import WorkerMetrics
+
+    metrics = WorkerMetrics(settings.metrics_port)
+    try:
+        engine = load_engine(settings.backend, model_path=None, precision=settings.precision,
+                             providers=settings.providers, threads=settings.threads, max_batch=settings.max_batch)
+    except ModelLoadError as e:
+        print(f"ttsflow worker: {e}", file=sys.stderr)
+        metrics.close()
+        return 2
+    store = AudioStore(settings.s3_endpoint, settings.s3_bucket, settings.s3_access_key, settings.s3_secret_key,
+                       settings.s3_region, settings.s3_prefix)
+    cache = AudioCache(settings.redis_url, settings.cache_ttl_s)
+    worker = Worker(settings, engine, store, cache, metrics, overlap=not args.no_overlap)
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        _log.info("event=signal signum=%d", signum)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        return worker.run()
+    except FatalError as e:
+        _log.critical("event=fatal error=%s", e)
+        return 1
+    except StorageError as e:  # access denied, no bucket: configuration, not an outage
+        _log.critical("event=storage_fatal error=%s", e)
+        return 1
+    finally:
+        cache.close()
+        store.close()
+        engine.close()
+        metrics.close()

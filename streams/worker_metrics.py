@@ -1,0 +1,178 @@
+"""The worker's Prometheus metrics and its probe endpoints; the only worker module that
+imports prometheus_client.
+
+The loop calls small hook methods (``consumed``, ``batch``, ``completion``...) and never
+touches a metric object. Metrics live in their own registry and are served, together
+with ``/healthz`` (the loop is alive: it went round within ``stall_s``) and ``/readyz``
+(the engine is loaded and the consumer has partitions or is waiting for them), on
+``settings.metrics_port``. ``NullMetrics``-style use: a ``WorkerMetrics`` created with
+``port=0`` collects but serves nothing (tests read values with :meth:`value`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["WorkerMetrics"]
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+_FILL_BUCKETS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+
+
+class WorkerMetrics:
+    def __init__(self, port: int = 0, *, stall_s: float = 60.0, host: str = "0.0.0.0") -> None:
+        r = self.registry = CollectorRegistry()
+        self._segments = Counter("ttsflow_worker_segments_consumed_total", "Segment events consumed.", registry=r)
+        self._dropped = Counter("ttsflow_worker_segments_skipped_total",
+                                "Segments dropped as already done, by reason.", ["reason"], registry=r)
+        self._bad = Counter("ttsflow_worker_bad_segments_total", "Segment events that could not be decoded.",
+                            registry=r)
+        self._batches = Counter("ttsflow_worker_batches_total", "Engine batches run.", registry=r)
+        self._fill = Histogram("ttsflow_worker_batch_fill", "Batch size divided by max_batch.",
+                               buckets=_FILL_BUCKETS, registry=r)
+        self._wait = Histogram("ttsflow_worker_queue_wait_seconds", "Time a segment waited in the batcher.",
+                               buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5), registry=r)
+        self._synth = Histogram("ttsflow_worker_synth_seconds", "Engine time per batch.",
+                                buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10), registry=r)
+        self._e2e = Histogram("ttsflow_worker_e2e_latency_seconds",
+                              "Request creation (or enqueue) to committed completion.",
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self._hits = Counter("ttsflow_worker_cache_hits_total", "Segments served from the Redis cache.", registry=r)
+        self._misses = Counter("ttsflow_worker_cache_misses_total", "Segments not in the cache.", registry=r)
+        self._s3_errors = Counter("ttsflow_worker_s3_errors_total", "S3 calls that failed.", registry=r)
+        self._redis_errors = Counter("ttsflow_worker_redis_errors_total", "Redis calls that failed (cache bypassed).",
+                                     registry=r)
+        self._aborts = Counter("ttsflow_worker_transaction_aborts_total", "Kafka transactions aborted.", registry=r)
+        self._commits = Counter("ttsflow_worker_transactions_total", "Kafka transactions committed.", registry=r)
+        self._completions = Counter("ttsflow_worker_completions_total", "Completions committed, by status.",
+                                    ["status"], registry=r)
+        self._rtf = Histogram("ttsflow_worker_rtf", "Real-time factor of a batch: engine seconds / audio seconds.",
+                              buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2), registry=r)
+        self._audio = Counter("ttsflow_worker_audio_seconds_total", "Seconds of audio synthesized by the engine.",
+                              registry=r)
+        self._inflight = Gauge("ttsflow_worker_inflight_segments", "Segments consumed and not yet committed.",
+                               registry=r)
+        self._assigned = Gauge("ttsflow_worker_assigned_partitions", "Partitions of tts.segments assigned.",
+                               registry=r)
+        self._ready = Gauge("ttsflow_worker_ready", "1 when the worker is ready to consume.", registry=r)
+        self.stall_s = stall_s
+        self._last_beat = time.monotonic()
+        self._is_ready = False
+        self._server: ThreadingHTTPServer | None = None
+        if port:
+            self._serve(host, port)
+
+    # -- hooks the loop calls --------------------------------------------------------
+    def consumed(self, n: int = 1) -> None:
+        self._segments.inc(n)
+
+    def skipped(self, reason: str, n: int = 1) -> None:
+        self._dropped.labels(reason).inc(n)
+
+    def bad_segment(self) -> None:
+        self._bad.inc()
+
+    def batch(self, size: int, max_batch: int, synth_s: float, audio_s: float, waits: list[float]) -> None:
+        self._batches.inc()
+        self._fill.observe(size / max_batch)
+        self._synth.observe(synth_s)
+        for w in waits:
+            self._wait.observe(w)
+        if audio_s > 0:
+            self._rtf.observe(synth_s / audio_s)
+            self._audio.inc(audio_s)
+
+    def cache(self, hit: bool) -> None:
+        (self._hits if hit else self._misses).inc()
+
+    def s3_error(self) -> None:
+        self._s3_errors.inc()
+
+    def redis_error(self, op: str = "", err: BaseException | None = None) -> None:
+        self._redis_errors.inc()
+
+    def transaction(self, committed: bool) -> None:
+        (self._commits if committed else self._aborts).inc()
+
+    def completion(self, status: str, e2e_s: float | None) -> None:
+        self._completions.labels(status).inc()
+        if e2e_s is not None and e2e_s >= 0:
+            self._e2e.observe(e2e_s)
+
+    def inflight(self, n: int) -> None:
+        self._inflight.set(n)
+
+    def assigned(self, n: int) -> None:
+        self._assigned.set(n)
+
+    def heartbeat(self) -> None:
+        self._last_beat = time.monotonic()
+
+    def ready(self, ok: bool) -> None:
+        self._is_ready = ok
+        self._ready.set(1 if ok else 0)
+
+    # -- reading ---------------------------------------------------------------------
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A sample's current value (0 if absent): for tests and the demo's table."""
+        v = self.registry.get_sample_value(name, labels or {})
+        return float(v) if v is not None else 0.0
+
+    @property
+    def alive(self) -> bool:
+        return time.monotonic() - self._last_beat < self.stall_s
+
+    @property
+    def is_ready(self) -> bool:
+        return self._is_ready and self.alive
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- HTTP ------------------------------------------------------------------------
+    def _serve(self, host: str, port: int) -> None:
+        metrics = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, metrics.exposition(), CONTENT_TYPE_LATEST)
+                elif path == "/healthz":
+                    ok = metrics.alive
+                    self._send(200 if ok else 503, b"ok\n" if ok else b"stalled\n")
+                elif path == "/readyz":
+                    ok = metrics.is_ready
+                    self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+                else:
+                    self._send(404, b"not found\n")
+
+            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True).start()
+
+    @property
+    def port(self) -> int | None:
+        return self._server.server_address[1] if self._server else None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
