@@ -1,0 +1,30 @@
+"""``ttsflow chaos`` small run: SIGKILLed workers and stage lose, duplicate and corrupt nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.settings import Settings
+from tests.e2e.helpers import run_json
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_chaos_small_run_loses_and_duplicates_nothing(stack_settings: Settings, tmp_path: Path) -> None:
+    code, r = run_json(["chaos", "--requests", "200", "--kill-workers", "2", "--kill-stage", "1", "--json"],
+                       timeout=480, log=tmp_path / "chaos.stderr")
+    summary = {k: r.get(k) for k in ("requests", "completed", "lost", "duplicates", "bad_audio", "failed",
+                                     "lost_ids", "duplicate_ids", "bad_audio_sample", "failed_codes", "logs")}
+    assert r["requests"] == 200
+    # the disruptions really happened, mid-run
+    assert r["kills"] == {"worker": 2, "stage": 1, "broker_restarts": 0}
+    assert all(e["at_s"] < r["timings"]["publish_s"] for e in r["events"])
+    assert r["lost"] == 0, summary
+    assert r["duplicates"] == 0, summary
+    assert r["bad_audio"] == 0, summary
+    assert r["failed"] == 0, summary
+    assert r["completed"] == 200 and r["audio_checked"] == 200
+    assert r["unexpected"] == 0 and r["undecodable_completions"] == 0
+    assert code == 0
