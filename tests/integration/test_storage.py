@@ -1,0 +1,106 @@
+"""AudioStore and AudioCache against the real S3 server and Redis of the local stack."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import uuid
+
+import pytest
+
+from storage import AudioCache, AudioStore, ObjectMissing, S3Unavailable, content_key
+from streams.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def _store(s: Settings, endpoint: str | None = None) -> AudioStore:
+    return AudioStore(endpoint or s.s3_endpoint, s.s3_bucket, s.s3_access_key, s.s3_secret_key, s.s3_region,
+                      f"test-{uuid.uuid4().hex[:8]}/", connect_timeout_s=0.5, read_timeout_s=2, max_attempts=1)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_put_get_head_roundtrip_is_content_addressed(stack_settings: Settings) -> None:
+    store = _store(stack_settings)
+    try:
+        data = b"RIFF" + uuid.uuid4().bytes * 100
+        digest = hashlib.sha256(data).hexdigest()
+        key = store.key("part", digest, "wav")
+        assert key.startswith(store.prefix + "part/") and key.endswith(f"{digest}.wav")
+        assert store.head(key) is None and not store.exists(key)
+        assert store.put(key, data, "audio/wav") == digest
+        assert store.put(key, data, "audio/wav") == digest  # a retried upload is harmless
+        assert store.get(key) == data
+        head = store.head(key)
+        assert head == {"bytes": len(data), "sha256": digest, "content_type": "audio/wav"}
+        assert store.uri(key) == f"s3://{stack_settings.s3_bucket}/{key}"
+        with pytest.raises(ObjectMissing):
+            store.get(store.key("part", "ab" * 32, "wav"))
+    finally:
+        store.close()
+
+
+def test_keys_are_built_from_digests_only() -> None:
+    with pytest.raises(ValueError):
+        content_key("audio/", "part", "../../etc/passwd", "wav")
+    with pytest.raises(ValueError):
+        content_key("audio/", "part", "a" * 64, "wav/../x")
+    assert content_key("audio/", "req", "ab" * 32, "ogg") == f"audio/req/ab/ab/{'ab' * 32}.ogg"
+
+
+def test_unreachable_s3_is_retriable(stack_settings: Settings) -> None:
+    store = _store(stack_settings, endpoint=f"http://127.0.0.1:{_closed_port()}")
+    try:
+        with pytest.raises(S3Unavailable):
+            store.put(store.key("part", "cd" * 32, "wav"), b"x")
+        with pytest.raises(S3Unavailable):
+            store.head(store.key("part", "cd" * 32, "wav"))
+        with pytest.raises(S3Unavailable):
+            store.ping()
+    finally:
+        store.close()
+
+
+def test_cache_set_get_ttl(stack_settings: Settings, redis_client) -> None:
+    ns = f"test:{uuid.uuid4().hex[:8]}:"
+    cache = AudioCache(stack_settings.redis_url, 60, namespace=ns)
+    try:
+        digest = hashlib.sha256(b"hello").hexdigest()
+        assert cache.get(digest) is None
+        assert cache.set(digest, "audio/part/aa/bb/x.wav")
+        assert cache.get(digest) == "audio/part/aa/bb/x.wav"
+        ttl = redis_client.ttl(ns + digest)
+        assert 0 < ttl <= 60
+        assert (cache.hits, cache.misses, cache.errors) == (1, 1, 0)
+        with pytest.raises(ValueError):
+            cache.get("not-a-digest")
+    finally:
+        cache.close()
+
+
+def test_cache_bypasses_when_redis_is_down_and_reconnects(stack_settings: Settings) -> None:
+    t = [0.0]
+    seen: list[str] = []
+    down = AudioCache(f"redis://127.0.0.1:{_closed_port()}/0", 60, retry_after_s=5, clock=lambda: t[0],
+                      on_error=lambda op, e: seen.append(op))
+    try:
+        digest = "ef" * 32
+        assert down.get(digest) is None  # a miss, not an exception
+        assert down.set(digest, "k") is False
+        assert down.errors == 1 and seen == ["get"]  # then bypassed without new connection attempts
+        t[0] += 6
+        assert down.get(digest) is None
+        assert down.errors == 2
+    finally:
+        down.close()
+    # the same object recovers once the server answers: point it at the real Redis
+    up = AudioCache(stack_settings.redis_url, 60, namespace=f"test:{uuid.uuid4().hex[:8]}:")
+    try:
+        assert up.available and up.set("ef" * 32, "k") and up.get("ef" * 32) == "k"
+    finally:
+        up.close()
