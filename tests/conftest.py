@@ -1,0 +1,32 @@
+"""Global test configuration.
+
+* The repository root is importable, so tests can share helpers as ``tests.support.*``.
+* Tests under ``tests/integration`` and ``tests/e2e`` carry their marker even where a
+  module forgets it, so ``-m "not integration"`` selects the pure unit tests.
+* Hypothesis runs without per-example deadlines: the CI box has 2 shared cores and a
+  slow example is not a failure of the property.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+settings.register_profile("ttsflow", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ttsflow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "integration" in parts and not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.integration)
+        if "e2e" in parts and not item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.e2e)
