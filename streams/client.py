@@ -1,0 +1,472 @@
+"""The ttsflow client: publish requests, wait for their completions, fetch the audio.
+
+Guarantees:
+
+* ``submit`` publishes with an idempotent producer (``enable.idempotence``, ``acks=all``)
+  keyed by user id with ``partitioner=murmur2_random``, the mapping every ttsflow
+  producer uses, so one user's requests keep their order. A blocking ``submit`` returns
+  only once the broker acknowledged the request.
+* One client reads ``tts.completed`` once: a single ``read_committed`` consumer (no
+  group, every partition assigned) on one background thread dispatches completions to
+  waiters by request id, however many requests are waited on. It starts ``lookback_s``
+  before the client started, so a completion that committed just before is not missed.
+* A completion that arrives before ``wait`` is called is kept: for ids this client
+  submitted until ``wait`` takes them, for any other id in a bounded map of recent
+  results (``recent_max`` entries, oldest dropped first).
+* ``fetch`` returns the bytes only if their SHA-256 matches the completion's.
+* Errors are typed (``streams.errors``): :class:`StackUnavailable`,
+  :class:`CompletionTimeout`, :class:`RequestFailed` (with the completion's error code
+  and message), :class:`AudioFetchError`.
+
+``AsyncTTSClient`` is the same machinery for asyncio: its awaits bridge the background
+thread's futures into the event loop and run blocking calls in the default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from schemas import Completion, Request, SchemaError, decode_completion, encode
+from streams.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
+from streams.settings import Settings, load_settings
+
+__all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "probe_kafka", "tail_completions"]
+
+_log = logging.getLogger("ttsflow.client")
+
+
+def probe_kafka(settings: Settings, timeout: float = 3.0) -> None:
+    """Raise :class:`StackUnavailable` unless the broker answers a metadata request in time."""
+    from confluent_kafka.admin import AdminClient
+
+    conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, "logger": _logger_sink(),
+                            "socket.timeout.ms": max(int(timeout * 1000), 10)}
+    admin = AdminClient(conf)
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except Exception as e:
+        err = e.args[0] if e.args else e
+        why = err.str() if hasattr(err, "str") else str(err)
+        raise StackUnavailable(f"Kafka at {settings.bootstrap_servers} did not answer within {timeout:g} s "
+                               f"({why}); is the stack up? (ttsflow stack up)") from None
+    if not md.brokers:
+        raise StackUnavailable(f"Kafka at {settings.bootstrap_servers} has no brokers in its metadata")
+
+
+def _logger_sink() -> logging.Logger:
+    lg = logging.getLogger("ttsflow.client.librdkafka")
+    lg.propagate = False
+    lg.addHandler(logging.NullHandler())
+    return lg
+
+
+def _reader(settings: Settings, **extra: Any) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                     "group.id": f"ttsflow-client-{uuid.uuid4().hex[:12]}",  # never joins nor commits
+                     "isolation.level": "read_committed", "enable.auto.commit": False,
+                     "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+                     "logger": _logger_sink(), **extra})
+
+
+def _partitions(consumer: Any, topic: str, timeout: float) -> list[int]:
+    md = consumer.list_topics(topic, timeout=timeout)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        raise StackUnavailable(f"topic {topic} does not exist on the broker (ttsflow stack up creates it)")
+    return sorted(t.partitions)
+
+
+def _start_offsets(consumer: Any, topic: str, parts: list[int], since_ms: int, timeout: float) -> list[Any]:
+    from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+
+    want = [TopicPartition(topic, p, since_ms) for p in parts]
+    deadline = time.monotonic() + timeout
+    while True:  # a topic created a moment ago may not have a leader yet
+        try:
+            got = consumer.offsets_for_times(want, timeout=max(deadline - time.monotonic(), 0.1))
+            break
+        except KafkaException as e:
+            if time.monotonic() >= deadline:
+                raise StackUnavailable(f"could not look up offsets of {topic}: {e.args[0].str()}") from None
+            time.sleep(0.1)  # back-off between retries of a retriable broker answer
+    # -1: nothing at or after the timestamp in that partition, start at its end
+    return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END) for tp in got]
+
+
+class TTSClient:
+    """Submit requests, wait for completions, fetch audio. Thread-safe; close it when done."""
+
+    def __init__(self, settings: Settings | None = None, *, lookback_s: float = 30.0, recent_max: int = 10_000,
+                 connect_timeout: float = 5.0) -> None:
+        from confluent_kafka import Producer
+
+        from streams.kafka import producer_config
+
+        self.settings = settings or load_settings()
+        self.connect_timeout = connect_timeout
+        probe_kafka(self.settings, connect_timeout)
+        self._producer = Producer(producer_config(self.settings, logger=_logger_sink()))
+        self._lock = threading.Lock()
+        self._waiters: dict[str, list[concurrent.futures.Future[Completion]]] = {}
+        self._expected: set[str] = set()  # submitted here and not yet taken by wait()
+        self._held: dict[str, Completion] = {}  # completions of expected ids
+        self._recent: OrderedDict[str, Completion] = OrderedDict()
+        self._recent_max = recent_max
+        self._stop = threading.Event()
+        self._failure: BaseException | None = None
+        self._consumer = _reader(self.settings)
+        try:
+            parts = _partitions(self._consumer, self.settings.topic_completed, connect_timeout)
+            since = int((time.time() - lookback_s) * 1000)
+            self._consumer.assign(_start_offsets(self._consumer, self.settings.topic_completed, parts, since,
+                                                 connect_timeout))
+        except Exception:
+            self._consumer.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name="ttsflow-client-completions", daemon=True)
+        self._thread.start()
+        self._s3: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(10)
+        self._producer.flush(10)
+        if self._s3 is not None:
+            self._s3.close()
+
+    def __enter__(self) -> TTSClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the one completions reader --------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for m in self._consumer.consume(500, 0.2):
+                    if m.error() is not None:
+                        from confluent_kafka import KafkaError
+
+                        if m.error().code() == KafkaError._PARTITION_EOF:
+                            continue
+                        if m.error().fatal():
+                            raise StackUnavailable(f"completions reader: {m.error().str()}")
+                        continue  # transient: librdkafka retries by itself
+                    try:
+                        c = decode_completion(m.value())
+                    except SchemaError as e:
+                        _log.warning("event=bad_completion partition=%s offset=%s error=%s",
+                                     m.partition(), m.offset(), e)
+                        continue
+                    self._dispatch(c)
+        except BaseException as e:  # surfaced to every waiter and every later wait()
+            self._failure = e
+            with self._lock:
+                waiters, self._waiters = self._waiters, {}
+            for futs in waiters.values():
+                for f in futs:
+                    f.set_exception(e)
+        finally:
+            self._consumer.close()
+
+    def _dispatch(self, c: Completion) -> None:
+        with self._lock:
+            futs = [f for f in self._waiters.pop(c.request_id, ()) if not f.done()]
+            if futs:
+                self._expected.discard(c.request_id)
+            elif c.request_id in self._expected:
+                self._held[c.request_id] = c
+            else:
+                self._recent[c.request_id] = c
+                self._recent.move_to_end(c.request_id)
+                while len(self._recent) > self._recent_max:
+                    self._recent.popitem(last=False)
+        for f in futs:
+            if f.set_running_or_notify_cancel():
+                f.set_result(c)
+
+    # -- submit ----------------------------------------------------------------------------
+    def submit(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
+               request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
+               block: bool = True, timeout: float = 30.0) -> str:
+        """Publish one request; returns its id. ``block`` waits for the broker's ack."""
+        rid = request_id or uuid.uuid4().hex
+        from datetime import UTC, datetime
+
+        req = Request(request_id=rid, user_id=user_id, text=text, voice=voice, format=format, speed=speed,
+                      sample_rate=sample_rate, created_at=datetime.now(UTC))
+        with self._lock:
+            self._expected.add(rid)
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                done.set_exception(StackUnavailable(f"request {rid} not delivered: {err.str()}"))
+            else:
+                done.set_result(None)
+
+        while True:
+            try:
+                self._producer.produce(self.settings.topic_requests, key=user_id.encode(), value=encode(req),
+                                       on_delivery=on_delivery)
+                break
+            except BufferError:  # local queue full: let deliveries drain, then retry
+                self._producer.poll(0.1)
+        if not block:
+            self._producer.poll(0)
+            return rid
+        deadline = time.monotonic() + timeout
+        while not done.done():
+            if time.monotonic() > deadline:
+                raise StackUnavailable(f"request {rid} not acknowledged within {timeout:g} s; is Kafka up?")
+            self._producer.poll(0.05)
+        done.result()
+        return rid
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait for every non-blocking submit's ack; returns how many are still unacknowledged."""
+        return int(self._producer.flush(timeout))
+
+    # -- wait ------------------------------------------------------------------------------
+    def wait_future(self, request_id: str) -> concurrent.futures.Future[Completion]:
+        """A future resolved with the request's completion (ok or failed) by the reader thread."""
+        f: concurrent.futures.Future[Completion] = concurrent.futures.Future()
+        with self._lock:
+            c = self._held.pop(request_id, None) or self._recent.pop(request_id, None)
+            if c is not None:
+                self._expected.discard(request_id)
+                f.set_result(c)
+                return f
+            if self._failure is not None:
+                f.set_exception(self._failure)
+                return f
+            self._waiters.setdefault(request_id, []).append(f)
+        return f
+
+    def _forget(self, request_id: str, f: concurrent.futures.Future[Completion]) -> None:
+        with self._lock:
+            futs = self._waiters.get(request_id)
+            if futs and f in futs:
+                futs.remove(f)
+                if not futs:
+                    del self._waiters[request_id]
+
+    def wait(self, request_id: str, timeout: float = 60.0, *, raise_on_failure: bool = True) -> Completion:
+        """The request's completion. Raises :class:`CompletionTimeout`, or
+        :class:`RequestFailed` for a failed completion unless ``raise_on_failure`` is false."""
+        f = self.wait_future(request_id)
+        try:
+            c = f.result(timeout)
+        except concurrent.futures.TimeoutError:
+            self._forget(request_id, f)
+            raise CompletionTimeout(request_id, timeout) from None
+        if raise_on_failure:
+            _raise_if_failed(c)
+        return c
+
+    # -- audio -----------------------------------------------------------------------------
+    def _store(self, bucket: str) -> Any:
+        from storage import AudioStore
+
+        s = self.settings
+        if self._s3 is None or self._s3.bucket != bucket:
+            if self._s3 is not None:
+                self._s3.close()
+            self._s3 = AudioStore(s.s3_endpoint, bucket, s.s3_access_key, s.s3_secret_key, s.s3_region)
+        return self._s3
+
+    def fetch(self, completion: Completion) -> bytes:
+        """The completion's audio, checked against its sha256."""
+        return fetch_audio(self.settings, completion, store=self._store(_audio(completion).bucket))
+
+    def save(self, completion: Completion, path: str | os.PathLike[str]) -> Path:
+        """Write the completion's audio to ``path`` (atomically) and return the path."""
+        return _write_atomic(Path(path), self.fetch(completion))
+
+    def say(self, text: str, user_id: str, path: str | os.PathLike[str], *, voice: str | None = None,
+            format: str = "wav", timeout: float = 120.0) -> Completion:
+        """Submit, wait and save in one call."""
+        rid = self.submit(text, user_id, voice=voice, format=format)
+        c = self.wait(rid, timeout)
+        self.save(c, path)
+        return c
+
+
+def _raise_if_failed(c: Completion) -> None:
+    if c.status == "failed":
+        code = c.error.code if c.error else "unknown"
+        msg = c.error.message if c.error else "no error detail in the completion"
+        raise RequestFailed(c.request_id, code, msg, completion=c)
+
+
+def _audio(c: Completion) -> Any:
+    _raise_if_failed(c)
+    if c.audio is None:
+        raise AudioFetchError(f"completion of {c.request_id!r} carries no audio reference")
+    return c.audio
+
+
+def fetch_audio(settings: Settings, completion: Completion, *, store: Any = None) -> bytes:
+    """Download a completion's audio and verify its SHA-256; :class:`AudioFetchError` otherwise."""
+    from storage import AudioStore, StorageError
+
+    a = _audio(completion)
+    own = store is None
+    if own:
+        store = AudioStore(settings.s3_endpoint, a.bucket, settings.s3_access_key, settings.s3_secret_key,
+                           settings.s3_region)
+    try:
+        data: bytes = store.get(a.key)
+    except StorageError as e:
+        raise AudioFetchError(f"audio of {completion.request_id!r} at s3://{a.bucket}/{a.key}: {e}") from e
+    finally:
+        if own:
+            store.close()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != a.sha256:
+        raise AudioFetchError(f"audio of {completion.request_id!r} at s3://{a.bucket}/{a.key} has sha256 "
+                              f"{digest}, the completion says {a.sha256}")
+    return data
+
+
+def _write_atomic(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+# --- reading tts.completed without a client ---------------------------------------------------
+
+def tail_completions(settings: Settings, *, from_beginning: bool = False, lookback_s: float = 0.0,
+                     stop: threading.Event | None = None, poll_s: float = 0.5) -> Iterator[tuple[Completion, Any]]:
+    """Yield (completion, message) as they commit, from the end of every partition (or the
+    beginning, or ``lookback_s`` back) until ``stop`` is set. Undecodable records are skipped."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    probe_kafka(settings)
+    c = _reader(settings)
+    try:
+        parts = _partitions(c, settings.topic_completed, 10)
+        if from_beginning:
+            c.assign([TopicPartition(settings.topic_completed, p, OFFSET_BEGINNING) for p in parts])
+        else:
+            since = int((time.time() - lookback_s) * 1000)
+            c.assign(_start_offsets(c, settings.topic_completed, parts, since, 10))
+        while stop is None or not stop.is_set():
+            for m in c.consume(500, poll_s):
+                if m.error() is not None:
+                    continue
+                try:
+                    yield decode_completion(m.value()), m
+                except SchemaError:
+                    continue
+    finally:
+        c.close()
+
+
+def find_completion(settings: Settings, request_id: str, *, timeout: float = 60.0) -> Completion | None:
+    """Scan every partition of ``tts.completed`` (it is keyed by user, not request) from the
+    beginning to its current end; the completion of ``request_id`` or None."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    probe_kafka(settings)
+    c = _reader(settings, **{"enable.partition.eof": True})
+    try:
+        parts = _partitions(c, settings.topic_completed, 10)
+        ends = {}
+        for p in parts:
+            lo, hi = c.get_watermark_offsets(TopicPartition(settings.topic_completed, p), timeout=10, cached=False)
+            if hi > lo:
+                ends[p] = hi
+        if not ends:
+            return None
+        c.assign([TopicPartition(settings.topic_completed, p, OFFSET_BEGINNING) for p in ends])
+        found: Completion | None = None
+        pending = set(ends)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(m.partition())
+                    continue
+                if m.offset() + 1 >= ends.get(m.partition(), 0):
+                    pending.discard(m.partition())
+                if request_id.encode() not in (m.value() or b""):
+                    continue
+                try:
+                    comp = decode_completion(m.value())
+                except SchemaError:
+                    continue
+                if comp.request_id == request_id:
+                    found = comp
+        if pending and found is None:
+            raise CompletionTimeout(request_id, timeout)
+        return found
+    finally:
+        c.close()
+
+
+# --- asyncio ---------------------------------------------------------------------------------
+
+class AsyncTTSClient:
+    """asyncio forms of :class:`TTSClient` over the same reader thread and producer."""
+
+    def __init__(self, client: TTSClient) -> None:
+        self.sync = client
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None, **kw: Any) -> AsyncTTSClient:
+        loop = asyncio.get_running_loop()
+        return cls(await loop.run_in_executor(None, lambda: TTSClient(settings, **kw)))
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
+
+    async def __aenter__(self) -> AsyncTTSClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def submit(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
+                     request_id: str | None = None, **kw: Any) -> str:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, lambda: self.sync.submit(text, user_id, voice=voice, format=format, request_id=request_id, **kw))
+
+    async def wait(self, request_id: str, timeout: float = 60.0, *, raise_on_failure: bool = True) -> Completion:
+        f = self.sync.wait_future(request_id)
+        try:
+            c = await asyncio.wait_for(asyncio.wrap_future(f), timeout)
+        except TimeoutError:
+            self.sync._forget(request_id, f)
+            raise CompletionTimeout(request_id, timeout) from None
+        if raise_on_failure:
+            _raise_if_failed(c)
+        return c
+
+    async def fetch(self, completion: Completion) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(None, self.sync.fetch, completion)
+
+    async def save(self, completion: Completion, path: str | os.PathLike[str]) -> Path:
+        return await asyncio.get_running_loop().run_in_executor(None, self.sync.save, completion, path)
