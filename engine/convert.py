@@ -104,8 +104,9 @@ def detect_precision(model: Any) -> str:
     ops = {n.op_type for n in model.graph.node}
     if ops & _QUANT_OPS:
         return "int8"
-    n16 = sum(1 for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16)
-    n32 = sum(1 for t in model.graph.initializer if t.data_type == TensorProto.FLOAT)
+    # Count weights, not tensors: the small scalars kept fp32 for blocked ops do not decide it.
+    n16 = sum(int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16)
+    n32 = sum(int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type == TensorProto.FLOAT)
     return "fp16" if n16 > n32 else "fp32"
 
 
