@@ -47,6 +47,8 @@ SampleRate = Annotated[int, msgspec.Meta(ge=8000, le=48000)]
 Sha256Hex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+# RFC 3339 requires an offset: a naive timestamp from a user is ambiguous, so it is refused.
+AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True, description="RFC 3339 timestamp with offset")]
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
@@ -63,7 +65,7 @@ class Request(_Event):
     format: str = "wav"
     speed: Speed = 1.0
     sample_rate: SampleRate | None = None
-    created_at: datetime | None = None
+    created_at: AwareDatetime | None = None
     schema_version: Literal[1] = 1
 
 
@@ -188,6 +190,8 @@ def _decode(raw: bytes | str, typ: type[E]) -> E:
         raise InvalidField(f"{m.group(1)}: {msg}", field=m.group(1)) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise InvalidJSON(f"not valid JSON: {e}") from None
+    except RecursionError:  # hostile nesting inside an object: bad input, not a crash
+        raise InvalidJSON("not valid JSON: nested too deeply") from None
 
 
 def decode_request(raw: bytes | str) -> Request:
