@@ -84,6 +84,19 @@ class AudioStore:
                    Metadata={"sha256": digest})
         return digest
 
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> tuple[str, int]:
+        """Store ``data`` unless ``key`` already holds an object of ours; (sha256, bytes) of what is there.
+
+        For encoders whose output differs run to run (Ogg picks a random stream serial):
+        the first upload of a content key wins and later ones reuse it, so a completion's
+        sha256 stays true after a retry or a repeat. Two first uploads racing can still
+        both write; the later one wins and the earlier completion's sha256 would be stale.
+        """
+        head = self.head(key)
+        if head is not None and head.get("sha256"):
+            return str(head["sha256"]), int(head["bytes"])
+        return self.put(key, data, content_type), len(data)
+
     def get(self, key: str) -> bytes:
         """The object's bytes; ``ObjectMissing`` if there is none."""
         from botocore.exceptions import BotoCoreError

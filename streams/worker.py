@@ -74,7 +74,7 @@ from streams.errors import AbortableError, FatalError, RetriableError, classify
 from streams.offsets import OffsetTracker
 from streams.settings import Settings, SettingsError, load_settings
 
-__all__ = ["Worker", "main"]
+__all__ = ["Worker", "cache_namespace", "main"]
 
 _log = logging.getLogger("ttsflow.worker")
 
@@ -456,9 +456,11 @@ class Worker:
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.settings.max_batch, synth_s, audio_s, waits)
         uploads: list[Future[str] | None] = []
-        for s, r in zip(segs, results, strict=True):
+        for i, (s, r) in enumerate(zip(segs, results, strict=True)):
             if isinstance(r, Audio):
                 data = audio_codec.encode(r.samples, r.sample_rate, _PART_FORMAT)
+                # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
+                results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
                 uploads.append(self._io.submit(self.store.put, self.store.key("part", s.part_id, _PART_FORMAT),
                                                data, audio_codec.content_type(_PART_FORMAT)))
             else:
@@ -576,9 +578,9 @@ class Worker:
         except ItemError as e:
             return ErrorInfo(code="unsupported_format", message=str(e))
         key = self.request_key(hashes, last.format, out_sr)
-        sha = self.store.put(key, data, audio_codec.content_type(last.format))
+        sha, size = self.store.put_if_absent(key, data, audio_codec.content_type(last.format))
         return AudioRef(uri=self.store.uri(key), bucket=self.store.bucket, key=key, format=last.format,
-                        sample_rate=out_sr, duration_s=round(len(joined) / out_sr, 4), bytes=len(data), sha256=sha)
+                        sample_rate=out_sr, duration_s=round(len(joined) / out_sr, 4), bytes=size, sha256=sha)
 
     def _collect_finals(self) -> None:
         keep = []
@@ -875,6 +877,11 @@ class Worker:
                   time.monotonic() - t0)
 
 
+def cache_namespace(settings: Settings) -> str:
+    """Redis key prefix of the segment cache: one per bucket and prefix (one per audio store)."""
+    return f"ttsflow:seg:{settings.s3_bucket}/{settings.s3_prefix}:"
+
+
 def _done_future(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     """Run ``fn`` now and wrap its outcome in a finished future (no-overlap mode)."""
     fut: Future[Any] = Future()
@@ -921,7 +928,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store = AudioStore(settings.s3_endpoint, settings.s3_bucket, settings.s3_access_key, settings.s3_secret_key,
                        settings.s3_region, settings.s3_prefix)
-    cache = AudioCache(settings.redis_url, settings.cache_ttl_s)
+    cache = AudioCache(settings.redis_url, settings.cache_ttl_s, namespace=cache_namespace(settings))
     worker = Worker(settings, engine, store, cache, metrics, overlap=not args.no_overlap)
 
     def _on_signal(signum: int, _frame: Any) -> None:
