@@ -280,14 +280,13 @@ def _print_table(groups: Sequence[GroupLag]) -> None:
 
 
 def _stack_down_message(settings: Settings, timeout: float) -> str | None:
-    from confluent_kafka.admin import AdminClient
+    from streams.client import probe_kafka
+    from streams.errors import StackUnavailable
 
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "socket.timeout.ms": int(timeout * 1000)})
     try:
-        admin.list_topics(timeout=timeout)
-    except Exception as e:
-        return (f"ttsflow lag: Kafka at {settings.bootstrap_servers} is not reachable ({e.args[0] if e.args else e}); "
-                "start it with `ttsflow stack up`")
+        probe_kafka(settings, timeout)
+    except StackUnavailable as e:
+        return f"ttsflow lag: {e}"
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -230,3 +231,107 @@ def test_stack_down_is_one_typed_error(settings: Settings) -> None:
     down = settings.replace(bootstrap_servers="127.0.0.1:1")
     with pytest.raises(StackUnavailable, match=r"127\.0\.0\.1:1"):
         TTSClient(down, connect_timeout=1.0)
+
+
+# --- the CLI, with a stand-in pipeline that answers every request ---------------------------
+
+class FakePipeline:
+    """A thread that answers each request on the requests topic: text "FAIL..." gets a failed
+    completion, anything else ok with the text's bytes as audio. Counts what it answered."""
+
+    def __init__(self, settings: Settings, s3: Any) -> None:
+        import threading
+
+        from confluent_kafka import Consumer
+
+        self.worker = FakeWorker(settings, s3)
+        self.s = settings
+        self.answered: list[str] = []
+        self.stop = threading.Event()
+        self.c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"fake-{uuid.uuid4().hex[:8]}",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        self.c.subscribe([settings.topic_requests])
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                m = self.c.poll(0.2)
+                if m is None or m.error():
+                    continue
+                req = decode_request(m.value())
+                self.answered.append(req.request_id)
+                if req.text.startswith("FAIL"):
+                    self.worker.complete(Completion(request_id=req.request_id, user_id=req.user_id, status="failed",
+                                                    error=ErrorInfo(code="empty_text", message="nothing to say")))
+                else:
+                    self.worker.ok(req.request_id, req.user_id, req.text.encode())
+        finally:
+            self.c.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.t.join(10)
+
+
+@pytest.fixture
+def pipeline(settings: Settings, s3: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name in ("topic_requests", "topic_completed", "topic_segments"):
+        monkeypatch.setenv(f"TTS_{name.upper()}", getattr(settings, name))
+    p = FakePipeline(settings, s3)
+    yield p
+    p.close()
+
+
+def test_cli_say_watch_fetch(pipeline: FakePipeline, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from streams.client_cli import main_fetch, main_say, main_watch
+
+    assert main_say(["hello from the cli", "-o", str(tmp_path / "a.wav"), "--user", "u1", "--timeout", "60"]) == 0
+    assert (tmp_path / "a.wav").read_bytes() == b"hello from the cli"
+    out = capsys.readouterr().out
+    rid = out.split("request_id=")[1].split()[0]
+    assert main_watch(["--json", "--from-beginning", "--count", "1"]) == 0
+    line = json.loads(capsys.readouterr().out.strip())
+    assert line["request_id"] == rid and line["status"] == "ok"
+    assert main_fetch([rid, "-o", str(tmp_path / "b.wav")]) == 0
+    assert (tmp_path / "b.wav").read_bytes() == b"hello from the cli"
+    assert main_fetch(["not-there", "-o", str(tmp_path / "c.wav")]) == 1
+    assert "no completion" in capsys.readouterr().err
+    assert main_say(["FAIL please", "-o", str(tmp_path / "d.wav"), "--timeout", "60"]) == 1
+    assert "empty_text" in capsys.readouterr().err
+
+
+def test_cli_submit_is_resumable(pipeline: FakePipeline, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from streams.client_cli import STATE_FILE, main_submit
+
+    src = tmp_path / "in.txt"
+    lines = [f"line number {i}" for i in range(12)]
+    lines.insert(3, json.dumps({"text": "from json", "request_id": "json-rid-1", "user_id": "j"}))
+    lines.insert(5, "FAIL this one")
+    src.write_text("\n".join(lines) + "\n\n")
+    out = tmp_path / "out"
+    rc = main_submit([str(src), "--out", str(out), "--json", "--timeout", "60"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 1  # one request failed
+    assert (summary["ok"], summary["failed"], summary["failed_by_code"]) == (13, 1, {"empty_text": 1})
+    assert (out / "json-rid-1.wav").read_bytes() == b"from json"
+    assert len(list(out.glob("*.wav"))) == 13
+    answered = len(pipeline.answered)
+
+    # a second run submits nothing: every id is done (ok or recorded as failed)
+    rc = main_submit([str(src), "--out", str(out), "--json", "--timeout", "60"])
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and again["skipped"] == 14 and again["submitted"] == 0
+    assert len(pipeline.answered) == answered
+
+    # losing two audio files: only those two run again
+    (out / "json-rid-1.wav").unlink()
+    state = (out / STATE_FILE).read_text().splitlines()
+    victim = next(json.loads(s)["request_id"] for s in state
+                  if json.loads(s).get("status") == "ok" and json.loads(s)["request_id"] != "json-rid-1")
+    (out / f"{victim}.wav").unlink()
+    rc = main_submit([str(src), "--out", str(out), "--json", "--timeout", "60"])
+    third = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and third["submitted"] == 2 and third["ok"] == 2
+    assert (out / "json-rid-1.wav").read_bytes() == b"from json"
