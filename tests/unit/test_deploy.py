@@ -1,0 +1,245 @@
+"""The Kubernetes manifests, KEDA ScaledObject, alerts and Grafana dashboard agree with the code.
+
+Parses every file under deploy/k8s and deploy/grafana and checks what would break in a
+cluster without failing ``kubectl apply``: env names the settings do not know, probes on
+paths the process does not serve, a worker without a GPU or a stable transactional id, a
+ScaledObject whose trigger disagrees with the settings defaults or lets replicas idle,
+a PodDisruptionBudget that selects nothing, metric names the code never exports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from streams.kafka import consumer_config
+from streams.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+GRAFANA = ROOT / "deploy" / "grafana"
+SETTINGS_ENV = {name for name, _, _ in Settings.describe()}
+DEFAULTS = Settings()
+
+
+def _docs() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is not None:
+                doc["__file__"] = path.name
+                out.append(doc)
+    return out
+
+
+DOCS = _docs()
+
+
+def _one(kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in DOCS if d.get("kind") == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(doc["spec"]["template"]["spec"]["containers"])
+
+
+def _workloads() -> list[dict[str, Any]]:
+    return [d for d in DOCS if d.get("kind") in ("Deployment", "StatefulSet")]
+
+
+def test_every_manifest_parses_and_names_itself() -> None:
+    assert {p.name for p in K8S.glob("*.yaml")} >= {"configmap.yaml", "secret.yaml", "stage.yaml", "worker.yaml",
+                                                    "scaledobject.yaml", "pdb.yaml", "podmonitor.yaml"}
+    for d in DOCS:
+        if d["__file__"] == "prometheus-scrape.yaml":
+            assert d["scrape_configs"][0]["job_name"] == "ttsflow"
+            continue
+        if d.get("kind") == "Kustomization":
+            continue
+        assert d.get("apiVersion") and d.get("kind") and d["metadata"].get("name"), d["__file__"]
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    for res in kust["resources"]:
+        assert (K8S / res).exists(), res
+
+
+def test_configmap_and_secret_hold_only_settings_and_load_cleanly() -> None:
+    cm = _one("ConfigMap", "ttsflow-config")["data"]
+    secret = _one("Secret", "ttsflow-credentials")["stringData"]
+    assert set(cm) <= SETTINGS_ENV, set(cm) - SETTINGS_ENV
+    assert set(secret) <= SETTINGS_ENV, set(secret) - SETTINGS_ENV
+    assert not set(cm) & set(secret)
+    for key in ("TTS_S3_ACCESS_KEY", "TTS_S3_SECRET_KEY"):
+        assert key in secret and key not in cm  # credentials only in the Secret
+    s = load_settings(env={**cm, **secret})
+    assert s.metrics_port == 9108
+
+
+def test_every_container_env_is_a_setting_and_comes_from_the_configmap_and_secret() -> None:
+    for w in _workloads():
+        for c in _containers(w):
+            for e in c.get("env", []):
+                assert e["name"] in SETTINGS_ENV, (w["metadata"]["name"], e["name"])
+            refs = {(k, v["name"]) for src in c.get("envFrom", []) for k, v in src.items()}
+            assert ("configMapRef", "ttsflow-config") in refs, w["metadata"]["name"]
+            if w["metadata"]["name"] in ("ttsflow-stage", "ttsflow-worker"):
+                assert ("secretRef", "ttsflow-credentials") in refs
+
+
+def _probe_paths(source_files: list[Path]) -> set[str]:
+    text = "\n".join(p.read_text() for p in source_files if p.exists())
+    return set(re.findall(r'"(/[a-z]+)"', text))
+
+
+def _check_probes(doc: dict[str, Any], served: set[str]) -> None:
+    port = int(load_settings(env=_one("ConfigMap", "ttsflow-config")["data"]).metrics_port)
+    for c in _containers(doc):
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert ports["metrics"] == port
+        for probe in ("readinessProbe", "livenessProbe"):
+            get = c[probe]["httpGet"]
+            assert get["port"] in ("metrics", port)
+            assert get["path"] in served, (doc["metadata"]["name"], probe, get["path"], served)
+
+
+def test_worker_is_a_statefulset_with_gpu_probes_and_stable_transactional_id() -> None:
+    w = _one("StatefulSet", "ttsflow-worker")
+    assert w["spec"]["podManagementPolicy"] == "Parallel"
+    (c,) = _containers(w)
+    res = c["resources"]
+    assert int(res["limits"]["nvidia.com/gpu"]) >= 1
+    assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["TTS_TRANSACTIONAL_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    served = _probe_paths([ROOT / "streams" / "worker_metrics.py", ROOT / "streams" / "worker.py"])
+    _check_probes(w, served)
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # the grace period outlasts nothing the worker must finish: a transaction times out later
+    assert w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] * 1000 >= DEFAULTS.transaction_timeout_ms
+
+
+def test_stage_probes_are_served_by_the_stage() -> None:
+    sources = [ROOT / "streams" / "stage.py", ROOT / "streams" / "stage_metrics.py"]
+    if not any(p.exists() for p in sources):
+        pytest.skip("streams/stage.py is not in the tree yet")
+    _check_probes(_one("Deployment", "ttsflow-stage"), _probe_paths(sources))
+
+
+def test_lag_exporter_serves_on_the_metrics_port() -> None:
+    d = _one("Deployment", "ttsflow-lag-exporter")
+    (c,) = _containers(d)
+    assert c["args"][:3] == ["ttsflow", "lag", "--serve"]
+    assert int(c["args"][3]) == c["ports"][0]["containerPort"]
+
+
+def test_pdb_selectors_match_pod_labels() -> None:
+    pdbs = [d for d in DOCS if d.get("kind") == "PodDisruptionBudget"]
+    assert {p["metadata"]["name"] for p in pdbs} == {"ttsflow-worker", "ttsflow-stage"}
+    for pdb in pdbs:
+        sel = pdb["spec"]["selector"]["matchLabels"]
+        matched = [w for w in _workloads()
+                   if sel.items() <= w["spec"]["template"]["metadata"]["labels"].items()]
+        assert [w["metadata"]["name"] for w in matched] == [pdb["metadata"]["name"]], pdb["metadata"]["name"]
+        assert sel.items() <= matched[0]["spec"]["selector"]["matchLabels"].items()
+
+
+def test_scaledobject_trigger_agrees_with_settings_and_caps_at_partitions() -> None:
+    so = _one("ScaledObject", "ttsflow-worker")
+    cm = load_settings(env=_one("ConfigMap", "ttsflow-config")["data"])
+    target = so["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("StatefulSet", "ttsflow-worker")
+    (trig,) = so["spec"]["triggers"]
+    assert trig["type"] == "kafka"
+    md = trig["metadata"]
+    assert md["topic"] == cm.topic_segments == DEFAULTS.topic_segments
+    assert md["consumerGroup"] == cm.worker_group == DEFAULTS.worker_group
+    assert md["bootstrapServers"] == cm.bootstrap_servers
+    assert int(md["lagThreshold"]) == cm.lag_threshold == DEFAULTS.lag_threshold
+    assert int(md["activationLagThreshold"]) == cm.activation_lag_threshold == DEFAULTS.activation_lag_threshold
+    # a partition without a committed offset is read from the start by the worker, so KEDA
+    # must count it as its whole log
+    assert md["offsetResetPolicy"] == consumer_config(DEFAULTS, "g")["auto.offset.reset"] == "earliest"
+    assert all(isinstance(v, str) for v in md.values())  # KEDA metadata is a string map
+    if md.get("allowIdleConsumers", "false") == "false":
+        assert so["spec"]["maxReplicaCount"] <= cm.partitions
+    assert so["spec"]["minReplicaCount"] <= so["spec"]["maxReplicaCount"]
+    assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"][
+        "stabilizationWindowSeconds"] >= so["spec"]["pollingInterval"]
+
+
+def test_podmonitor_selects_every_workload_on_the_metrics_port() -> None:
+    pm = _one("PodMonitor", "ttsflow")
+    sel = pm["spec"]["selector"]["matchLabels"]
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    for w in _workloads():
+        assert sel.items() <= w["spec"]["template"]["metadata"]["labels"].items(), w["metadata"]["name"]
+        assert any(p["name"] == "metrics" for c in _containers(w) for p in c["ports"])
+
+
+# --- metric names used in deploy/ exist in the code --------------------------------------------
+
+_METRIC_MODULES = ["streams/worker_metrics.py", "streams/stage_metrics.py", "streams/lag.py"]
+_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
+
+
+def _exported_names() -> set[str]:
+    names: set[str] = set()
+    for rel in _METRIC_MODULES:
+        p = ROOT / rel
+        if p.exists():
+            for base in re.findall(r'"(ttsflow_[a-z0-9_]+)"', p.read_text()):
+                names.update(base + s for s in _SUFFIXES)
+                if base.endswith("_total"):
+                    names.add(base[: -len("_total")] + "_created")
+    return names
+
+
+def _used_names(text: str) -> set[str]:
+    return set(re.findall(r"\bttsflow_[a-z0-9_]+", text))
+
+
+def _dashboard_exprs() -> list[str]:
+    exprs = []
+    for path in GRAFANA.glob("*.json"):
+        dash = json.loads(path.read_text())
+        for panel in dash["panels"]:
+            exprs += [t["expr"] for t in panel.get("targets", [])]
+        for var in dash.get("templating", {}).get("list", []):
+            if var.get("type") == "query":
+                exprs.append(str(var["query"]))
+    return exprs
+
+
+def test_dashboard_covers_the_questions_an_operator_asks() -> None:
+    dash = json.loads((GRAFANA / "ttsflow-dashboard.json").read_text())
+    titles = " | ".join(p["title"].lower() for p in dash["panels"])
+    for word in ("throughput", "lag", "desired vs actual", "batch fill", "latency", "cache hit", "real-time factor",
+                 "errors"):
+        assert word in titles, word
+    exprs = " ".join(_dashboard_exprs())
+    assert "histogram_quantile(0.5" in exprs and "histogram_quantile(0.99" in exprs
+
+
+def test_every_metric_name_in_dashboard_alerts_and_scaledobject_exists_in_code() -> None:
+    exported = _exported_names()
+    assert "ttsflow_worker_e2e_latency_seconds_bucket" in exported and "ttsflow_lag_messages" in exported
+    used: dict[str, set[str]] = {"grafana": set()}
+    for e in _dashboard_exprs():
+        used["grafana"] |= _used_names(e)
+    for name in ("prometheusrule.yaml", "scaledobject.yaml"):
+        used[name] = _used_names((K8S / name).read_text())
+    assert used["grafana"] and used["prometheusrule.yaml"]
+    for where, names in used.items():
+        missing = names - exported
+        assert not missing, f"{where} uses metrics no module exports: {sorted(missing)}"
+
+
+def test_the_name_check_catches_a_typo() -> None:
+    assert "ttsflow_worker_e2e_latency_second_bucket" not in _exported_names()
