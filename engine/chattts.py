@@ -334,7 +334,7 @@ def make_tiny_assets(root: Path | str, *, seed: int = 0, hidden: int = 64, layer
     from ChatTTS.model import DVAE, Embed
     from safetensors.torch import save_file
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-    from transformers import BertTokenizerFast, LlamaConfig, LlamaModel
+    from transformers import BertTokenizerFast, LlamaConfig, LlamaModel  # type: ignore[attr-defined]
     from vocos import Vocos
     from vocos.pretrained import instantiate_class
 

@@ -27,6 +27,8 @@ __all__ = ["BACKENDS", "ModelChoice", "backend_class", "load_engine", "resolve_m
 _BACKENDS: dict[str, tuple[str, str, str]] = {
     "hibari": ("engine.hibari", "HibariBackend", "int8"),
     "piper": ("engine.piper", "PiperBackend", "fp32"),
+    # weights never shipped: the user's asset dir is model_path (TTS_CHATTTS_ASSET_DIR)
+    "chattts": ("engine.chattts", "ChatTTSBackend", "external"),
 }
 BACKENDS: tuple[str, ...] = tuple(_BACKENDS)
 
@@ -64,6 +66,8 @@ def resolve_model(backend: str, precision: str | None, model_path: Path | str | 
     if model_path is not None:
         return ModelChoice(Path(model_path), want)
     shipped = _BACKENDS[backend][2]
+    if shipped == "external":  # the backend itself says which directory is missing
+        return ModelChoice(None, want)
     if want is not None and want != shipped:
         raise ModelLoadError(f"{backend} ships only {shipped}; make a {want} model with "
                              f"`ttsflow model convert --precision {want}` and load it by path or from the model store")
@@ -72,8 +76,13 @@ def resolve_model(backend: str, precision: str | None, model_path: Path | str | 
 
 def load_engine(backend: str = "hibari", *, model_path: Path | str | None = None, precision: str | None = None,
                 providers: str | Any = "auto", threads: int = 0, version: str | None = None,
-                config_path: Path | str | None = None, max_batch: int = 8, warm_up: bool = True) -> Engine:
-    """A loaded, warmed-up engine. Raises ``ModelLoadError`` with a one-line reason."""
+                config_path: Path | str | None = None, max_batch: int = 8, warm_up: bool = True,
+                backend_options: dict[str, Any] | None = None) -> Engine:
+    """A loaded, warmed-up engine. Raises ``ModelLoadError`` with a one-line reason.
+
+    ``backend_options`` are extra keyword arguments for the backend's constructor (chattts:
+    ``speaker``, ``seed``, ``device``, ``max_new_token``).
+    """
     t0 = time.perf_counter()
     cls = backend_class(backend)
     choice = resolve_model(backend, precision, model_path)
@@ -82,6 +91,7 @@ def load_engine(backend: str = "hibari", *, model_path: Path | str | None = None
     cfg = config_path or choice.config_path
     if cfg is not None:
         kwargs["config_path"] = Path(cfg)
+    kwargs.update(backend_options or {})
     be = cls(choice.model_path, **kwargs)  # type: ignore[call-arg]
     engine = Engine(be, max_batch=max_batch)
     if warm_up:
