@@ -76,6 +76,9 @@ class Settings:
     providers: str = _f("auto", "onnxruntime execution providers, comma separated, or auto (TensorRT, CUDA, CPU).")
     threads: int = _f(0, "Engine intra-op threads; 0 means all cores.", lo=0, hi=1024)
     model_dir: str = _f("", "Versioned model store; empty means <home>/models.")
+    chattts_asset_dir: str = _f("", "chattts backend: local dir holding ChatTTS's asset/ (gpt, tokenizer, *.safetensors); weights are CC BY-NC 4.0, never bundled or downloaded.")
+    chattts_speaker: str = _f("", "chattts backend: fixed speaker embedding (the string Chat.sample_random_speaker() prints) or a file holding it; empty draws one from chattts_seed.")
+    chattts_seed: int = _f(0, "chattts backend: sampling seed (and the speaker's, when chattts_speaker is empty).", lo=0, hi=2**31 - 1)
     # --- Scaling (KEDA kafka trigger; ttsflow lag) --------------------------------
     lag_threshold: int = _f(500, "KEDA lagThreshold: segments of worker-group lag per desired replica.", lo=1, hi=10_000_000)
     activation_lag_threshold: int = _f(0, "KEDA activationLagThreshold: lag at or below this scales to minReplicaCount.", lo=0, hi=10_000_000)
