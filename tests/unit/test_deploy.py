@@ -243,3 +243,35 @@ def test_every_metric_name_in_dashboard_alerts_and_scaledobject_exists_in_code()
 
 def test_the_name_check_catches_a_typo() -> None:
     assert "ttsflow_worker_e2e_latency_second_bucket" not in _exported_names()
+
+
+def _promtool_rules(groups: list[dict[str, Any]], tmp_path: Path) -> Any:
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (apt-get install prometheus; .ci/run installs it)")
+    f = tmp_path / "rules.yaml"
+    f.write_text(yaml.safe_dump({"groups": groups}))
+    return subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True, timeout=60)
+
+
+def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
+    rule = _one("PrometheusRule", "ttsflow")
+    res = _promtool_rules(rule["spec"]["groups"], tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
+    """Each panel query, with Grafana's variables filled in, as a recording rule for promtool."""
+    rules = []
+    for i, e in enumerate(_dashboard_exprs()):
+        e = e.replace("$__rate_interval", "5m").replace("$worker_group", "ttsflow-workers")
+        if e.startswith("label_values("):
+            continue  # a Grafana template function, not PromQL
+        rules.append({"record": f"ttsflow:dashboard_check_{i}", "expr": e})
+    res = _promtool_rules([{"name": "dashboard", "rules": rules}], tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    bad = _promtool_rules([{"name": "bad", "rules": [{"record": "x:y", "expr": "sum(rate(ttsflow_x[5m])"}]}], tmp_path)
+    assert bad.returncode != 0
