@@ -275,3 +275,18 @@ def test_request_schema_file_states_the_request_id_rule() -> None:
     schema = json.loads(render("request.v1"))
     props = schema["$defs"]["Request"]["properties"] if "$defs" in schema else schema["properties"]
     assert props["request_id"]["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"
+
+
+def test_asyncapi_documents_every_topic_and_existing_schema_files() -> None:
+    yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")
+    from streams.settings import Settings
+
+    here = Path(__file__).resolve().parents[2] / "schemas"
+    doc = yaml.safe_load((here / "asyncapi.yaml").read_text())
+    s = Settings()
+    assert set(doc["channels"]) == {s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done}
+    refs = {m["payload"]["$ref"] for m in doc["components"]["messages"].values() if "$ref" in m["payload"]}
+    assert refs == {f"./json/{name}.schema.json" for name in SCHEMAS}
+    for ref in refs:
+        assert (here / ref).is_file()
+    assert doc["channels"][s.topic_done]["bindings"]["kafka"]["topicConfiguration"]["cleanup.policy"] == ["compact"]
