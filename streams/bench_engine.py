@@ -57,27 +57,26 @@ def _pct(values: list[float], q: float) -> float:
     return s[k]
 
 
-def _time_batches(engine: Any, batch: int, runs: int) -> dict[str, Any]:
+def _one_batch(engine: Any, texts: list[str]) -> tuple[float, float]:
+    """(wall seconds, audio seconds) of one ``synthesize`` call."""
     from engine.base import Audio, SynthItem
 
-    rtfs: list[float] = []
-    walls: list[float] = []
-    audio_total = 0.0
-    for r in range(runs):
-        texts = [CORPUS[(r * batch + k) % len(CORPUS)] for k in range(batch)]
-        t0 = time.perf_counter()
-        out = engine.synthesize([SynthItem(t, "") for t in texts])
-        dt = time.perf_counter() - t0
-        bad = [o for o in out if not isinstance(o, Audio)]
-        if bad:
-            raise RuntimeError(f"synthesis failed in the benchmark: {bad[0]}")
-        audio = sum(o.duration_s for o in out)
-        rtfs.append(dt / audio)
-        walls.append(dt)
-        audio_total += audio
-    return {"rtf": round(statistics.median(rtfs), 5), "audio_s_per_s": round(audio_total / sum(walls), 2),
+    t0 = time.perf_counter()
+    out = engine.synthesize([SynthItem(t, "") for t in texts])
+    dt = time.perf_counter() - t0
+    bad = [o for o in out if not isinstance(o, Audio)]
+    if bad:
+        raise RuntimeError(f"synthesis failed in the benchmark: {bad[0]}")
+    return dt, sum(o.duration_s for o in out)
+
+
+def _stats(samples: list[tuple[float, float]]) -> dict[str, Any]:
+    walls = [w for w, _ in samples]
+    audio = sum(a for _, a in samples)
+    return {"rtf": round(statistics.median(w / a for w, a in samples), 5),
+            "audio_s_per_s": round(audio / sum(walls), 2),
             "batch_p50_ms": round(statistics.median(walls) * 1e3, 1), "batch_p99_ms": round(_pct(walls, 0.99) * 1e3, 1),
-            "runs": runs, "audio_s": round(audio_total, 2)}
+            "runs": len(samples), "audio_s": round(audio, 2)}
 
 
 def _wer(engine: Any) -> float | None:
@@ -108,39 +107,47 @@ def run(*, backends: list[str], precisions: list[str] | None, batches: list[int]
         if not _installed(backend):
             skipped.append({"backend": backend, "reason": f"not installed (pip install 'ttsflow[{backend}]')"})
             continue
+        versions = {}
         for precision in precisions or list(_PRECISIONS[backend]):
-            label = "shipped" if precision == "shipped" else precision
             prec = _SHIPPED[backend] if precision == "shipped" else precision
             try:
                 t0 = time.perf_counter()
-                mv = store.ensure(backend, prec)
-                prep_s = time.perf_counter() - t0
+                versions[prec] = store.ensure(backend, prec)
+                log(f"# {backend} {versions[prec].version} ready in {time.perf_counter() - t0:.1f} s")
             except Exception as e:  # a precision that cannot be made is reported, not fatal
-                skipped.append({"backend": backend, "precision": label, "reason": f"convert failed: {e}"})
-                continue
-            log(f"# {backend} {mv.version} ({prec}) ready in {prep_s:.1f} s")
-            for n_threads in threads:
+                skipped.append({"backend": backend, "precision": prec, "reason": f"convert failed: {e}"})
+        for n_threads in threads:
+            # All precisions are loaded together and their runs interleaved, so a change in the
+            # machine's load hits every precision alike and the ratios between them hold.
+            engines = {}
+            for prec, mv in versions.items():
                 try:
-                    engine = open_engine(mv, providers=settings.providers, threads=n_threads,
-                                         max_batch=max(batches))
+                    engines[prec] = open_engine(mv, providers=settings.providers, threads=n_threads,
+                                                max_batch=max(batches))
                 except Exception as e:
                     skipped.append({"backend": backend, "precision": prec, "reason": f"load failed: {e}"})
-                    break
-                try:
-                    for batch in batches:
-                        stats = _time_batches(engine, batch, runs)
+            try:
+                for batch in batches:
+                    samples: dict[str, list[tuple[float, float]]] = {p: [] for p in engines}
+                    for r in range(runs):
+                        texts = [CORPUS[(r * batch + k) % len(CORPUS)] for k in range(batch)]
+                        for prec, engine in engines.items():
+                            samples[prec].append(_one_batch(engine, texts))
+                    for prec, engine in engines.items():
                         row = {"backend": backend, "precision": prec, "shipped": prec == _SHIPPED[backend],
-                               "version": mv.version, "batch": batch, "threads": n_threads,
+                               "version": versions[prec].version, "batch": batch, "threads": n_threads,
                                "cold_start_s": round(engine.cold_start_s or 0.0, 3),
-                               "provider": engine.info.provider, **stats}
+                               "provider": engine.info.provider, **_stats(samples[prec])}
                         rows.append(row)
                         log(f"  {backend:6} {prec:4} b={batch:<2} t={n_threads}  rtf={row['rtf']:.4f}  "
                             f"x{row['audio_s_per_s']:>7.1f} realtime  p50={row['batch_p50_ms']:>8.1f} ms  "
                             f"p99={row['batch_p99_ms']:>8.1f} ms  cold={row['cold_start_s']:.2f} s  {row['provider']}")
-                    if wer and n_threads == max(threads):
+                if wer and n_threads == max(threads):
+                    for prec, engine in engines.items():
                         word_error.setdefault(backend, {})[prec] = _wer(engine)
                         log(f"  {backend:6} {prec:4} word error {word_error[backend][prec]}")
-                finally:
+            finally:
+                for engine in engines.values():
                     engine.close()
     result: dict[str, Any] = {
         "bench": "engine",
