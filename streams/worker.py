@@ -190,6 +190,7 @@ class Worker:
         self._gen: dict[int, int] = {}                       # partition -> generation of its in-memory work
         self._last_commit = clock()
         self._in_txn = False
+        self._last_consumer_error = -1e9
         self._cap = 4 * settings.max_batch
         self.cache.on_error = metrics.redis_error
 
@@ -333,10 +334,13 @@ class Worker:
         self._paused = set(want) & self._assigned
 
     def _consumer_error(self, err: Any) -> None:
-        exc = classify(err)
-        if isinstance(exc, FatalError):
-            raise exc
-        _log.warning("event=consumer_error error=%s", err.str())
+        """Errors delivered by poll are informational (the client retries) unless librdkafka says fatal."""
+        if err.fatal():
+            raise classify(err)
+        now = self.clock()
+        if now - self._last_consumer_error >= 5.0:  # e.g. the topic does not exist yet: say so, not 50 times a second
+            self._last_consumer_error = now
+            _log.warning("event=consumer_error code=%s error=%s", err.name(), err.str())
 
     # -- 2) decode and drop ----------------------------------------------------------
     def _admit(self, msg: Any) -> _Seg | None:
@@ -918,14 +922,15 @@ def main(argv: list[str] | None = None) -> int:
     from engine.registry import load_engine
     from streams.worker_metrics import WorkerMetrics
 
-    metrics = WorkerMetrics(settings.metrics_port)
     try:
         engine = load_engine(settings.backend, model_path=None, precision=settings.precision,
                              providers=settings.providers, threads=settings.threads, max_batch=settings.max_batch)
     except ModelLoadError as e:
         print(f"ttsflow worker: {e}", file=sys.stderr)
-        metrics.close()
         return 2
+    _log.info("event=engine_loaded model=%s provider=%s cold_start_s=%.2f", engine.info.name, engine.info.provider,
+              engine.cold_start_s or 0.0)
+    metrics = WorkerMetrics(settings.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
     store = AudioStore(settings.s3_endpoint, settings.s3_bucket, settings.s3_access_key, settings.s3_secret_key,
                        settings.s3_region, settings.s3_prefix)
     cache = AudioCache(settings.redis_url, settings.cache_ttl_s, namespace=cache_namespace(settings))

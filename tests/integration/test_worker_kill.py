@@ -1,0 +1,116 @@
+"""Exactly-once under SIGKILL and rebalance, with `ttsflow worker` subprocesses.
+
+What a user would notice is counted the way confluent-kafka's own tests count: a
+``read_committed`` reader of the completions topic, by request id. Every request must be
+answered exactly once and every answer's audio must exist in S3 with its sha256.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from streams.procs import Supervisor
+from streams.settings import Settings
+from tests.integration.test_worker import SENTENCES, by_request, check_audio, completions, make_segments, publish
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def settings(settings: Settings, unique: str) -> Settings:
+    return settings.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, transaction_timeout_ms=20_000)
+
+
+def _corpus(n: int, tag: str) -> list:
+    """``n`` requests, every fourth one long (three or more segments); no two segments alike,
+    so nothing is a cache hit and the worker is busy long enough to be killed mid-work."""
+    segs = []
+    for i in range(n):
+        picked = [SENTENCES[i % len(SENTENCES)]]
+        if i % 4 == 0:
+            picked = [SENTENCES[(i + k) % len(SENTENCES)] for k in range(3)]
+        text = " ".join(f"{s[:-1]}, number {i}{s[-1]}" for s in picked)
+        segs += make_segments(f"{tag}-{i}", f"user-{i % 7}", text, max_chars=80)
+    return segs
+
+
+def _metric(port: int, name: str) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            body = r.read().decode()
+    except OSError:
+        return 0.0
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _wait(pred, timeout: float, what: str, sup: Supervisor) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not pred():
+        sup.check_alive()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def _check_exactly_once(settings: Settings, n: int, tag: str) -> list:
+    cs = completions(settings, count=n, timeout=120)
+    counts = by_request(cs)
+    lost = {f"{tag}-{i}" for i in range(n)} - set(counts)
+    dups = {k: v for k, v in counts.items() if v > 1}
+    assert not lost and not dups, f"lost={sorted(lost)} duplicated={dups}"
+    assert counts == Counter({f"{tag}-{i}": 1 for i in range(n)})
+    for c in cs:
+        check_audio(settings, c)
+    return cs
+
+
+def test_sigkill_mid_batch_and_restart_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
+    n = 40
+    segs = _corpus(n, "kill")
+    publish(settings, segs)
+    with Supervisor(tmp_path / "logs") as sup:
+        w = sup.worker("w1", settings)
+        sup.wait_ready(w, timeout=90)
+        port = w.metrics_port
+        # kill while it is working: some requests answered, most not, a batch in flight
+        _wait(lambda: _metric(port, "ttsflow_worker_completions_total") >= 5, 120, "first completions", sup)
+        before = _metric(port, "ttsflow_worker_completions_total")
+        assert before < n, "the worker finished before it could be killed; make the corpus bigger"
+        sup.kill("w1", signal.SIGKILL)
+        killed_at = len(completions(settings, timeout=10))
+        sup.restart("w1")  # same transactional.id: fences the dead instance, aborts its open transaction
+        sup.wait_ready(w, timeout=90)
+        _check_exactly_once(settings, n, "kill")
+        log = w.log_path.read_text()
+    print(f"\nkill test: {len(segs)} segments, {n} requests; {killed_at} committed when SIGKILLed; "
+          f"restarted worker answered the rest; done-set loads: {log.count('event=done_set_loaded')}")
+
+
+def test_second_worker_joining_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
+    n = 48
+    publish(settings, _corpus(n, "rebal"))
+    with Supervisor(tmp_path / "logs") as sup:
+        w1 = sup.worker("w1", settings)
+        sup.wait_ready(w1, timeout=90)
+        _wait(lambda: _metric(w1.metrics_port, "ttsflow_worker_completions_total") >= 1, 120, "w1 working", sup)
+        w2 = sup.worker("w2", settings)  # joins: the group rebalances while w1 is mid-batch
+        sup.wait_ready(w2, timeout=90)
+        _wait(lambda: _metric(w2.metrics_port, "ttsflow_worker_assigned_partitions") >= 1, 60, "w2 assigned", sup)
+        cs = _check_exactly_once(settings, n, "rebal")
+        done1 = _metric(w1.metrics_port, "ttsflow_worker_completions_total")
+        done2 = _metric(w2.metrics_port, "ttsflow_worker_completions_total")
+        codes = sup.stop_all()
+    assert done1 + done2 == len(cs) == n
+    assert done2 >= 1, "the second worker never answered anything"
+    assert codes == {"w1": 0, "w2": 0}, codes  # graceful SIGTERM exits cleanly
+    print(f"\nrebalance test: w1 answered {done1:.0f}, w2 answered {done2:.0f} of {n}")
