@@ -39,6 +39,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 __all__ = ["KedaRule", "SimResult", "keda_desired_replicas", "main", "simulate"]
 
@@ -358,7 +359,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="diurnal: a day peaking at --rate-per-hour; burst: 3 h at that rate with 10 min at 10x")
     ap.add_argument("--rate-per-hour", type=float, default=1e6, help="peak (diurnal) or base (burst) requests/hour")
     ap.add_argument("--capacity", type=float, default=50.0,
-                    help="segments/s one worker replica sustains (measure: ttsflow bench pipeline)")
+                    help="segments/s one worker replica sustains (default 50: an assumed GPU replica; "
+                         "measure yours with ttsflow bench engine/pipeline)")
     ap.add_argument("--segments-per-request", type=float, default=3.0, help="mean segments per request")
     ap.add_argument("--partitions", type=int, default=None, help="partitions of tts.segments (default TTS_PARTITIONS)")
     ap.add_argument("--lag-threshold", type=int, default=1000, help="KEDA lagThreshold (segments per replica)")
@@ -374,7 +376,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="seconds a consumed segment stays uncommitted (batch wait + synth + upload + commit)")
     ap.add_argument("--duration-s", type=int, default=0, help="run length (0: a day, or 3 h for burst)")
     ap.add_argument("--sample-s", type=int, default=0, help="sampling period of the printed series")
-    ap.add_argument("--target-delay-s", type=float, default=60.0, help="queueing delay the recommendation aims for")
+    ap.add_argument("--target-delay-s", type=float, default=120.0, help="queueing delay the recommendation aims for")
     return ap
 
 
@@ -430,4 +432,9 @@ def _print_human(res: SimResult, rec: dict[str, object]) -> None:
         print(f"  ({rec['tried']} configurations simulated; "
               "rerun with --capacity from your own measurement)")
     else:
-        print(f"recommendation: target {rec['target_delay_s']} s not reachable by partitions/threshold: {rec.get('hint')}")
+        c: dict[str, Any] = rec["closest"]  # type: ignore[assignment]
+        print(f"recommendation: no configuration tried keeps the worst queueing delay under "
+              f"{rec['target_delay_s']:.0f} s; closest: partitions={c['partitions']} "
+              f"lagThreshold={c['lag_threshold']} minReplicaCount={c['min_replicas']} -> worst "
+              f"{c['worst_queue_delay_s']:.0f} s, p99 {c['p99_queue_delay_s']:.0f} s, {c['replica_hours']} replica-hours. "
+              f"{rec['hint']}")
