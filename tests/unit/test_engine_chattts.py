@@ -19,12 +19,12 @@ import pytest
 pytest.importorskip("torch", reason="the chattts extra is not installed (pip install 'ttsflow[chattts]')")
 pytest.importorskip("ChatTTS", reason="the chattts extra is not installed (pip install 'ttsflow[chattts]')")
 
-import torch  # noqa: E402
+import torch
 
-from engine.base import Audio, Failure, Prepared, SynthItem  # noqa: E402
-from engine.chattts import TINY_CONFIG_FILE, ChatTTSBackend, make_tiny_assets  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.errors import BackendError, ModelLoadError  # noqa: E402
+from engine.base import Audio, Failure, Prepared, SynthItem
+from engine.chattts import TINY_CONFIG_FILE, ChatTTSBackend, make_tiny_assets
+from engine.engine import Engine
+from engine.errors import BackendError, ModelLoadError
 
 MAX_TOKENS = 24  # a random model never says its end token reliably: cap it
 TEXTS = ["Hello world.", "A b", "This is a longer sentence, with a comma in it.", "x y z"]
