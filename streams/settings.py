@@ -48,6 +48,8 @@ class Settings:
     partitions: int = _f(4, "Partitions of every ttsflow topic created by the stack; caps worker parallelism.", lo=1, hi=10_000)
     replication_factor: int = _f(1, "Replication factor of created topics (1 on the local single-node stack).", lo=1, hi=16)
     stage_app_id: str = _f("ttsflow-stage", "faust app id of the stage: its consumer group and table changelog prefix.")
+    stage_guarantee: str = _f("exactly_once", "faust processing guarantee of the stage (see streams/stage.py for what each gives).",
+                              choices=("exactly_once", "at_least_once"))
     worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
     transactional_id: str = _f("", "Stable transactional.id of this worker; empty means ttsflow-worker-<hostname>.")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
@@ -76,6 +78,7 @@ class Settings:
     providers: str = _f("auto", "onnxruntime execution providers, comma separated, or auto (TensorRT, CUDA, CPU).")
     threads: int = _f(0, "Engine intra-op threads; 0 means all cores.", lo=0, hi=1024)
     model_dir: str = _f("", "Versioned model store; empty means <home>/models.")
+    model_version: str = _f("", "Model version the stage writes into segment hashes and events; the worker keys audio by its own loaded model too.")
     chattts_asset_dir: str = _f("", "chattts backend: local dir holding ChatTTS's asset/ (gpt, tokenizer, *.safetensors); weights are CC BY-NC 4.0, never bundled or downloaded.")
     chattts_speaker: str = _f("", "chattts backend: fixed speaker embedding (the string Chat.sample_random_speaker() prints) or a file holding it; empty draws one from chattts_seed.")
     chattts_seed: int = _f(0, "chattts backend: sampling seed (and the speaker's, when chattts_speaker is empty).", lo=0, hi=2**31 - 1)
