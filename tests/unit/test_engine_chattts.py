@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="the chattts extra is not installed (pip install 'ttsflow[chattts]')")
-pytest.importorskip("ChatTTS", reason="the chattts extra is not installed (pip install 'ttsflow[chattts]')")
+pytest.importorskip("torch", reason="the chattts extra is not installed (pip install 'ttsflow[chattts]')", exc_type=ImportError)
+pytest.importorskip("ChatTTS", reason="the chattts extra is not installed (pip install 'ttsflow[chattts]')", exc_type=ImportError)
 
 import torch
 
