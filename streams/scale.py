@@ -330,7 +330,7 @@ def recommend(p: SimParams, *, target_delay_s: float, headroom: float = 1.25) ->
                     "partitions": partitions, "lag_threshold": threshold, "min_replicas": floor,
                     "worst_queue_delay_s": r.worst_queue_delay_s, "p99_queue_delay_s": r.p99_queue_delay_s,
                     "max_replicas": r.max_replicas, "replica_hours": r.replica_hours,
-                    "met": r.worst_queue_delay_s <= target_delay_s and not r.delay_unbounded}
+                    "met": r.worst_queue_delay_s <= target_delay_s}
                 tried.append(row)
                 if row["met"] and (best is None or r.replica_hours < best["replica_hours"]):  # type: ignore[operator]
                     best = row
