@@ -83,7 +83,9 @@ def bench(assets: Path, *, device: str, precisions: list[str], batches: list[int
             f"cold start {engine.cold_start_s:.2f} s")
         try:
             for batch in batches:
-                rtfs, walls, audio_total, capped = [], [], 0.0, 0
+                rtfs: list[float] = []
+                walls: list[float] = []
+                audio_total, capped = 0.0, 0
                 calls0 = be.generate_calls  # type: ignore[attr-defined]
                 for r in range(runs):
                     texts = [CORPUS[(r * batch + k) % len(CORPUS)] for k in range(batch)]
@@ -98,7 +100,8 @@ def bench(assets: Path, *, device: str, precisions: list[str], batches: list[int
                     if bad:
                         raise RuntimeError(f"synthesis failed: {bad[0]}")
                     audio = sum(o.duration_s for o in out)  # type: ignore[union-attr]
-                    capped += sum(o.duration_s >= (max_new_token - 1) * 512 / 24_000 for o in out)  # type: ignore[union-attr]
+                    cap_s = (max_new_token - 1) * 512 / 24_000
+                    capped += sum(1 for o in out if isinstance(o, Audio) and o.duration_s >= cap_s)
                     rtfs.append(dt / audio)
                     walls.append(dt)
                     audio_total += audio
@@ -121,9 +124,9 @@ def bench(assets: Path, *, device: str, precisions: list[str], batches: list[int
             del engine, be
     speedup = {}
     base = {r["batch"]: r["rtf"] for r in rows if r["precision"] == "fp32"}
-    for r in rows:
-        if r["precision"] == "fp16" and r["batch"] in base:
-            speedup[f"fp16/b{r['batch']}"] = round(base[r["batch"]] / r["rtf"], 3)
+    for row in rows:
+        if row["precision"] == "fp16" and row["batch"] in base:
+            speedup[f"fp16/b{row['batch']}"] = round(base[row["batch"]] / row["rtf"], 3)
     import torch as _t
 
     return {"bench": "chattts", "torch": _t.__version__, "cuda": _t.version.cuda,
