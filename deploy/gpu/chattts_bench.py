@@ -99,7 +99,7 @@ def bench(assets: Path, *, device: str, precisions: list[str], batches: list[int
                     bad = [o for o in out if not isinstance(o, Audio)]
                     if bad:
                         raise RuntimeError(f"synthesis failed: {bad[0]}")
-                    audio = sum(o.duration_s for o in out)  # type: ignore[union-attr]
+                    audio = sum(o.duration_s for o in out if isinstance(o, Audio))
                     cap_s = (max_new_token - 1) * 512 / 24_000
                     capped += sum(1 for o in out if isinstance(o, Audio) and o.duration_s >= cap_s)
                     rtfs.append(dt / audio)
