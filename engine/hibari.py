@@ -57,7 +57,10 @@ class HibariBackend(Backend):
     default_voice = VOICE
 
     def __init__(self, model_path: Path | None = None, *, providers: Sequence[str] | str | None = None,
-                 threads: int = 0, precision: str | None = None, version: str | None = None) -> None:
+                 threads: int = 0, precision: str | None = None, version: str | None = None,
+                 config_path: Path | None = None) -> None:
+        # config_path is accepted for a uniform constructor; hibari's vocabulary ships in its package.
+        del config_path
         try:
             import hibari
             from hibari import dsp

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,3 +95,21 @@ def test_registry_refuses_unknown_backends_and_missing_precisions() -> None:
     assert resolve_model("piper", "auto", None).precision == "fp32"
     with pytest.raises(ModelLoadError, match="not found"):
         load_engine("hibari", model_path="/nonexistent/model.onnx")
+
+
+def test_session_reports_the_provider_that_really_runs(caplog: pytest.LogCaptureFixture) -> None:
+    """Asking for a provider this build lacks still loads, and says it runs on CPU."""
+    import onnxruntime as ort
+
+    from engine.hibari import HibariBackend
+
+    wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    with caplog.at_level(logging.INFO, logger="ttsflow.engine"):
+        be = HibariBackend(providers=wanted, threads=1)
+    actual = be._session.get_providers()[0]
+    assert be.info.provider == actual
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        assert actual == "CPUExecutionProvider"
+        assert any("provider_unavailable" in r.message for r in caplog.records)
+    assert any(f"provider={actual}" in r.message for r in caplog.records if "session_ready" in r.message)
+    be.close()
