@@ -42,7 +42,7 @@ from typing import Any
 from streams.scale import KedaRule, keda_desired_replicas, partition_lag
 from streams.settings import Settings, load_settings
 
-__all__ = ["GroupLag", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "main"]
+__all__ = ["GroupLag", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "main", "serve"]
 
 STATUSES = ("OK", "WARN", "REWIND", "STALL", "STOP")  # ascending severity
 
@@ -319,7 +319,7 @@ def main(argv: list[str]) -> int:
                 name, _, topic = g.partition(":")
                 groups.append((name, topic or settings.topic_segments))
         if a.serve is not None:
-            return _serve(reader, groups, port=a.serve, interval=a.interval)
+            return serve(reader, groups, port=a.serve, interval=a.interval)
         result: list[GroupLag] = []
         for i in range(max(a.samples, 1)):
             if i:
@@ -333,13 +333,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _serve(reader: LagReader, groups: Sequence[tuple[str, str]], *, port: int, interval: float) -> int:
+def serve(reader: LagReader, groups: Sequence[tuple[str, str]], *, port: int, interval: float,
+          stop: threading.Event | None = None, exporter: LagExporter | None = None) -> int:
+    """Sample ``groups`` every ``interval`` s into gauges served on ``port`` until ``stop`` is set."""
     from prometheus_client import start_http_server
 
-    exp = LagExporter()
+    exp = exporter or LagExporter()
     server, thread = start_http_server(port, registry=exp.registry)
-    print(f"ttsflow lag: serving ttsflow_lag_* on :{port}/metrics every {interval:g} s", file=sys.stderr)
-    stop = threading.Event()
+    print(f"ttsflow lag: serving ttsflow_lag_* on :{server.server_address[1]}/metrics every {interval:g} s",
+          file=sys.stderr)
+    stop = stop or threading.Event()
     try:
         while not stop.is_set():
             try:

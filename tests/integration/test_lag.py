@@ -143,3 +143,40 @@ def test_live_consumer_that_does_not_commit_is_stalled(settings: Settings) -> No
     assert last.members == 1
     assert last.total_lag == 9
     assert last.status == "STALL"
+
+
+def test_serve_exports_the_same_figures_over_http(settings: Settings) -> None:
+    import threading
+    import time
+    import urllib.request
+
+    from streams.lag import serve
+    from streams.procs import free_port
+
+    group = settings.worker_group
+    _load_group(settings, group)
+    port = free_port()
+    stop = threading.Event()
+    with LagReader(settings) as reader:
+        expected = reader.read(group, settings.topic_segments)
+        t = threading.Thread(target=serve, args=(reader, [(group, settings.topic_segments)]),
+                             kwargs={"port": port, "interval": 0.5, "stop": stop}, daemon=True)
+        t.start()
+        try:
+            want = f'ttsflow_lag_total_messages{{group="{group}"}} {float(expected.total_lag)}'
+            deadline = time.monotonic() + 30
+            body = ""
+            while time.monotonic() < deadline and want not in body:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                        body = r.read().decode()
+                except OSError:
+                    pass
+                stop.wait(0.2)
+            assert want in body, body[-2000:]
+            assert f'ttsflow_lag_desired_replicas{{group="{group}"}} {float(expected.desired_replicas)}' in body
+            assert f'ttsflow_lag_status{{group="{group}",status="STOP"}} 1.0' in body
+        finally:
+            stop.set()
+            t.join(10)
+    assert not t.is_alive()
