@@ -196,6 +196,19 @@ class ModelManager:
         with self.lease() as engine:
             return engine.synthesize(items)
 
+    def __getattr__(self, name: str) -> Any:
+        """Everything else of ``Engine`` (``info``, ``prepare_many``, ``infer_batch``...) from the
+        serving engine, so a worker can take the manager where it took an engine.
+
+        A worker that calls the phases separately must swap only between batches: call
+        ``maybe_reload()`` on its loop thread (as the SIGHUP flag does), not ``reload()``
+        from another thread, or one batch could be prepared by one model and inferred by
+        the next.
+        """
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
     # -- loading ------------------------------------------------------------------------
     def _load(self, mv: ModelVersion) -> tuple[Engine | None, ReloadResult]:
         """Verify, load, warm up and health-check ``mv``; never raises for a bad model."""

@@ -204,3 +204,18 @@ def test_health_check_rules() -> None:
     assert not short.ok and "implausible duration" in short.reason
     long = health_check(_FakeEngine(16000, 0.3))
     assert not long.ok and "implausible duration" in long.reason
+
+
+def test_the_manager_stands_in_for_an_engine(store: ModelStore, manager: ModelManager) -> None:
+    """A worker written against ``Engine`` (phases, info) can take the manager unchanged."""
+    assert manager.info.version == manager.version.version
+    assert manager.sample_rate == 24000
+    prepared = manager.prepare_many(ITEM)
+    raw = manager.infer_batch(prepared)
+    (audio,) = manager.postprocess_many(raw, prepared)
+    assert isinstance(audio, Audio) and len(audio.samples) > 0
+    fp32, _ = store.convert("hibari", "fp32")
+    store.use("hibari", fp32.version)
+    manager.request_reload()
+    assert manager.maybe_reload().swapped  # type: ignore[union-attr]
+    assert manager.info.precision == "fp32"
