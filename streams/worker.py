@@ -151,7 +151,7 @@ class Worker:
     """One worker process's state and loop. Used from one thread (the loop's)."""
 
     def __init__(self, settings: Settings, engine: Engine, store: AudioStore, cache: AudioCache, metrics: Any,
-                 *, consumer: Any = None, producer: Any = None, overlap: bool = True,
+                 *, consumer: Any = None, producer: Any = None, reader: Any = None, overlap: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         from confluent_kafka import Consumer, Producer
 
@@ -175,7 +175,7 @@ class Worker:
         self._consumer = consumer or Consumer(consumer_config(
             settings, settings.worker_group, **{"client.id": settings.effective_transactional_id}))
         self._producer = producer or Producer(transactional_config(settings))
-        self._reader = Consumer(reader_config(settings, **{"enable.partition.eof": True}))
+        self._reader = reader or Consumer(reader_config(settings, **{"enable.partition.eof": True}))
         self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
         self._io = ThreadPoolExecutor(4, thread_name_prefix="s3")
         self._assigned: set[int] = set()

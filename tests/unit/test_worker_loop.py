@@ -1,0 +1,507 @@
+"""The worker loop's exactly-once bookkeeping, with in-memory fakes of Kafka, S3 and Redis.
+
+The fakes keep a log per partition, a consumer position, committed offsets and a
+transactional producer whose records become visible only on commit; that is all the
+loop's guarantees depend on. The real-stack versions of these checks (kills, rebalance,
+S3 down) are in tests/integration/test_worker*.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent import futures
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from engine.base import Backend, ModelInfo, Prepared, SynthItem
+from engine.engine import Engine
+from engine.errors import ItemError
+from schemas import Segment, decode_completion, encode, request_hash, segment_hash
+from storage.errors import ObjectMissing, S3Unavailable
+from storage.s3 import content_key
+from streams.errors import FatalError
+from streams.settings import Settings
+from streams.worker import Worker
+from streams.worker_metrics import WorkerMetrics
+
+SEG, DONE, COMPLETED = "segs", "done", "completed"
+
+
+# -- fakes --------------------------------------------------------------------------------
+
+class Msg:
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+
+class Broker:
+    """Logs per (topic, partition), committed group offsets."""
+
+    def __init__(self, partitions: int = 2) -> None:
+        self.partitions = partitions
+        self.logs: dict[tuple[str, int], list[Msg]] = {}
+        self.committed: dict[int, int] = {}
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+        log = self.logs.setdefault((topic, partition), [])
+        log.append(Msg(topic, partition, len(log), key, value))
+
+    def read(self, topic: str) -> list[Msg]:
+        return [m for (t, _), log in sorted(self.logs.items()) if t == topic for m in log]
+
+
+class FakeConsumer:
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+        self.pos: dict[int, int] = {}
+        self.paused: set[int] = set()
+        self.cb: dict[str, Any] = {}
+        self.assigned: list[int] = []
+        self.seeks: list[tuple[int, int]] = []
+
+    def subscribe(self, topics: list[str], **cb: Any) -> None:
+        self.cb = cb
+
+    def assign_now(self, worker: Worker, parts: Sequence[int]) -> None:
+        self.assigned = list(parts)
+        for p in parts:
+            self.pos[p] = self.b.committed.get(p, 0)
+        worker._on_assign(self, [TopicPartition(SEG, p) for p in parts])
+
+    def consume(self, n: int, timeout: float) -> list[Msg]:
+        out: list[Msg] = []
+        for p in self.assigned:
+            if p in self.paused:
+                continue
+            log = self.b.logs.get((SEG, p), [])
+            while self.pos[p] < len(log) and len(out) < n:
+                out.append(log[self.pos[p]])
+                self.pos[p] += 1
+        return out
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused |= {tp.partition for tp in tps}
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused -= {tp.partition for tp in tps}
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.b.committed.get(tp.partition, -1001)) for tp in tps]
+
+    def seek(self, tp: TopicPartition) -> None:
+        off = tp.offset if tp.offset >= 0 else 0
+        self.pos[tp.partition] = off
+        self.seeks.append((tp.partition, off))
+
+    def consumer_group_metadata(self) -> str:
+        return "group-metadata"
+
+    def close(self) -> None:
+        pass
+
+
+class FakeReader:
+    """The done-topic reader: nothing to read (the tests preload the broker's done log directly)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+        self._queue: list[Any] = []
+
+    def offsets_for_times(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, 0 if self.b.logs.get((DONE, tp.partition)) else -1)
+                for tp in tps]
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        class Eof:
+            def __init__(self, p: int) -> None:
+                self.p = p
+
+            def error(self) -> Any:
+                return KafkaError(KafkaError._PARTITION_EOF)
+
+            def partition(self) -> int:
+                return self.p
+
+        self._queue = [m for tp in tps for m in self.b.logs.get((DONE, tp.partition), [])]
+        self._queue += [Eof(tp.partition) for tp in tps]
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        out, self._queue = self._queue[:n], self._queue[n:]
+        return out
+
+    def unassign(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FakeProducer:
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+        self.buf: list[tuple[str, int, bytes, bytes]] = []
+        self.offsets: dict[int, int] = {}
+        self.fail_commit: list[KafkaException] = []
+        self.calls: list[str] = []
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+        self.buf, self.offsets = [], {}
+
+    def produce(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:
+        if partition is None:
+            partition = int(hashlib.md5(key).hexdigest(), 16) % self.b.partitions
+        self.buf.append((topic, partition, key, value))
+
+    def send_offsets_to_transaction(self, tps: list[TopicPartition], meta: Any, timeout: float) -> None:
+        assert meta == "group-metadata"
+        self.offsets = {tp.partition: tp.offset for tp in tps}
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        if self.fail_commit:
+            raise self.fail_commit.pop(0)
+        for topic, p, k, v in self.buf:
+            self.b.append(topic, p, k, v)
+        for p, off in self.offsets.items():
+            assert off >= self.b.committed.get(p, 0), "committed offsets went backwards"
+            self.b.committed[p] = off
+        self.buf, self.offsets = [], {}
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+        self.buf, self.offsets = [], {}
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+class FakeStore:
+    bucket = "bucket"
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.down = False
+        self.puts = 0
+
+    def key(self, kind: str, digest: str, ext: str) -> str:
+        return content_key("a/", kind, digest, ext)
+
+    def uri(self, key: str) -> str:
+        return f"s3://bucket/{key}"
+
+    def _check(self) -> None:
+        if self.down:
+            raise S3Unavailable("connection refused")
+
+    def put(self, key: str, data: bytes, content_type: str = "") -> str:
+        self._check()
+        self.puts += 1
+        self.objects[key] = data
+        return hashlib.sha256(data).hexdigest()
+
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "") -> tuple[str, int]:
+        self._check()
+        if key in self.objects:
+            return hashlib.sha256(self.objects[key]).hexdigest(), len(self.objects[key])
+        return self.put(key, data), len(data)
+
+    def get(self, key: str) -> bytes:
+        self._check()
+        if key not in self.objects:
+            raise ObjectMissing(key)
+        return self.objects[key]
+
+    def head(self, key: str) -> dict[str, Any] | None:
+        self._check()
+        return {"bytes": len(self.objects[key])} if key in self.objects else None
+
+    def ping(self) -> None:
+        self._check()
+
+
+class FakeCache:
+    def __init__(self) -> None:
+        self.d: dict[str, str] = {}
+        self.on_error: Any = None
+
+    def get(self, digest: str) -> str | None:
+        return self.d.get(digest)
+
+    def set(self, digest: str, key: str) -> bool:
+        self.d[digest] = key
+        return True
+
+    def delete(self, digest: str) -> None:
+        self.d.pop(digest, None)
+
+
+class ToneBackend(Backend):
+    """A deterministic 'voice': one short tone per item; text containing FAIL is unspeakable."""
+
+    info = ModelInfo("tone", "1", "fp32", "CPUExecutionProvider")
+    sample_rate = 8000
+    voices = ("heart",)
+    default_voice = "heart"
+
+    def __init__(self) -> None:
+        self.inferred: list[str] = []
+
+    def prepare(self, item: SynthItem) -> Prepared:
+        if "FAIL" in item.text:
+            raise ItemError("cannot speak this")
+        return Prepared(item, len(item.text), len(item.text))
+
+    def infer(self, batch: Sequence[Prepared]) -> list[Any]:
+        self.inferred += [p.item.text for p in batch]
+        return [p.payload for p in batch]
+
+    def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
+        t = np.arange(800 + 10 * int(raw)) / self.sample_rate
+        return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+# -- harness ------------------------------------------------------------------------------
+
+def segments(rid: str, user: str, texts: list[str]) -> list[Segment]:
+    hashes = [segment_hash(t, voice="heart", model="tone", model_version="1", speed=1.0, sample_rate=None,
+                           format="wav") for t in texts]
+    now = datetime.now(UTC)
+    return [Segment(request_id=rid, user_id=user, seq=i, total=len(texts), text=t, hash=h,
+                    request_hash=request_hash(hashes, format="wav"), voice="heart", created_at=now,
+                    parts=hashes if i == len(texts) - 1 else None) for i, (t, h) in enumerate(zip(texts, hashes,
+                                                                                                     strict=True))]
+
+
+class Rig:
+    def __init__(self, partitions: int = 2, max_batch: int = 4) -> None:
+        self.broker = Broker(partitions)
+        self.store = FakeStore()
+        self.cache = FakeCache()
+        self.backend = ToneBackend()
+        self.settings = Settings(topic_segments=SEG, topic_done=DONE, topic_completed=COMPLETED,
+                                 max_batch=max_batch, max_wait_ms=0, metrics_port=0)
+        self.metrics = WorkerMetrics(0)
+        self.now = 1000.0
+        self.new_worker()
+
+    def new_worker(self) -> Worker:
+        """A fresh worker process on the same broker/store (a restart)."""
+        self.consumer = FakeConsumer(self.broker)
+        self.producer = FakeProducer(self.broker)
+        self.worker = Worker(self.settings, Engine(self.backend, max_batch=self.settings.max_batch), self.store,
+                             self.cache, self.metrics, consumer=self.consumer, producer=self.producer,
+                             reader=FakeReader(self.broker), overlap=False, clock=lambda: self.now)
+        self.consumer.assign_now(self.worker, range(self.broker.partitions))
+        return self.worker
+
+    def publish(self, partition: int, segs: list[Segment]) -> None:
+        for s in segs:
+            self.broker.append(SEG, partition, s.user_id.encode(), encode(s))
+
+    def run(self, steps: int = 30) -> None:
+        for _ in range(steps):
+            self.now += 0.1  # offsets-only commits happen at most every 0.25 s of this clock
+            self.worker.run_once()
+            # joins and uploads run on the worker's pool: let them finish before the next turn
+            futures.wait([f for _, f in self.worker._final_futs] + [f for _, f in self.worker._post_futs], 10)
+
+    def completions(self) -> list[Any]:
+        return [decode_completion(m.value()) for m in self.broker.read(COMPLETED)]
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+@pytest.fixture
+def rig() -> Any:
+    r = Rig()
+    yield r
+    r.close()
+
+
+# -- tests --------------------------------------------------------------------------------
+
+def test_every_request_answered_once_offsets_committed_past_everything(rig: Rig) -> None:
+    rig.publish(0, segments("a", "u1", ["Hello there.", "How are you?", "Fine."]))
+    rig.publish(1, segments("b", "u2", ["Short one."]))
+    rig.publish(0, segments("c", "u1", ["Another request."]))
+    rig.run()
+    cs = rig.completions()
+    assert Counter(c.request_id for c in cs) == Counter({"a": 1, "b": 1, "c": 1})
+    assert all(c.status == "ok" and c.audio is not None for c in cs)
+    a = next(c for c in cs if c.request_id == "a")
+    assert a.segments == 3 and a.audio.key in rig.store.objects  # type: ignore[union-attr]
+    assert a.audio.sha256 == hashlib.sha256(rig.store.objects[a.audio.key]).hexdigest()  # type: ignore[union-attr]
+    assert rig.broker.committed == {0: 4, 1: 1}
+    done = rig.broker.read(DONE)
+    assert {(m.partition(), m.key()) for m in done} == {(0, b"a"), (1, b"b"), (0, b"c")}
+
+
+def test_offset_waits_for_the_last_segment_of_an_unfinished_request(rig: Rig) -> None:
+    segs = segments("long", "u1", ["One.", "Two.", "Three."])
+    rig.publish(0, segs[:2])  # the last segment has not arrived yet
+    rig.run()
+    assert rig.completions() == []
+    assert rig.broker.committed.get(0) == 2  # parts 0 and 1 are in S3: done, committable
+    rig.publish(0, segs[2:])
+    rig.run()
+    assert [c.request_id for c in rig.completions()] == ["long"]
+    assert rig.broker.committed[0] == 3
+
+
+def test_restart_mid_request_rebuilds_from_s3_parts(rig: Rig) -> None:
+    segs = segments("r", "u1", ["Part one.", "Part two.", "Part three."])
+    rig.publish(0, segs[:2])
+    rig.run()
+    rig.close()
+    rig.cache.d.clear()  # and the cache lost everything: parts come from S3 by their keys
+    rig.new_worker()
+    rig.publish(0, segs[2:])
+    rig.run()
+    cs = rig.completions()
+    assert [c.request_id for c in cs] == ["r"] and cs[0].status == "ok" and cs[0].segments == 3
+    assert rig.backend.inferred.count("Part one.") == 1  # not synthesized again
+
+
+def test_engine_failure_fails_only_its_request(rig: Rig) -> None:
+    rig.publish(0, segments("ok1", "u1", ["Fine text."]))
+    rig.publish(0, segments("bad", "u1", ["This will FAIL.", "And this is fine."]))
+    rig.publish(0, segments("ok2", "u1", ["More fine text."]))
+    rig.run()
+    got = {c.request_id: c for c in rig.completions()}
+    assert Counter(c.request_id for c in rig.completions()) == Counter({"ok1": 1, "bad": 1, "ok2": 1})
+    assert got["ok1"].status == got["ok2"].status == "ok"
+    assert got["bad"].status == "failed" and got["bad"].error.code == "synthesis_failed"  # type: ignore[union-attr]
+    assert rig.broker.committed[0] == 4
+
+
+def test_duplicates_and_done_requests_are_dropped(rig: Rig) -> None:
+    segs = segments("d", "u1", ["First.", "Second."])
+    rig.publish(0, segs + segs)  # re-emitted while the original is in flight
+    rig.run()
+    rig.publish(0, segs)  # re-emitted after the completion
+    rig.run()
+    assert [c.request_id for c in rig.completions()] == ["d"]
+    assert rig.broker.committed[0] == 6
+    # a restarted worker reads the done topic and drops a later re-emit too
+    rig.close()
+    rig.new_worker()
+    rig.publish(0, segs)
+    rig.run()
+    assert [c.request_id for c in rig.completions()] == ["d"]
+    assert rig.broker.committed[0] == 8
+
+
+def test_abortable_commit_error_aborts_rewinds_and_answers_once(rig: Rig) -> None:
+    rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._STATE, "boom", txn_requires_abort=True))]
+    rig.publish(0, segments("x", "u1", ["Abort me once."]))
+    rig.publish(1, segments("y", "u2", ["Me too."]))
+    rig.run()
+    assert "abort" in rig.producer.calls
+    assert (0, 0) in rig.consumer.seeks  # rewound to the committed (none: the start)
+    assert Counter(c.request_id for c in rig.completions()) == Counter({"x": 1, "y": 1})
+    assert rig.metrics.value("ttsflow_worker_transaction_aborts_total") == 1
+
+
+def test_commit_timeout_is_retried_not_aborted(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streams.worker._backoff", lambda attempt: 0.0)
+    rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._TIMED_OUT, "slow", retriable=True))]
+    rig.publish(0, segments("t", "u1", ["Slow commit."]))
+    rig.run()
+    assert "abort" not in rig.producer.calls
+    assert rig.producer.calls.count("commit") == 2
+    assert [c.request_id for c in rig.completions()] == ["t"]
+
+
+def test_fenced_producer_is_fatal(rig: Rig) -> None:
+    rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))]
+    rig.publish(0, segments("f", "u1", ["Fenced."]))
+    with pytest.raises(FatalError):
+        rig.run()
+    assert rig.completions() == []
+
+
+def test_s3_down_commits_nothing_and_recovers(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streams.worker._backoff", lambda attempt: 0.0)
+    rig.store.down = True
+    rig.publish(0, segments("s", "u1", ["Stored later.", "Second part."]))
+    calls = {"n": 0}
+    real_ping = rig.store.ping
+
+    def ping() -> None:  # S3 comes back after two failed probes
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            rig.store.down = False
+        real_ping()
+
+    monkeypatch.setattr(rig.store, "ping", ping)
+    rig.worker.run_once()
+    rig.worker.run_once()
+    assert rig.completions() == [] and rig.broker.committed == {}
+    rig.run()
+    assert [c.request_id for c in rig.completions()] == ["s"]
+    assert rig.broker.committed[0] == 2
+    assert rig.metrics.value("ttsflow_worker_s3_errors_total") >= 2
+
+
+def test_undecodable_segments_answered_or_skipped(rig: Rig) -> None:
+    rig.broker.append(SEG, 0, b"u1", b'{"request_id": "broken", "text": 5}')
+    rig.broker.append(SEG, 0, b"u1", b"\x00garbage")
+    rig.publish(0, segments("fine", "u1", ["Fine."]))
+    rig.run()
+    got = {c.request_id: c for c in rig.completions()}
+    assert set(got) == {"broken", "fine"}
+    assert got["broken"].status == "failed" and got["broken"].user_id == "u1"
+    assert rig.broker.committed[0] == 3
+
+
+def test_repeated_text_is_served_from_cache(rig: Rig) -> None:
+    rig.publish(0, segments("one", "u1", ["Same words."]))
+    rig.run()
+    rig.publish(1, segments("two", "u2", ["Same words."]))
+    rig.run()
+    got = {c.request_id: c for c in rig.completions()}
+    assert got["two"].cached_segments == 1 and rig.backend.inferred.count("Same words.") == 1
+    assert got["one"].audio.sha256 == got["two"].audio.sha256  # type: ignore[union-attr]
+
+
+def test_revoke_commits_finished_work_and_forgets_the_rest(rig: Rig) -> None:
+    rig.publish(0, segments("p0", "u1", ["Zero."]))
+    rig.publish(1, segments("p1", "u2", ["One.", "Two."])[:1])  # unfinished request in partition 1
+    rig.run()
+    rig.worker._on_revoke(rig.consumer, [TopicPartition(SEG, 1)])
+    assert 1 not in rig.worker._assigned
+    assert not any(k[0] == 1 for k in rig.worker._requests)
+    assert rig.broker.committed[1] == 1  # its done part was committed before letting go
+    assert [c.request_id for c in rig.completions()] == ["p0"]
