@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -122,8 +123,10 @@ class PiperBackend(Backend):
                 if phonemes:
                     phonemes.append(" ")
                 phonemes.extend(s)
-        if not any(p.strip() and p not in ",.;:!?" for p in phonemes):
-            raise ItemError("nothing speakable in the text")
+        if not any(p.strip() for p in phonemes):
+            if not all(unicodedata.category(c)[0] in "PZ" for c in item.text):
+                raise ItemError("nothing speakable in the text")
+            phonemes = ["."]  # punctuation alone ("...") is a short pause, as in hibari, not an error
         ids = np.asarray(self._voice.phonemes_to_ids(phonemes), np.int64)
         if len(ids) > MAX_IDS:
             raise ItemError(f"text too long for one piper item ({len(ids)} phoneme ids > {MAX_IDS}); split it")

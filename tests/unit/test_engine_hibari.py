@@ -87,3 +87,9 @@ def test_split_phases_match_synthesize(engine: Engine) -> None:
             out[i] = r
     for a, b in zip(out, engine.synthesize(items), strict=True):
         assert np.array_equal(_audio(a).samples, _audio(b).samples)
+
+
+def test_punctuation_alone_is_a_short_pause_and_unspeakable_text_fails(engine: Engine) -> None:
+    pause, chinese = engine.synthesize([SynthItem("...", "heart"), SynthItem("你好世界", "heart")])
+    assert _audio(pause).duration_s < 0.6
+    assert isinstance(chinese, Failure) and "nothing speakable" in chinese.message

@@ -84,7 +84,7 @@ def test_mixed_speeds_and_buckets_in_one_call(engine: Engine) -> None:
 
 
 def test_a_bad_item_does_not_fail_its_batch(engine: Engine) -> None:
-    out = engine.synthesize([SynthItem(SAME_BUCKET[0], "joe"), SynthItem("...", "joe"),
+    out = engine.synthesize([SynthItem(SAME_BUCKET[0], "joe"), SynthItem(" ", "joe"),
                              SynthItem("Hello.", "amy"), SynthItem(SAME_BUCKET[1], "joe")])
     assert [type(r).__name__ for r in out] == ["Audio", "Failure", "Failure", "Audio"]
     assert out[2].code == "unknown_voice"
@@ -97,3 +97,9 @@ def test_piper_is_intelligible(engine: Engine) -> None:
     wer = word_error_many([r.samples for r in results], engine.sample_rate, refs)
     print(f"piper fp32 (noise 0) word error on {len(refs)} sentences: {wer:.3f}")
     assert wer <= 0.20
+
+
+def test_punctuation_alone_is_a_short_pause_and_unspeakable_text_fails(engine: Engine) -> None:
+    pause, nothing = engine.synthesize([SynthItem("...", "joe"), SynthItem("\u200b", "joe")])
+    assert _audio(pause).duration_s < 0.5
+    assert isinstance(nothing, Failure) and nothing.code == "synthesis_failed"
