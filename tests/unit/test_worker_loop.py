@@ -9,9 +9,9 @@ S3 down) are in tests/integration/test_worker*.py.
 from __future__ import annotations
 
 import hashlib
-from concurrent import futures
 from collections import Counter
 from collections.abc import Sequence
+from concurrent import futures
 from datetime import UTC, datetime
 from typing import Any
 
