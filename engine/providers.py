@@ -29,6 +29,13 @@ _ALIASES = {
     "cpu": "CPUExecutionProvider",
 }
 
+# Per-provider options. Text-to-speech shapes change with every input length, so cuDNN's
+# default exhaustive algorithm search would run again for each new shape (Piper sets the
+# same option for the same reason).
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"},
+}
+
 
 def _available() -> list[str]:
     import onnxruntime as ort
@@ -79,8 +86,9 @@ def make_session(model: str | Path | bytes, *, providers: str | Sequence[str] | 
         so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     chosen = choose_providers(providers)
+    with_options = [(n, _OPTIONS[n]) if n in _OPTIONS else n for n in chosen]
     try:
-        session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), so, providers=chosen)
+        session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), so, providers=with_options)
     except Exception as e:  # onnxruntime raises its own untyped errors for bad graphs
         raise ModelLoadError(f"{name}: onnxruntime could not load the model: {e}") from e
     actual = session.get_providers()[0]
