@@ -18,7 +18,9 @@ Guarantees (DESIGN.md "Exactly-once, end to end"):
 * No second completion: on assignment of partition p the worker reads partition p of
   the done topic (read_committed) and drops every segment of a request found there, so a
   restarted worker, a new owner after a rebalance or a re-emitted segment never answers
-  twice. Redis is only a cache.
+  twice. Redis is only a cache. The record counts for the stage's dedup window
+  (``dedup_window_s``): after it the stage lets a reused request id through, and so does
+  the worker.
 * Errors as librdkafka means them: retriable -> capped backoff and retry; abortable ->
   abort, rewind every assigned partition to its committed offset, drop in-memory work;
   fatal (fenced) -> exit non-zero. A commit that times out is retried, never aborted.
@@ -180,7 +182,7 @@ class Worker:
         self._io = ThreadPoolExecutor(4, thread_name_prefix="s3")
         self._assigned: set[int] = set()
         self._paused: set[int] = set()
-        self._done: dict[int, set[str]] = {}                # durable: request ids answered, per partition
+        self._done: dict[int, dict[str, float]] = {}         # durable: request id -> answered at (epoch s)
         self._requests: dict[tuple[int, str], _Request] = {}
         self._seen: set[tuple[int, str, int]] = set()        # (partition, request_id, seq) in flight here
         self._waiting: dict[str, list[_Seg]] = {}            # part_id -> segments waiting for its audio
@@ -355,7 +357,7 @@ class Worker:
         except SchemaError as e:
             self._bad_segment(p, off, msg, e)
             return None
-        if seg.request_id in self._done.get(p, ()):
+        if self._is_done(p, seg.request_id):
             self.metrics.skipped("request_done")
             self.tracker.mark_done(p, off)
             return None
@@ -382,7 +384,7 @@ class Worker:
         rid = peek_request_id(msg.value())
         _log.error("event=bad_segment partition=%d offset=%d request_id=%s code=%s error=%s",
                    p, off, rid, err.code, err.message)
-        if rid is None or rid in self._done.get(p, ()):
+        if rid is None or self._is_done(p, rid):
             self.tracker.mark_done(p, off)
             return
         req = self._requests.get((p, rid))
@@ -660,7 +662,7 @@ class Worker:
         self.tracker.committed(offsets)
         self.metrics.transaction(True)
         for a in answers:
-            self._done.setdefault(a.partition, set()).add(a.request_id)
+            self._done.setdefault(a.partition, {})[a.request_id] = time.time()
             self.metrics.completion(a.completion.status, a.e2e_s)
 
     def _produce(self, topic: str, key: bytes, value: bytes, partition: int | None) -> None:
@@ -839,6 +841,16 @@ class Worker:
         self._seen = {k for k in self._seen if k[0] not in gone}
         self.metrics.assigned(len(self._assigned))
 
+    def _is_done(self, partition: int, request_id: str) -> bool:
+        """Answered within the stage's dedup window. Older ids may be reused: the stage lets them through."""
+        at = self._done.get(partition, {}).get(request_id)
+        if at is None:
+            return False
+        if time.time() - at < self.settings.dedup_window_s:
+            return True
+        del self._done[partition][request_id]
+        return False
+
     def _load_done(self, partitions: set[int]) -> None:
         """Read partitions of the done topic (read_committed) into the durable done set."""
         from confluent_kafka import KafkaError, TopicPartition
@@ -846,12 +858,12 @@ class Worker:
         if not partitions:
             return
         topic = self.settings.topic_done
-        since_ms = int((time.time() - 2 * self.settings.dedup_window_s) * 1000)
+        since_ms = int((time.time() - self.settings.dedup_window_s) * 1000)
         starts = self._retry("offsets_for_times", lambda: self._reader.offsets_for_times(
             [TopicPartition(topic, p, since_ms) for p in sorted(partitions)], _OP_TIMEOUT_S))
         todo = [TopicPartition(topic, tp.partition, tp.offset) for tp in starts if tp.offset >= 0]
         for p in partitions:
-            self._done[p] = set()
+            self._done[p] = {}
         if not todo:
             return
         t0 = time.monotonic()
@@ -874,7 +886,8 @@ class Worker:
                     continue
                 key, part = m.key(), m.partition()
                 if key and part is not None:
-                    self._done[part].add(key.decode("utf-8", "replace"))
+                    _, ts_ms = m.timestamp()
+                    self._done[part][key.decode("utf-8", "replace")] = ts_ms / 1000 if ts_ms > 0 else time.time()
                     n += 1
         self._reader.unassign()
         _log.info("event=done_set_loaded partitions=%s records=%d seconds=%.2f", sorted(partitions), n,

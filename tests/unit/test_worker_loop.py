@@ -9,6 +9,7 @@ S3 down) are in tests/integration/test_worker*.py.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent import futures
@@ -38,6 +39,7 @@ SEG, DONE, COMPLETED = "segs", "done", "completed"
 class Msg:
     def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
         self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+        self._ts = int(time.time() * 1000)
 
     def error(self) -> None:
         return None
@@ -56,6 +58,9 @@ class Msg:
 
     def value(self) -> bytes | None:
         return self._v
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._ts)
 
 
 class Broker:
@@ -421,6 +426,18 @@ def test_duplicates_and_done_requests_are_dropped(rig: Rig) -> None:
     rig.run()
     assert [c.request_id for c in rig.completions()] == ["d"]
     assert rig.broker.committed[0] == 8
+
+
+def test_request_id_reused_after_the_dedup_window_is_answered_again(rig: Rig) -> None:
+    rig.publish(0, segments("reuse", "u1", ["Old request."]))
+    rig.run()
+    rig.close()
+    for m in rig.broker.read(DONE):  # its done record is older than the stage's window now
+        m._ts -= (rig.settings.dedup_window_s + 60) * 1000
+    rig.new_worker()
+    rig.publish(0, segments("reuse", "u1", ["A new request reusing the id."]))
+    rig.run()
+    assert [c.request_id for c in rig.completions()] == ["reuse", "reuse"]
 
 
 def test_abortable_commit_error_aborts_rewinds_and_answers_once(rig: Rig) -> None:
