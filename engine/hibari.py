@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = ["HibariBackend"]
 _log = logging.getLogger("ttsflow.engine")
 
 VOICE = "heart"
+_CLAUSE = re.compile(r"(?<=[,;:—])\s+")  # hibari's clause cut for over-long sentences
 
 
 def _shipped_model() -> Path:
@@ -93,9 +95,6 @@ class HibariBackend(Backend):
     # -- 1. front end ---------------------------------------------------------------
     def _phonemize(self, text: str) -> list[str]:
         """Phoneme strings, one per sentence, long ones cut at clauses (as ``Hibari.phonemize``)."""
-        import re
-
-        clause = re.compile(r"(?<=[,;:—])\s+")
         chunks: list[str] = []
         for sent in self._split_sentences(text):
             ps = self._g2p(sent)
@@ -105,7 +104,7 @@ class HibariBackend(Backend):
                 chunks.append(ps)
                 continue
             cur = ""
-            for part in clause.split(ps):
+            for part in _CLAUSE.split(ps):
                 if cur and len(cur) + len(part) + 1 > self._max_phonemes:
                     chunks.append(cur)
                     cur = part
