@@ -1,0 +1,188 @@
+"""The stage's per-record logic without Kafka: what each input turns into."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+import streams.stage as stage_mod
+from schemas import decode_completion, decode_dead_letter, decode_segment, request_hash, segment_hash
+from streams.settings import Settings
+from streams.stage import Outcome, StageCore, backend_voices
+from streams.text import normalize, split_segments
+
+S = Settings(max_segment_chars=40, max_text_chars=500, dedup_window_s=100)
+NOW = 1_700_000_000.0
+
+
+def core(**changes: Any) -> StageCore:
+    s = S.replace(**changes) if changes else S
+    return StageCore(s, voices=("heart",), clock=lambda: NOW)
+
+
+def req(**fields: Any) -> bytes:
+    body = {"request_id": "r-1", "user_id": "alice", "text": "Hello there. How are you today? 你好。"}
+    body.update(fields)
+    return json.dumps({k: v for k, v in body.items() if v is not ...}).encode()
+
+
+def run(c: StageCore, value: bytes | None, key: bytes | None = b"alice", seen: dict[str, float] | None = None,
+        ts: int | None = 1_699_999_999_000) -> Outcome:
+    return c.handle(key, value, partition=3, offset=42, timestamp_ms=ts, seen=seen or {})
+
+
+def test_good_request_becomes_ordered_segments_with_parts_on_the_last() -> None:
+    out = run(core(), req(text="Ｈｅｌｌｏ there.\u200b How are you today? 你好。", speed=1.5, sample_rate=22050))
+    assert out.kind == "segments" and out.remember == "r-1"
+    segs = [decode_segment(r.value) for r in out.records]
+    assert {r.topic for r in out.records} == {S.topic_segments}
+    assert {r.key for r in out.records} == {b"alice"}
+    expected = split_segments(normalize("Ｈｅｌｌｏ there.\u200b How are you today? 你好。"), 40)
+    assert [s.text for s in segs] == expected == ["Hello there.", "How are you today?", "你好。"]
+    assert [s.seq for s in segs] == [0, 1, 2] and {s.total for s in segs} == {3}
+    hashes = [segment_hash(t, voice="heart", model=S.backend, model_version=S.model_version, speed=1.5,
+                           sample_rate=22050, format="wav") for t in expected]
+    assert [s.hash for s in segs] == hashes
+    assert {s.request_hash for s in segs} == {request_hash(hashes, format="wav")}
+    assert segs[-1].parts == hashes and all(s.parts is None for s in segs[:-1])
+    assert all(s.voice == "heart" and s.speed == 1.5 and s.sample_rate == 22050 for s in segs)
+    assert segs[0].enqueued_at is not None and segs[0].enqueued_at.timestamp() == pytest.approx(1_699_999_999.0)
+
+
+def test_long_text_respects_the_segment_limit() -> None:
+    text = "This sentence is rather long, it has clauses, and it keeps going on and on. " * 5
+    segs = [decode_segment(r.value) for r in run(core(), req(text=text)).records]
+    assert all(len(s.text) <= 40 for s in segs) and len(segs) > 5
+    assert "".join(s.text for s in segs).replace(" ", "") == normalize(text).replace(" ", "")
+
+
+def test_hash_depends_on_voice_speed_format_and_model_version() -> None:
+    base = decode_segment(run(core(), req(text="Hi.")).records[0].value).hash
+    assert decode_segment(run(core(), req(text="Hi.", speed=2.0)).records[0].value).hash != base
+    assert decode_segment(run(core(), req(text="Hi.", format="flac")).records[0].value).hash != base
+    assert decode_segment(run(core(model_version="v2"), req(text="Hi.")).records[0].value).hash != base
+    assert decode_segment(run(core(), req(text="  Hi. ")).records[0].value).hash == base  # normalized first
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "field"),
+    [
+        (b'{"request_id": "r-1", "user_id": "alice", "text": NaN}', "invalid_json", None),
+        (req(speed=10), "invalid_field", "speed"),
+        (req(text=...), "invalid_field", "text"),
+        (req(text=12), "invalid_field", "text"),
+        (req(sample_rate=5), "invalid_field", "sample_rate"),
+        (req(text="\u200b \ufeff\t"), "empty_text", None),
+        (req(text="x" * 501), "text_too_long", None),
+        (req(voice="nobody"), "unknown_voice", None),
+        (req(format="mp3"), "unsupported_format", None),
+    ],
+)
+def test_bad_content_gets_one_failed_completion_with_a_stable_code(value: bytes, code: str, field: str | None) -> None:
+    out = run(core(), value)
+    assert out.kind == "failed" and out.code == code and out.remember == "r-1"
+    (rec,) = out.records
+    assert rec.topic == S.topic_completed and rec.key == b"alice"
+    c = decode_completion(rec.value)
+    assert c.status == "failed" and c.request_id == "r-1" and c.user_id == "alice"
+    assert c.error is not None and c.error.code == code and c.error.message
+    if field is not None:
+        assert c.error.message.startswith(field + ":")
+
+
+def test_failed_completion_is_keyed_by_the_raw_key_when_user_id_is_unreadable() -> None:
+    out = run(core(), req(user_id=123), key=b"k-raw")
+    (rec,) = out.records
+    assert out.code == "invalid_field" and rec.key == b"k-raw"
+    assert decode_completion(rec.value).user_id == "k-raw"
+
+
+def test_text_length_is_checked_after_normalization() -> None:
+    assert run(core(), req(text="a" + " " * 600 + "b")).kind == "segments"  # 3 chars once folded
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "empty_value"),
+        (b"", "empty_value"),
+        (b"not json at all", "invalid_json"),
+        (b"\xff\xfe\x00", "invalid_json"),
+        (b"[1, 2]", "invalid_json"),
+        (b'{"user_id": "alice", "text": "hi"}', "no_request_id"),
+        (b'{"request_id": "has spaces!", "text": "hi"}', "no_request_id"),
+        (b'{"request_id": 7}', "no_request_id"),
+    ],
+)
+def test_unreadable_request_id_goes_to_the_dead_letter_topic(value: bytes | None, reason: str) -> None:
+    out = run(core(), value, key=b"alice")
+    assert out.kind == "dead_letter" and out.code == reason and out.remember is None
+    (rec,) = out.records
+    assert rec.topic == S.topic_dlq and rec.key == b"alice"
+    dl = decode_dead_letter(rec.value)
+    assert dl.reason == reason and dl.source_topic == S.topic_requests
+    assert (dl.source_partition, dl.source_offset) == (3, 42)
+    assert base64.b64decode(dl.value_b64) == (value or b"")
+    assert dl.key_b64 is not None and base64.b64decode(dl.key_b64) == b"alice"
+
+
+def test_dead_letter_without_key() -> None:
+    out = run(core(), b"garbage", key=None)
+    assert out.records[0].key is None and decode_dead_letter(out.records[0].value).key_b64 is None
+
+
+def test_repeated_id_within_the_window_is_dropped_and_after_it_served() -> None:
+    c = core()
+    seen = c.remembered({}, "r-1", NOW - 50)
+    assert run(c, req(), seen=seen).kind == "duplicate"
+    assert run(c, req(request_id="r-2"), seen=seen).kind == "segments"
+    old = {"r-1": NOW - 101}
+    assert run(c, req(), seen=old).kind == "segments"
+
+
+def test_remembered_prunes_entries_older_than_the_window() -> None:
+    c = core()
+    seen = {"old": NOW - 500, "recent": NOW - 10}
+    assert c.remembered(seen, "new", NOW) == {"recent": NOW - 10, "new": NOW}
+
+
+def test_a_repeated_bad_request_is_answered_once() -> None:
+    c = core()
+    first = run(c, req(text=""))
+    assert first.kind == "failed" and first.remember == "r-1"
+    assert run(c, req(text=""), seen=c.remembered({}, "r-1", NOW)).kind == "duplicate"
+
+
+def test_an_unexpected_error_is_answered_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(text: str, max_chars: int) -> list[str]:
+        raise RuntimeError("splitter bug")
+
+    monkeypatch.setattr(stage_mod, "split_segments", boom)
+    out = run(core(), req())
+    assert out.kind == "failed" and out.code == "internal_error"
+    assert "splitter bug" in (decode_completion(out.records[0].value).error.message)  # type: ignore[union-attr]
+
+
+def test_default_voice_and_backend_voices() -> None:
+    assert backend_voices("hibari") == ("heart",)
+    assert backend_voices("piper") == ("joe",)
+    segs = run(StageCore(S, voices=backend_voices("hibari"), clock=lambda: NOW), req()).records
+    assert decode_segment(segs[0].value).voice == "heart"
+    c = StageCore(S.replace(voice="joe"), voices=None, clock=lambda: NOW)
+    assert decode_segment(run(c, req(voice="anything")).records[0].value).voice == "anything"  # not checked
+
+
+def test_aiokafka_default_partitioner_is_javas_murmur2() -> None:
+    """faust produces through aiokafka's default partitioner; it must be Java's murmur2
+    (the vectors are Kafka's own UtilsTest), as confluent-kafka's murmur2_random is."""
+    from aiokafka.partitioner import DefaultPartitioner, murmur2
+
+    java = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
+            b"a-little-bit-longer-string": -1486304829, b"abc": 479470107,
+            b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971}
+    for key, want in java.items():
+        assert murmur2(key) == want & 0xFFFFFFFF
+        assert DefaultPartitioner()(key, list(range(4)), list(range(4))) == (want & 0x7FFFFFFF) % 4
