@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 - full-width input is the point
 """The stage's per-record logic without Kafka: what each input turns into."""
 
 from __future__ import annotations
