@@ -55,7 +55,7 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
     pass
 
 
-class Request(_Event):
+class Request(_Event, frozen=True, kw_only=True):
     """What a user publishes to ``tts.requests`` (key: ``user_id``)."""
 
     request_id: RequestId
@@ -69,7 +69,7 @@ class Request(_Event):
     schema_version: Literal[1] = 1
 
 
-class Segment(_Event):
+class Segment(_Event, frozen=True, kw_only=True):
     """One unit of synthesis work on ``tts.segments`` (key: ``user_id``).
 
     ``hash`` is the segment's cache key (:func:`segment_hash`); the last segment of a
@@ -100,7 +100,7 @@ class Segment(_Event):
         return self.seq == self.total - 1
 
 
-class AudioRef(_Event):
+class AudioRef(_Event, frozen=True, kw_only=True):
     """Where a request's audio lives and what it is."""
 
     uri: str
@@ -113,25 +113,25 @@ class AudioRef(_Event):
     sha256: Sha256Hex
 
 
-class ModelInfo(_Event):
+class ModelInfo(_Event, frozen=True, kw_only=True):
     name: str
     version: str
     precision: str
     provider: str
 
 
-class Timings(_Event):
+class Timings(_Event, frozen=True, kw_only=True):
     e2e_ms: NonNegFloat
     synth_ms: NonNegFloat
     queue_ms: NonNegFloat | None = None
 
 
-class ErrorInfo(_Event):
+class ErrorInfo(_Event, frozen=True, kw_only=True):
     code: str
     message: str
 
 
-class Completion(_Event):
+class Completion(_Event, frozen=True, kw_only=True):
     """The one answer to a request on ``tts.completed`` (key: ``user_id``)."""
 
     request_id: str
@@ -147,7 +147,7 @@ class Completion(_Event):
     schema_version: Literal[1] = 1
 
 
-class DeadLetter(_Event):
+class DeadLetter(_Event, frozen=True, kw_only=True):
     """A request that could not be answered (no readable ``request_id``)."""
 
     reason: str
