@@ -125,6 +125,13 @@ class Settings:
     def effective_model_dir(self) -> Path:
         return Path(self.model_dir) if self.model_dir else Path(self.home) / "models"
 
+    def engine_options(self) -> dict[str, Any]:
+        """Backend-specific keyword arguments for ``engine.registry.load_engine`` (chattts: its weights, speaker, seed)."""
+        if self.backend != "chattts":
+            return {}
+        return {"model_path": self.chattts_asset_dir or None,
+                "backend_options": {"speaker": self.chattts_speaker, "seed": self.chattts_seed}}
+
     def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed (bounds checked again)."""
         return dataclasses.replace(self, **changes)

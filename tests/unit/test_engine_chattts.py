@@ -16,15 +16,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="the chattts extra is not installed (pip install 'ttsflow[chattts]')", exc_type=ImportError)
-pytest.importorskip("ChatTTS", reason="the chattts extra is not installed (pip install 'ttsflow[chattts]')", exc_type=ImportError)
-
-import torch
-
 from engine.base import Audio, Failure, Prepared, SynthItem
-from engine.chattts import TINY_CONFIG_FILE, ChatTTSBackend, make_tiny_assets
 from engine.engine import Engine
 from engine.errors import BackendError, ModelLoadError
+from streams.settings import load_settings
+
+try:
+    import ChatTTS  # noqa: F401
+    import torch
+
+    from engine.chattts import TINY_CONFIG_FILE, ChatTTSBackend, make_tiny_assets
+    _MISSING = ""
+except ImportError as e:  # the optional extra: tests that need it are skipped with this reason
+    _MISSING = f"the chattts extra is not installed ({e}); pip install 'ttsflow[chattts]'"
+
+needs_extra = pytest.mark.skipif(bool(_MISSING), reason=_MISSING or "-")
 
 MAX_TOKENS = 24  # a random model never says its end token reliably: cap it
 TEXTS = ["Hello world.", "A b", "This is a longer sentence, with a comma in it.", "x y z"]
@@ -59,6 +65,7 @@ def _count_generate(monkeypatch: pytest.MonkeyPatch, be: ChatTTSBackend) -> list
     return calls
 
 
+@needs_extra
 def test_batch_of_four_is_one_padded_generate_and_four_finite_waveforms(
         backend: ChatTTSBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     assert backend.info.name == "chattts"
@@ -85,6 +92,7 @@ def test_batch_of_four_is_one_padded_generate_and_four_finite_waveforms(
     assert all(t <= MAX_TOKENS for t in calls[0]["tokens"])
 
 
+@needs_extra
 def test_items_are_decoded_at_their_own_length_not_the_longest(
         backend: ChatTTSBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     """Upstream's batch decode pads every item to the longest; ours cuts each at its tokens."""
@@ -108,6 +116,7 @@ def test_items_are_decoded_at_their_own_length_not_the_longest(
     assert len(padded) > len(raw[0]) + 10 * 512
 
 
+@needs_extra
 def test_same_batch_same_audio_with_the_seed(backend: ChatTTSBackend) -> None:
     prepared = [backend.prepare(SynthItem(t, "")) for t in TEXTS[:2]]
     a = backend.infer(prepared)
@@ -116,6 +125,7 @@ def test_same_batch_same_audio_with_the_seed(backend: ChatTTSBackend) -> None:
         np.testing.assert_array_equal(x, y)
 
 
+@needs_extra
 def test_speed_maps_to_chattts_speed_tag(backend: ChatTTSBackend) -> None:
     assert backend.prepare(SynthItem("hi", "", 1.0)).payload.startswith("[speed_5]")
     assert backend.prepare(SynthItem("hi", "", 2.0)).payload.startswith("[speed_9]")
@@ -124,6 +134,7 @@ def test_speed_maps_to_chattts_speed_tag(backend: ChatTTSBackend) -> None:
     assert "[spk_emb]" not in backend.prepare(SynthItem("[spk_emb]hi[Ptts]", "")).payload
 
 
+@needs_extra
 def test_bad_items_fail_alone(backend: ChatTTSBackend) -> None:
     engine = Engine(backend, max_batch=8)
     out = engine.synthesize([SynthItem("", ""), SynthItem("hi", "nobody"), SynthItem("日本語", ""),
@@ -134,6 +145,7 @@ def test_bad_items_fail_alone(backend: ChatTTSBackend) -> None:
     assert isinstance(out[3], Audio)
 
 
+@needs_extra
 def test_model_failure_fails_the_batch(backend: ChatTTSBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_a: Any, **_k: Any) -> Any:
         raise RuntimeError("CUDA out of memory")
@@ -144,6 +156,7 @@ def test_model_failure_fails_the_batch(backend: ChatTTSBackend, monkeypatch: pyt
         backend.infer([backend.prepare(SynthItem("hi", ""))])
 
 
+@needs_extra
 def test_postprocess_trims_quiet_edges_only(backend: ChatTTSBackend) -> None:
     p = backend.prepare(SynthItem("hi", ""))
     raw = np.array([0, 0, 0.5, 0, 0, 0, -0.25, 1e-6, 0], np.float32)
@@ -153,6 +166,7 @@ def test_postprocess_trims_quiet_edges_only(backend: ChatTTSBackend) -> None:
         backend.postprocess(np.zeros(10, np.float32), p)
 
 
+@needs_extra
 def test_fixed_speaker(assets: Path, backend: ChatTTSBackend, tmp_path: Path) -> None:
     spk = backend._chat.sample_random_speaker()
     f = tmp_path / "speaker.txt"
@@ -168,6 +182,7 @@ def test_fixed_speaker(assets: Path, backend: ChatTTSBackend, tmp_path: Path) ->
         ChatTTSBackend(assets, device="cpu", speaker="not a speaker")
 
 
+@needs_extra
 def test_load_errors_are_clear(assets: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="TTS_CHATTTS_ASSET_DIR"):
         ChatTTSBackend(None, device="cpu")
@@ -187,6 +202,7 @@ def test_load_errors_are_clear(assets: Path, tmp_path: Path) -> None:
     assert be.asset_root == assets
 
 
+@needs_extra
 def test_load_engine_builds_a_warm_chattts_engine(assets: Path) -> None:
     from engine.registry import load_engine
 
@@ -201,3 +217,19 @@ def test_load_engine_builds_a_warm_chattts_engine(assets: Path) -> None:
         engine.backend.close()
     with pytest.raises(ModelLoadError, match="TTS_CHATTTS_ASSET_DIR"):
         load_engine("chattts", precision="fp16", providers="cpu")
+
+
+def test_settings_name_the_weights_speaker_and_seed_for_load_engine() -> None:
+    s = load_settings({"TTS_BACKEND": "chattts", "TTS_CHATTTS_ASSET_DIR": "/data/chattts", "TTS_CHATTTS_SEED": "7",
+                       "TTS_CHATTTS_SPEAKER": "/data/spk.txt"})
+    assert s.engine_options() == {"model_path": "/data/chattts",
+                                  "backend_options": {"speaker": "/data/spk.txt", "seed": 7}}
+    assert load_settings({"TTS_BACKEND": "hibari", "TTS_CHATTTS_ASSET_DIR": "/x"}).engine_options() == {}
+
+
+@pytest.mark.skipif(not _MISSING, reason="the chattts extra is installed: the real backend is tested above")
+def test_without_the_extra_load_engine_says_what_to_install(tmp_path: Path) -> None:
+    from engine.registry import load_engine
+
+    with pytest.raises(ModelLoadError, match=r"ttsflow\[chattts\]"):
+        load_engine("chattts", model_path=tmp_path, warm_up=False)
