@@ -1,0 +1,196 @@
+# ruff: noqa: RUF001 - full-width and CJK input is the point
+"""The stage on the real broker: two ``ttsflow stage`` processes, four partitions.
+
+What a user would notice: every user's segments arrive in order and in the partition
+of the user's requests; every bad input is answered (dead letter or failed completion
+with the right code); a repeated request id yields one set of segments; a stage
+SIGKILLed mid-run and restarted loses no request.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Message, Producer
+
+from schemas import decode_completion, decode_dead_letter, decode_segment
+from streams.procs import Supervisor
+from streams.settings import Settings
+from streams.text import normalize, split_segments
+from tests.integration.conftest import drain_topic, producer_conf
+
+pytestmark = pytest.mark.integration
+
+_SENTENCES = [
+    "Dr. Smith paid $3.14 for the tea.", "今天天气很好，我们去公园散步吧！", "Is it raining again?",
+    "The U.S. team won, e.g. in the final.", "我们明天见。", "Wait... what happened next?",
+    "Ｆｕｌｌ－ｗｉｄｔｈ text is folded.", "He said: come here, please; now.",
+]
+
+
+def _text(user: int, n: int) -> str:
+    picks = [_SENTENCES[(user * 7 + n * 3 + i) % len(_SENTENCES)] for i in range(1 + (user + n) % 4)]
+    return f"Request {n} of user {user}. " + " ".join(picks)
+
+
+def _expected(text: str, s: Settings) -> list[str]:
+    return split_segments(normalize(text), s.max_segment_chars)
+
+
+@pytest.fixture
+def stages(settings: Settings, tmp_path: Path) -> Iterator[tuple[Supervisor, Settings]]:
+    s = settings.replace(home=str(tmp_path / "home"), stage_guarantee="exactly_once", max_segment_chars=60,
+                         max_text_chars=2000, log_level="INFO")
+    with Supervisor(tmp_path / "logs") as sup:
+        for name in ("stage-a", "stage-b"):
+            sup.stage(name, s)
+        for name in ("stage-a", "stage-b"):
+            sup.wait_ready(name, timeout=90)
+        sup.wait_group(s, s.stage_app_id, 2, timeout=90)
+        yield sup, s
+
+
+def _produce(s: Settings, records: list[tuple[bytes | None, bytes | None]]) -> dict[bytes | None, set[int]]:
+    """Publish in order (murmur2, like every ttsflow producer); key -> partitions used."""
+    parts: dict[bytes | None, set[int]] = defaultdict(set)
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, msg: Message) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            parts[msg.key()].add(msg.partition())
+
+    p = Producer(producer_conf(s, **{"enable.idempotence": True}))
+    for key, value in records:
+        p.produce(s.topic_requests, key=key, value=value, on_delivery=on_delivery)
+        p.poll(0)
+    assert p.flush(30) == 0 and not errors
+    return parts
+
+
+def _req(rid: str, user: str, text: str, **extra: Any) -> bytes:
+    return json.dumps({"request_id": rid, "user_id": user, "text": text, **extra}).encode()
+
+
+def test_two_stages_keep_order_answer_bad_input_and_drop_duplicates(stages: tuple[Supervisor, Settings]) -> None:
+    sup, s = stages
+    users, per_user = 24, 5
+    good: dict[str, tuple[str, str]] = {}  # rid -> (user, text)
+    records: list[tuple[bytes | None, bytes | None]] = []
+    for n in range(per_user):
+        for u in range(users):
+            rid, user, text = f"u{u}-r{n}", f"user-{u}", _text(u, n)
+            good[rid] = (user, text)
+            records.append((user.encode(), _req(rid, user, text)))
+    # bad inputs: (key, value) -> what must answer them
+    bad_failed = {
+        "bad-empty": ("user-1", _req("bad-empty", "user-1", "\u200b \u3000"), "empty_text"),
+        "bad-long": ("user-2", _req("bad-long", "user-2", "x" * 2001), "text_too_long"),
+        "bad-voice": ("user-3", _req("bad-voice", "user-3", "Hello.", voice="nobody"), "unknown_voice"),
+        "bad-format": ("user-4", _req("bad-format", "user-4", "Hello.", format="mp3"), "unsupported_format"),
+        "bad-speed": ("user-5", _req("bad-speed", "user-5", "Hello.", speed=99), "invalid_field"),
+        "bad-nan": ("user-6", b'{"request_id": "bad-nan", "user_id": "user-6", "text": NaN}', "invalid_json"),
+    }
+    bad_dlq = [(b"user-7", b"this is not json"), (b"user-8", b'{"text": "no id"}'), (b"user-9", None),
+               (None, b"[1, 2, 3]")]
+    for _, (user, value, _) in bad_failed.items():
+        records.append((user.encode(), value))
+    records += bad_dlq
+    # a client retrying: the same ids again, some with different text (must still be dropped)
+    repeats = [f"u{u}-r{n}" for u in range(0, users, 3) for n in (0, 2)]
+    for rid in repeats:
+        user, text = good[rid]
+        records.append((user.encode(), _req(rid, user, text if rid.endswith("0") else "Changed text.")))
+    records.append((b"user-1", bad_failed["bad-empty"][1]))  # a repeated bad request: answered once
+
+    request_parts = _produce(s, records)
+    want = sum(len(_expected(t, s)) for _, t in good.values())
+    segs = drain_topic(s.bootstrap_servers, s.topic_segments, count=want, timeout=90)
+    done = drain_topic(s.bootstrap_servers, s.topic_completed, count=len(bad_failed), timeout=30)
+    dlq = drain_topic(s.bootstrap_servers, s.topic_dlq, count=len(bad_dlq), timeout=30)
+    sup.check_alive()
+
+    # 1. one set of segments per request, nothing lost or repeated, texts as split
+    events = [(m.partition(), m.offset(), m.key(), decode_segment(m.value())) for m in segs]
+    ids = Counter((e.request_id, e.seq) for *_, e in events)
+    assert len(events) == want, f"{len(events)} segments, expected {want}"
+    assert max(ids.values()) == 1
+    by_req: dict[str, list[Any]] = defaultdict(list)
+    for *_, e in sorted(events, key=lambda x: (x[0], x[1])):
+        by_req[e.request_id].append(e)
+    assert set(by_req) == set(good)
+    for rid, es in by_req.items():
+        user, text = good[rid]
+        assert [e.text for e in es] == _expected(text, s), rid
+        assert [e.seq for e in es] == list(range(es[0].total))
+        assert es[-1].parts == [e.hash for e in es] and es[-1].user_id == user
+
+    # 2. per user: the partition of the user's requests, in the order published
+    order: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for part, _, key, e in sorted(events, key=lambda x: (x[0], x[1])):
+        assert key == e.user_id.encode()
+        assert request_parts[key] == {part}, f"{e.user_id}: requests in {request_parts[key]}, segment in {part}"
+        order[e.user_id].append((int(e.request_id.split("-r")[1]), e.seq))
+    for user, seq in order.items():
+        assert seq == sorted(seq), f"{user}'s segments out of order: {seq}"
+
+    # 3. every bad input answered, once, with its code
+    failed = [decode_completion(m.value()) for m in done]
+    assert Counter(c.request_id for c in failed) == Counter(list(bad_failed))
+    for c in failed:
+        assert c.status == "failed" and c.error is not None
+        assert c.error.code == bad_failed[c.request_id][2], (c.request_id, c.error)
+    assert next(c for c in failed if c.request_id == "bad-speed").error.message.startswith("speed")  # type: ignore[union-attr]
+    letters = [(m.key(), decode_dead_letter(m.value())) for m in dlq]
+    assert sorted(dl.reason for _, dl in letters) == sorted(["invalid_json", "no_request_id", "empty_value",
+                                                             "invalid_json"])
+    for key, dl in letters:
+        assert dl.source_topic == s.topic_requests and dl.source_offset >= 0
+        assert (key, dl.source_partition) in {(k, p) for k, ps in request_parts.items() for p in ps}
+
+
+def test_a_stage_killed_mid_run_and_restarted_loses_nothing(stages: tuple[Supervisor, Settings]) -> None:
+    sup, s = stages
+    n = 600
+    reqs = [(f"k{i}", f"user-{i % 37}", _text(i % 37, i)) for i in range(n)]
+    stop = threading.Event()
+
+    def publish() -> None:
+        p = Producer(producer_conf(s, **{"enable.idempotence": True}))
+        for i, (rid, user, text) in enumerate(reqs):
+            p.produce(s.topic_requests, key=user.encode(), value=_req(rid, user, text))
+            if i % 50 == 49:
+                p.flush(30)
+                time.sleep(0.1)  # spread the run over a few seconds so the kill lands mid-stream
+            if stop.is_set():
+                break
+        p.flush(30)
+
+    t = threading.Thread(target=publish)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(drain_topic(s.bootstrap_servers, s.topic_segments, count=1, timeout=5)) == 0:
+            assert time.monotonic() < deadline, "the stages produced nothing"
+        sup.restart("stage-a", sig=signal.SIGKILL)
+    finally:
+        t.join(120)
+        stop.set()
+    sup.wait_ready("stage-a", timeout=90)
+    want = {(rid, i) for rid, _, text in reqs for i in range(len(_expected(text, s)))}
+    segs = drain_topic(s.bootstrap_servers, s.topic_segments, count=len(want), timeout=120)
+    got = Counter((e.request_id, e.seq) for e in (decode_segment(m.value()) for m in segs))
+    lost = want - set(got)
+    dups = sum(c - 1 for c in got.values())
+    print(f"kill test: {len(want)} segments expected, {len(got)} distinct seen, lost={len(lost)} duplicated={dups}")
+    assert not lost, f"{len(lost)} segments lost, e.g. {sorted(lost)[:5]}"
+    assert set(got) == want
