@@ -250,17 +250,19 @@ def _reap(pid: int) -> None:
 
 
 def _spawn(p: StackPaths, service: str, argv: list[str], log_file: Path) -> int:
-    """Start a detached process (own session, stdout/stderr to its log) and record its PID."""
+    """Start a detached server (own session, stdin /dev/null, output to its log); record its PID.
+
+    A short-lived ``sh`` starts it in the background and exits, so the server is nobody's
+    child here: no zombie, no Popen left to warn, and a Ctrl-C on ``stack up`` (another
+    session) does not reach it.
+    """
     log_file.parent.mkdir(parents=True, exist_ok=True)
     p.run.mkdir(parents=True, exist_ok=True)
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, str(log_file), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
-        (os.POSIX_SPAWN_DUP2, 1, 2),
-    ]
-    # posix_spawn, not Popen: the server outlives this process and no Popen object
-    # is left to warn about a child still running.
-    pid = os.posix_spawn(argv[0], argv, dict(os.environ), file_actions=actions, setsid=True)
+    res = subprocess.run(["/bin/sh", "-c", '"$@" </dev/null >>"$0" 2>&1 & echo $!', str(log_file), *argv],
+                         capture_output=True, text=True, start_new_session=True, check=False)
+    if res.returncode != 0 or not res.stdout.strip().isdigit():
+        raise StackError(f"could not start {service}: {(res.stderr or res.stdout).strip()[:300]}")
+    pid = int(res.stdout.strip())
     st = _proc_stat(pid)
     start = st[1] if st else "?"
     p.pid_file(service).write_text(json.dumps({"pid": pid, "start": start, "argv": argv}) + "\n")
