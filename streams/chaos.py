@@ -93,22 +93,34 @@ def tally(expected: Iterable[str], seen: Iterable[tuple[str, str]], *, sample: i
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    at_s: float  # seconds after the first publish
+    """One disruption. ``at`` is seconds after the first publish (``by="time"``) or the
+    fraction of requests answered (``by="progress"``) when it fires."""
+
+    at: float
     action: Action
     target: int = 0  # worker index for kill_worker
+    by: Literal["time", "progress"] = "time"
 
 
 def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: int, restart_broker: int,
                 workers: int = 2, start: float = 0.1, end: float = 0.9) -> list[Event]:
-    """The disruptions of one run, at seeded random moments in ``[start, end] * window_s``, in time order."""
+    """The disruptions of one run at seeded random moments.
+
+    The stage and the broker are disrupted while requests arrive (``[start, end] *
+    window_s`` seconds, the publishing window): that is when the stage is busy. Workers
+    are killed at random points of the answering (``[start, end]`` of the requests
+    answered), whatever the speed of the machine: that is when they are busy. Each kind
+    is returned in firing order.
+    """
     if not 0 <= start <= end <= 1:
         raise ValueError("need 0 <= start <= end <= 1")
     rng = random.Random(seed)
     lo, hi = start * window_s, end * window_s
-    events = [Event(rng.uniform(lo, hi), "kill_worker", rng.randrange(workers)) for _ in range(kill_workers)]
+    events = [Event(rng.uniform(start, end), "kill_worker", rng.randrange(workers), "progress")
+              for _ in range(kill_workers)]
     events += [Event(rng.uniform(lo, hi), "kill_stage") for _ in range(kill_stage)]
     events += [Event(rng.uniform(lo, hi), "restart_broker") for _ in range(restart_broker)]
-    return sorted(events, key=lambda e: e.at_s)
+    return sorted(events, key=lambda e: (e.by, e.at))
 
 
 def plausible_duration(chars: int) -> tuple[float, float]:
@@ -169,7 +181,7 @@ class ChaosConfig:
     restart_broker: int = 0
     workers: int = 2
     seed: int | None = None
-    publish_s: float | None = None  # default: max(10, requests / 20)
+    publish_s: float | None = None  # default: max(10, requests / 10)
     timeout_s: float = 300.0  # after the last publish, for every answer
     startup_timeout_s: float = 180.0
     out_dir: Path = Path("out/chaos")
@@ -261,12 +273,12 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     stack.ensure_bucket(s)
     reqs = chaos_requests(cfg.requests, seed=seed, run_id=run_id)
     by_id = {r.request_id: r for r in reqs}
-    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 20.0)
+    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 10.0)
     events = plan_events(seed, publish_s, kill_workers=cfg.kill_workers, kill_stage=cfg.kill_stage,
                          restart_broker=cfg.restart_broker, workers=cfg.workers)
     _say(f"run {run_id} seed {seed}: {cfg.requests} requests over {publish_s:.0f}s, events "
-         + ", ".join(f"{e.action}{'#' + str(e.target) if e.action == 'kill_worker' else ''}@{e.at_s:.1f}s"
-                     for e in events))
+         + ", ".join(f"{e.action}{'#' + str(e.target) if e.action == 'kill_worker' else ''}@"
+                     + (f"{e.at:.1f}s" if e.by == "time" else f"{e.at:.0%} answered") for e in events))
     fired: list[dict[str, Any]] = []
     crash_restarts = 0
     sup = Supervisor(run_dir / "logs")
@@ -300,8 +312,9 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                 r = reqs[i]
                 pub.publish(s.topic_requests, r.user_id.encode(), encode_request(r))
                 i += 1
-            while pending and pending[0].at_s <= now:
-                ev = pending.pop(0)
+            answered = len(progress.seen) / len(reqs)
+            for ev in [e for e in pending if (e.at <= now if e.by == "time" else e.at <= answered)]:
+                pending.remove(ev)
                 rec: dict[str, Any] = {"at_s": round(now, 1), "action": ev.action,
                                        "completed_before": len(progress.seen)}
                 if ev.action == "kill_worker":
@@ -331,12 +344,12 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                 except SchemaError:
                     continue
                 progress.add(c.request_id, recd.received)
-            if i == len(reqs) and not pending:
+            if i == len(reqs):
                 if deadline is None:
                     pub.flush(120)
                     timings["publish_s"] = round(time.monotonic() - t_pub, 1)
                     deadline = time.monotonic() + cfg.timeout_s
-                if all(rid in progress.seen for rid in by_id):
+                if not pending and all(rid in progress.seen for rid in by_id):
                     break
                 if time.monotonic() > deadline:
                     _say(f"timeout: {len(by_id) - sum(1 for r in by_id if r in progress.seen)} requests unanswered")

@@ -20,7 +20,11 @@ def test_chaos_small_run_loses_and_duplicates_nothing(stack_settings: Settings, 
     assert r["requests"] == 200
     # the disruptions really happened, mid-run
     assert r["kills"] == {"worker": 2, "stage": 1, "broker_restarts": 0}
-    assert all(e["at_s"] < r["timings"]["publish_s"] for e in r["events"])
+    for e in r["events"]:
+        if e["action"] == "kill_worker":  # while answering: some requests answered, not all
+            assert 0 < e["completed_before"] < 200, e
+        else:  # while requests arrive
+            assert e["at_s"] < r["timings"]["publish_s"], e
     assert r["lost"] == 0, summary
     assert r["duplicates"] == 0, summary
     assert r["bad_audio"] == 0, summary
