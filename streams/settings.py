@@ -50,6 +50,7 @@ class Settings:
     stage_app_id: str = _f("ttsflow-stage", "faust app id of the stage: its consumer group and table changelog prefix.")
     stage_guarantee: str = _f("exactly_once", "faust processing guarantee of the stage (see streams/stage.py for what each gives).",
                               choices=("exactly_once", "at_least_once"))
+    stage_commit_interval_ms: int = _f(200, "How often the stage commits offsets (its transactions under exactly_once): bounds request-to-segment latency.", lo=10, hi=60_000)
     worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
     transactional_id: str = _f("", "Stable transactional.id of this worker; empty means ttsflow-worker-<hostname>.")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
