@@ -353,3 +353,24 @@ def test_missing_java_is_one_clear_line(stack_settings: Settings, private_home: 
         assert len(lines) == 1 and "java not found" in lines[0] and "openjdk" in lines[0], res.stderr
     finally:
         shutil.rmtree(private_home, ignore_errors=True)
+
+
+def test_missing_maven_without_cached_jars_is_one_clear_line(stack_settings: Settings, private_home: Path) -> None:
+    import shutil
+
+    env = _private_env(stack_settings, private_home)
+    (private_home / "jars").unlink()  # no jar cache: Maven is needed
+    bin_dir = private_home / "bin"
+    bin_dir.mkdir()
+    java = shutil.which("java")
+    assert java is not None
+    (bin_dir / "java").symlink_to(java)
+    env["PATH"] = str(bin_dir)  # java, but no mvn
+    try:
+        res = _cli("stack", "up", env=env)
+        assert res.returncode != 0
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "mvn not found" in lines[0] and "apt-get install maven" in lines[0], res.stderr
+        assert not (private_home / "run" / "kafka.pid").exists()
+    finally:
+        shutil.rmtree(private_home, ignore_errors=True)
