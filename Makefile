@@ -44,9 +44,9 @@ test: venv up
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
 
-# Until the pipeline lands (then: $(BIN)/ttsflow demo), a round trip through Kafka, S3 and Redis.
+# The README's main job: stack up, one stage + one worker, the demo corpus, audio in out/demo/, a table.
 demo: venv up
-	$(BIN)/python deploy/local/roundtrip.py
+	$(BIN)/ttsflow demo
 
 lint: venv
 	$(BIN)/ruff check .

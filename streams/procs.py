@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,10 +60,13 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return {f"TTS_{f.name.upper()}": str(getattr(settings, f.name)) for f in dataclasses.fields(settings)}
 
 
-def _child_env(settings: Settings, extra: Mapping[str, str]) -> dict[str, str]:
-    # The child inherits PATH, HOME, locale...; every TTS_* it sees comes from `settings`.
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
-    return {**base, **settings_env(settings), "PYTHONUNBUFFERED": "1", **extra}
+def _command(python: str, kind: str, settings: Settings, extra: Mapping[str, str]) -> list[str]:
+    # env(1) puts the settings into the environment the child inherits (PATH, HOME, locale...),
+    # and nothing here reads the environment itself; env execs the interpreter (same PID).
+    # Every field is assigned, so no TTS_* of this process leaks into the child's settings.
+    assigns = {**settings_env(settings), "PYTHONUNBUFFERED": "1", **extra}
+    return [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in assigns.items()),
+            python, "-m", "streams.cli", kind]
 
 
 try:  # resolved here, not in the child: between fork and exec only a plain call is safe
@@ -122,7 +126,7 @@ class Proc:
     name: str
     kind: Kind
     settings: Settings
-    env: dict[str, str]
+    argv: list[str]
     log_path: Path
     popen: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -165,7 +169,7 @@ class Supervisor:
         if kind == "worker":
             changes["transactional_id"] = settings.transactional_id or f"ttsflow-worker-{name}-{os.getpid()}"
         s = settings.replace(**changes)
-        proc = Proc(name, kind, s, _child_env(s, extra_env or {}), self.log_dir / f"{name}.log")
+        proc = Proc(name, kind, s, _command(self.python, kind, s, extra_env or {}), self.log_dir / f"{name}.log")
         self.procs[name] = proc
         self._spawn(proc)
         return proc
@@ -181,7 +185,7 @@ class Supervisor:
             log.write(f"\n==== start {proc.starts + 1} of {proc.name} at {time.strftime('%H:%M:%S')} ====\n".encode())
             log.flush()
             proc.popen = subprocess.Popen(
-                [self.python, "-m", "streams.cli", proc.kind], env=proc.env, stdin=subprocess.DEVNULL,
+                proc.argv, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
         proc.starts += 1
         proc.history.append((time.monotonic(), f"start pid={proc.popen.pid}"))
