@@ -146,7 +146,7 @@ class CountingEngine:
 
 @contextmanager
 def running_worker(settings: Settings, engine: Any, *, store: AudioStore | None = None,
-                   cache: AudioCache | None = None, overlap: bool = True) -> Iterator[Any]:
+                   cache: AudioCache | None = None, overlap: bool | None = None) -> Iterator[Any]:
     from streams.worker import Worker
     from streams.worker_metrics import WorkerMetrics
 
@@ -194,7 +194,8 @@ def test_n_requests_give_n_completions_with_audio_in_s3(settings: Settings, engi
         segs += make_segments(f"req-{i}", f"user-{i % 5}", SENTENCES[i % len(SENTENCES)] + f" Number {i}.")
     per_request = Counter(s.request_id for s in segs)
     publish(settings, segs)
-    with running_worker(settings, engine) as w:
+    with running_worker(settings, engine, overlap=True) as w:  # DSP on the second thread, as on a GPU
+        assert w.overlap
         cs = completions(settings, count=n, timeout=90)
         m = w.metrics
         assert m.value("ttsflow_worker_completions_total", {"status": "ok"}) == n
