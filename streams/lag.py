@@ -16,6 +16,12 @@ Guarantees:
   partition without a committed offset counts as its whole log under
   ``offsetResetPolicy: earliest``, the worker's ``auto.offset.reset``), capped at the
   input topic's partition count.
+* A lag of a few offsets is read with a ``read_committed`` consumer: on a transactional
+  topic a caught-up group keeps a lag of 1 per partition (the commit marker after its last
+  record), which Kafka's tool and KEDA both count. ``records`` says how many records really
+  wait; the status uses it, so an idle transactional group is OK, not STALL. (KEDA counts
+  the markers: the ScaledObject's activationLagThreshold must be >= the partition count
+  or the workers never scale to zero.)
 * Status follows Burrow's evaluation rules over a window of samples (oldest first):
   OK when the lag is zero now or was zero anywhere in the window; STOP when there is lag
   and the group has no live member (Burrow: offsets stopped being committed); REWIND
@@ -45,6 +51,7 @@ from streams.settings import Settings, load_settings
 __all__ = ["GroupLag", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "main", "serve"]
 
 STATUSES = ("OK", "WARN", "REWIND", "STALL", "STOP")  # ascending severity
+_MARKER_PROBE_MAX = 8  # a lag this short is read to see whether it is only transaction markers
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,10 @@ class PartitionLag:
     end_offset: int
     lag: int | None
     status: str = "OK"
+    # Committed records a read_committed consumer would still get. Less than ``lag`` when
+    # the tail is transaction markers: the worker commits the offset after its last record,
+    # so a caught-up partition of a transactional topic keeps a lag of 1 (the commit marker).
+    records: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,7 @@ class GroupLag:
     desired_replicas: int
     status: str
     sampled_at: float = field(default=0.0)
+    records_waiting: int = 0  # sum of the partitions' ``records``: work actually waiting
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,6 +143,10 @@ class LagReader:
         self._consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
                                    "group.id": "ttsflow-lag-unused",  # never subscribes nor commits
                                    "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+        # read_committed, to tell transaction markers from records in a short lag tail
+        self._probe = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                                "group.id": "ttsflow-lag-unused", "isolation.level": "read_committed",
+                                "enable.auto.commit": False, "enable.partition.eof": True})
         self._windows: dict[tuple[str, str, int], deque[_Sample]] = {}
         self._window = window
         self._closed = False
@@ -139,6 +155,7 @@ class LagReader:
         if not self._closed:
             self._closed = True
             self._consumer.close()
+            self._probe.close()
 
     def __enter__(self) -> LagReader:
         return self
@@ -186,6 +203,34 @@ class LagReader:
                                                        cached=False)
         return int(high)
 
+    def records_between(self, topic: str, partition: int, start: int, end: int, *, timeout: float = 2.0) -> int:
+        """Committed records in [start, end) as a read_committed consumer sees them (markers
+        and aborted records do not count); ``end - start`` if it cannot tell in time."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        self._probe.assign([TopicPartition(topic, partition, start)])
+        try:
+            n = 0
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                m = self._probe.poll(0.1)
+                if m is None:
+                    continue
+                err = m.error()
+                off = int(m.offset() or 0)
+                if err is None:
+                    if off >= end:
+                        return n
+                    n += 1
+                    if off + 1 >= end:
+                        return n
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    # the end a read_committed reader sees; beyond it, an open transaction
+                    return n + max(end - off, 0)
+            return end - start
+        finally:
+            self._probe.unassign()
+
     def read(self, group: str, topic: str, *, rule: KedaRule | None = None) -> GroupLag:
         """One sample of ``group``: every partition of ``topic`` and of its other commits."""
         rule = rule or KedaRule(lag_threshold=self.settings.lag_threshold,
@@ -203,14 +248,18 @@ class LagReader:
             lag = None if c is None else end - c
             if t == topic:
                 keda_lag += partition_lag(end, c, offset_reset_policy="earliest")
+            records = lag
+            if c is not None and lag is not None and 0 < lag <= _MARKER_PROBE_MAX:
+                records = self.records_between(t, p, c, end)
             win = self._windows.setdefault((group, t, p), deque(maxlen=self._window))
-            win.append(_Sample(now, c, lag if lag is not None else end))
-            rows.append(PartitionLag(t, p, c, end, lag, burrow_status(win, members=members)))
+            win.append(_Sample(now, c, records if records is not None else end))
+            rows.append(PartitionLag(t, p, c, end, lag, burrow_status(win, members=members), records))
         desired = keda_desired_replicas(keda_lag, partitions=max(len(input_parts), 1), rule=rule)
         return GroupLag(group=group, topic=topic, state=state, members=members, partitions=rows,
                         total_lag=sum(r.lag for r in rows if r.lag is not None), keda_lag=keda_lag,
                         input_partitions=len(input_parts), desired_replicas=desired,
-                        status=_worst([r.status for r in rows]), sampled_at=now)
+                        status=_worst([r.status for r in rows]), sampled_at=now,
+                        records_waiting=sum(r.records if r.records is not None else r.end_offset for r in rows))
 
 
 # --- Prometheus exporter -------------------------------------------------------------------
@@ -270,13 +319,15 @@ class LagExporter:
 def _print_table(groups: Sequence[GroupLag]) -> None:
     for g in groups:
         print(f"GROUP {g.group} ({g.state}, {g.members} members) status={g.status} total_lag={g.total_lag} "
-              f"keda_lag={g.keda_lag} desired_replicas={g.desired_replicas} (input {g.topic}, "
+              f"records_waiting={g.records_waiting} keda_lag={g.keda_lag} desired_replicas={g.desired_replicas} (input {g.topic}, "
               f"{g.input_partitions} partitions)")
-        print(f"  {'TOPIC':<32} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>8} STATUS")
+        print(f"  {'TOPIC':<32} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>8} "
+              f"{'RECORDS':>8} STATUS")
         for r in g.partitions:
             cur = "-" if r.committed is None else str(r.committed)
             lag = "-" if r.lag is None else str(r.lag)
-            print(f"  {r.topic:<32} {r.partition:>9} {cur:>14} {r.end_offset:>14} {lag:>8} {r.status}")
+            rec = "-" if r.records is None else str(r.records)
+            print(f"  {r.topic:<32} {r.partition:>9} {cur:>14} {r.end_offset:>14} {lag:>8} {rec:>8} {r.status}")
 
 
 def _stack_down_message(settings: Settings, timeout: float) -> str | None:

@@ -85,7 +85,7 @@ class Settings:
     chattts_seed: int = _f(0, "chattts backend: sampling seed (and the speaker's, when chattts_speaker is empty).", lo=0, hi=2**31 - 1)
     # --- Scaling (KEDA kafka trigger; ttsflow lag) --------------------------------
     lag_threshold: int = _f(500, "KEDA lagThreshold: segments of worker-group lag per desired replica.", lo=1, hi=10_000_000)
-    activation_lag_threshold: int = _f(0, "KEDA activationLagThreshold: lag at or below this scales to minReplicaCount.", lo=0, hi=10_000_000)
+    activation_lag_threshold: int = _f(4, "KEDA activationLagThreshold: lag at or below this scales to minReplicaCount; keep >= partitions (an idle transactional partition shows lag 1, its commit marker).", lo=0, hi=10_000_000)
     # --- Processes ---------------------------------------------------------------
     metrics_port: int = _f(9108, "Port of this process's Prometheus /metrics endpoint; 0 disables it.", lo=0, hi=65535)
     home: str = _f(_default_home(), "Where the local stack keeps its jars, data and logs.")

@@ -180,3 +180,41 @@ def test_serve_exports_the_same_figures_over_http(settings: Settings) -> None:
             stop.set()
             t.join(10)
     assert not t.is_alive()
+
+
+def test_caught_up_transactional_group_keeps_marker_lag_but_is_ok(settings: Settings) -> None:
+    """A consumer that committed after its last record of a transactional topic shows lag 1
+    (the commit marker), like kafka-consumer-groups; no record waits and the status is OK."""
+    group = settings.worker_group
+    tp = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random",
+                   "transactional.id": f"lag-marker-{uuid.uuid4().hex[:8]}"})
+    tp.init_transactions(30)
+    tp.begin_transaction()
+    for i in range(6):
+        tp.produce(settings.topic_segments, key=b"one-user", value=str(i).encode())
+    tp.commit_transaction(30)
+    c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        c.subscribe([settings.topic_segments])
+        got = 0
+        while got < 6:
+            m = c.poll(1.0)
+            if m is None or m.error():
+                continue
+            got += 1
+            c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)], asynchronous=False)
+        with LagReader(settings, window=3) as reader:
+            samples = [reader.read(group, settings.topic_segments) for _ in range(3)]
+            c.poll(0)
+    finally:
+        c.close()
+    proc = kafka_tool(settings, "ConsumerGroupCommand", ["--describe", "--group", group], timeout=120)
+    theirs = _parse_describe(proc.stdout)
+    g = samples[-1]
+    (row,) = [r for r in g.partitions if r.committed is not None]
+    assert (row.committed, row.end_offset, row.lag) == (6, 7, 1)
+    assert theirs[(row.topic, row.partition)] == {"current": 6, "end": 7, "lag": 1}
+    assert row.records == 0 and g.records_waiting == 0
+    assert g.keda_lag == 1  # what KEDA counts: hence activationLagThreshold >= partitions
+    assert g.status == "OK"

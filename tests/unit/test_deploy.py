@@ -163,6 +163,8 @@ def test_scaledobject_trigger_agrees_with_settings_and_caps_at_partitions() -> N
     assert md["bootstrapServers"] == cm.bootstrap_servers
     assert int(md["lagThreshold"]) == cm.lag_threshold == DEFAULTS.lag_threshold
     assert int(md["activationLagThreshold"]) == cm.activation_lag_threshold == DEFAULTS.activation_lag_threshold
+    # an idle transactional partition keeps lag 1 (its commit marker): below this, never zero
+    assert int(md["activationLagThreshold"]) >= cm.partitions
     # a partition without a committed offset is read from the start by the worker, so KEDA
     # must count it as its whole log
     assert md["offsetResetPolicy"] == consumer_config(DEFAULTS, "g")["auto.offset.reset"] == "earliest"
