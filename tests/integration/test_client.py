@@ -335,3 +335,32 @@ def test_cli_submit_is_resumable(pipeline: FakePipeline, tmp_path: Path, capsys:
     third = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and third["submitted"] == 2 and third["ok"] == 2
     assert (out / "json-rid-1.wav").read_bytes() == b"from json"
+
+
+# --- against the real pipeline: `ttsflow stage` and `ttsflow worker` as processes -------------
+
+@pytest.mark.slow
+def test_client_against_real_stage_and_worker(settings: Settings, tmp_path: Path) -> None:
+    from streams.lag import LagReader
+    from streams.procs import Supervisor
+
+    with Supervisor(tmp_path / "logs") as sup:
+        stage = sup.stage("stage", settings)
+        worker = sup.worker("worker-0", settings)
+        sup.wait_ready(stage, timeout=120)
+        sup.wait_ready(worker, timeout=300)
+        with TTSClient(settings) as client:
+            c = client.say("Hello from the ttsflow client. This is a test.", "alice", tmp_path / "a.wav",
+                           timeout=180)
+            data = (tmp_path / "a.wav").read_bytes()
+            assert c.status == "ok" and c.audio is not None
+            assert data[:4] == b"RIFF" and hashlib.sha256(data).hexdigest() == c.audio.sha256
+            assert c.audio.duration_s > 1.0
+            bad = client.submit("   ", "bob")
+            with pytest.raises(RequestFailed) as ei:
+                client.wait(bad, timeout=120)
+            assert ei.value.code == "empty_text"
+        # everything answered: no segment waits for the worker group (markers aside)
+        with LagReader(settings) as reader:
+            g = reader.read(settings.worker_group, settings.topic_segments)
+        assert g.members == 1 and g.records_waiting == 0 and g.status == "OK"
