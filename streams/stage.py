@@ -281,7 +281,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         datadir=str(datadir),
         producer_acks=-1,
         broker_commit_every=1000,
-        broker_commit_interval=1.0,
+        broker_commit_interval=settings.stage_commit_interval_ms / 1000.0,
+        # a SIGKILLed member's partitions wait for its session to time out: keep that short
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
     )
     requests = app.topic(settings.topic_requests, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")

@@ -1,0 +1,374 @@
+# ruff: noqa: RUF001 - the generated texts are full-width and CJK on purpose
+"""``ttsflow bench stage --json``: how fast the stage is, and whether faust is the bottleneck.
+
+One run measures, side by side on the same machine:
+
+1. **pure**: ``normalize`` + ``split_segments`` + ``segment_hash``/``request_hash`` per
+   second on generated mixed Chinese/English texts of about 150 characters, and the
+   stage's whole per-record logic (:meth:`StageCore.handle`: decode, validate, split,
+   hash, encode) per second, in this process, on one core.
+2. **throughput**: the same texts as a backlog in a fresh 4-partition requests topic,
+   then one ``ttsflow stage`` process pinned to one CPU: requests per second from its
+   first segment to its last, as a ``read_committed`` reader sees them.
+3. **latency**: with that stage running, requests at a steady rate; for each request,
+   the time from its produce time (the record timestamp, which the stage copies into
+   ``enqueued_at``) to the moment its last segment is visible to a ``read_committed``
+   reader; p50 and p99. Under exactly-once this includes waiting for the transaction
+   to commit (``TTS_STAGE_COMMIT_INTERVAL_MS``).
+
+``--kill`` runs the exactly-once check instead: two stage processes on four partitions,
+requests at a steady rate, a stage SIGKILLed (and restarted at once) every few seconds,
+then a ``read_committed`` reader counts lost and duplicated segments by
+``(request_id, seq)``, and a ``read_uncommitted`` reader counts what aborted
+transactions left in the log.
+
+The last line printed is one JSON object. The machine is shared: compare the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from schemas import Request, decode_segment, encode, request_hash, segment_hash
+from streams.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, percentile
+from streams.settings import Settings, load_settings
+from streams.text import normalize, split_segments
+
+__all__ = ["main", "make_texts"]
+
+_EN = [
+    "Dr. Smith said the results were ready by 3.30 p.m. yesterday.",
+    "Please call me back when you get this message.",
+    "The U.S. market closed 1.5% higher on Friday, e.g. tech stocks led.",
+    "Could you turn left at the next corner?",
+    "Our flight was delayed... again.",
+    "Thank you for choosing our service!",
+    "The meeting has been moved to Room 204, i.e. the one upstairs.",
+    "It costs $12.99 per month, taxes included.",
+]
+_ZH = [
+    "今天天气很好，我们去公园散步吧。", "请在下一个路口左转。", "会议改到明天上午十点。",
+    "这个价格包含税费吗？", "谢谢你的耐心等待！", "我们的航班又延误了……",
+    "请把文件发到我的邮箱；我下午看。", "新版本已经上线，欢迎试用。",
+]
+_MIXED = [
+    "我刚买了一台MacBook Pro，速度很快。", "明天的 deadline 是 5 点，请准时提交。",
+    "这个 API 的 latency 大约是 20ms。", "Ｆｕｌｌ－ｗｉｄｔｈ 字符也要处理。", "我们用 Kafka 做消息队列。",
+]
+
+
+def make_texts(n: int, *, seed: int = 7, target: int = 150) -> list[str]:
+    """``n`` realistic request texts of about ``target`` characters, mixing zh and en."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts: list[str] = []
+        while sum(len(p) for p in parts) < target - 20:
+            pool = rng.choice((_EN, _EN, _ZH, _ZH, _MIXED))
+            parts.append(rng.choice(pool))
+        if rng.random() < 0.2:
+            parts.insert(rng.randrange(len(parts) + 1), "\u200b  ")
+        out.append(" ".join(parts))
+    return out
+
+
+def _pure(texts: list[str], settings: Settings, min_s: float = 2.0) -> dict[str, Any]:
+    from streams.stage import StageCore, backend_voices
+
+    def text_only() -> int:
+        segs = 0
+        for t in texts:
+            pieces = split_segments(normalize(t), settings.max_segment_chars)
+            hs = [segment_hash(p, voice="heart", model=settings.backend, model_version="", speed=1.0,
+                               sample_rate=None, format="wav") for p in pieces]
+            request_hash(hs, format="wav")
+            segs += len(pieces)
+        return segs
+
+    core = StageCore(settings, voices=backend_voices(settings.backend))
+    raws = [encode(Request(request_id=f"b{i}", user_id=f"user-{i % 97}", text=t)) for i, t in enumerate(texts)]
+
+    def whole() -> int:
+        n = 0
+        for i, raw in enumerate(raws):
+            n += len(core.handle(f"user-{i % 97}".encode(), raw, partition=0, offset=i, timestamp_ms=None,
+                                 seen={}).records)
+        return n
+
+    # Alternate the two, best of 3 rounds each: on a shared machine the best round is the
+    # one least disturbed by others, and alternating keeps the comparison fair.
+    res: dict[str, Any] = {}
+    for _ in range(3):
+        for name, fn in (("pure_text", text_only), ("stage_core", whole)):
+            done, segs, t0 = 0, 0, time.perf_counter()
+            while time.perf_counter() - t0 < min_s / 3:
+                segs += fn()
+                done += len(texts)
+            dt = time.perf_counter() - t0
+            if done / dt > res.get(f"{name}_requests_per_s", 0):
+                res[f"{name}_requests_per_s"] = round(done / dt, 1)
+                res[f"{name}_segments_per_s"] = round(segs / dt, 1)
+    res["segments_per_request"] = round(text_only() / len(texts), 2)
+    return res
+
+
+def _pin(pid: int | None, cpu: int) -> bool:
+    if pid is None or not hasattr(os, "sched_setaffinity"):
+        return False
+    try:
+        os.sched_setaffinity(pid, {cpu})
+        return True
+    except OSError:
+        return False
+
+
+def _prepare(base: Settings, tag: str, **changes: Any) -> Settings:
+    from streams.stack import ensure_topics
+
+    s = isolated(base, f"{tag}{new_run_id()}").replace(partitions=4, **changes)
+    ensure_topics(s, partitions=4)
+    return s
+
+
+def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: float, guarantee: str,
+               commit_ms: int) -> dict[str, Any]:
+    from streams.procs import Supervisor
+
+    home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-")
+    s = _prepare(base, "bst", home=home, stage_guarantee=guarantee, stage_commit_interval_ms=commit_ms,
+                 log_level="WARNING")
+    res: dict[str, Any] = {}
+    try:
+        # 2. throughput: a backlog first, then one stage on one CPU
+        pub = Publisher(s)
+        for i, t in enumerate(texts):
+            pub.publish(s.topic_requests, f"user-{i % 97}".encode(),
+                        encode(Request(request_id=f"t{i}", user_id=f"user-{i % 97}", text=t)))
+        pub.flush()
+        want = {f"t{i}" for i in range(len(texts))}
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
+            proc = sup.stage("stage", s)
+            res["stage_pinned_to_one_cpu"] = _pin(proc.pid, cpu=(os.cpu_count() or 1) - 1)
+            done: set[str] = set()
+            segs = 0
+            t_first = t_last = None
+            deadline = time.monotonic() + 300
+            while done != want and time.monotonic() < deadline:
+                sup.check_alive()
+                for r in reader.poll(0.5, 2000):
+                    seg = decode_segment(r.value)
+                    segs += 1
+                    t_first = t_first or r.received
+                    t_last = r.received
+                    if seg.last:
+                        done.add(seg.request_id)
+            if t_first is None or t_last is None or done != want:
+                raise RuntimeError(f"stage finished {len(done)} of {len(want)} backlog requests; see {home}/logs")
+            span = max(t_last - t_first, 1e-6)
+            res.update(stage_requests_per_s=round(len(want) / span, 1), stage_segments_per_s=round(segs / span, 1),
+                       backlog_requests=len(want), backlog_span_s=round(span, 2))
+
+            # 3. latency at a steady rate, stage warm
+            lat_last: list[float] = []
+            lat_first: dict[str, float] = {}
+            n = int(rate * latency_s)
+            sent = 0
+            t0 = time.monotonic()
+            pending: set[str] = set()
+            while sent < n or (pending and time.monotonic() - t0 < latency_s + 60):
+                while sent < n and time.monotonic() - t0 >= sent / rate:
+                    i = sent
+                    rid = f"l{i}"
+                    pub.publish(s.topic_requests, f"user-{i % 97}".encode(),
+                                encode(Request(request_id=rid, user_id=f"user-{i % 97}", text=texts[i % len(texts)])))
+                    pending.add(rid)
+                    sent += 1
+                for r in reader.poll(0.005, 2000):
+                    seg = decode_segment(r.value)
+                    if seg.enqueued_at is None or seg.request_id not in pending:
+                        continue
+                    age = r.received - seg.enqueued_at.timestamp()
+                    lat_first.setdefault(seg.request_id, age)
+                    if seg.last:
+                        lat_last.append(age)
+                        pending.discard(seg.request_id)
+            pub.flush()
+            res.update(latency_requests=len(lat_last), latency_rate_per_s=rate, latency_unanswered=len(pending),
+                       p50_request_to_segment_s=_r(percentile(list(lat_first.values()), 50)),
+                       p99_request_to_segment_s=_r(percentile(list(lat_first.values()), 99)),
+                       p50_request_to_last_segment_s=_r(percentile(lat_last, 50)),
+                       p99_request_to_last_segment_s=_r(percentile(lat_last, 99)))
+    finally:
+        delete_run_topics(s)
+    return res
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarantee: str, commit_ms: int,
+              seed: int) -> dict[str, Any]:
+    from streams.procs import Supervisor
+
+    home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-kill-")
+    s = _prepare(base, "bsk", home=home, stage_guarantee=guarantee, stage_commit_interval_ms=commit_ms,
+                 log_level="WARNING")
+    texts = make_texts(requests, seed=seed)
+    rng = random.Random(seed)
+    expected = {(f"k{i}", j) for i, t in enumerate(texts) for j in range(len(split_segments(normalize(t),
+                                                                                         s.max_segment_chars)))}
+    res: dict[str, Any] = {"mode": "kill", "guarantee": guarantee, "requests": requests, "stages": 2,
+                           "partitions": 4, "expected_segments": len(expected)}
+    try:
+        with Supervisor(Path(home) / "logs") as sup:
+            for name in ("stage-a", "stage-b"):
+                sup.stage(name, s)
+            sup.wait_group(s, s.stage_app_id, 2, timeout=120)
+            pub = Publisher(s)
+            publish_s = requests / rate
+            kill_at = sorted(rng.uniform(0.15, 0.85) * publish_s for _ in range(kills))
+            fired: list[dict[str, Any]] = []
+            crashes = 0
+            t0 = time.monotonic()
+            sent = 0
+            while sent < requests:
+                now = time.monotonic() - t0
+                while kill_at and now >= kill_at[0]:
+                    kill_at.pop(0)
+                    victim = rng.choice(("stage-a", "stage-b"))
+                    sup.restart(victim, sig=signal.SIGKILL)
+                    fired.append({"at_s": round(now, 2), "stage": victim})
+                crashes += _revive(sup)
+                while sent < requests and now >= sent / rate:
+                    pub.publish(s.topic_requests, f"user-{sent % 211}".encode(),
+                                encode(Request(request_id=f"k{sent}", user_id=f"user-{sent % 211}",
+                                               text=texts[sent])))
+                    sent += 1
+                time.sleep(0.005)
+            pub.flush()
+            res["kills"] = fired
+            # wait until every expected segment is visible or nothing new arrives for a while
+            seen: Counter[tuple[str, int]] = Counter()
+            t_drain = time.monotonic()
+            last_new = time.monotonic()
+            with TopicReader(s, s.topic_segments) as reader:
+                while time.monotonic() - t_drain < 240:
+                    crashes += _revive(sup)
+                    got = reader.poll(0.5, 5000)
+                    for r in got:
+                        seg = decode_segment(r.value)
+                        seen[(seg.request_id, seg.seq)] += 1
+                    if got:
+                        last_new = time.monotonic()
+                    if expected <= set(seen) and time.monotonic() - last_new > 5:
+                        break
+                    if time.monotonic() - last_new > 60:
+                        break
+            res["drain_s"] = round(time.monotonic() - t_drain, 1)
+            res["crashes_restarted"] = crashes
+            res["crash_reasons"] = _crash_reasons(Path(home) / "logs")
+        lost = expected - set(seen)
+        res.update(read_committed_segments=sum(seen.values()), lost=len(lost),
+                   duplicated=sum(c - 1 for c in seen.values() if c > 1),
+                   duplicated_requests=len({rid for (rid, _), c in seen.items() if c > 1}),
+                   lost_examples=sorted(lost)[:5])
+        res["read_uncommitted_records"] = _count_uncommitted(s)
+    finally:
+        delete_run_topics(s)
+    return res
+
+
+def _revive(sup: Any) -> int:
+    """Restart stages that exited on their own (an orchestrator would); how many."""
+    n = 0
+    for name, p in sup.procs.items():
+        if p.popen is not None and p.popen.poll() is not None:
+            sup.restart(name)
+            n += 1
+    return n
+
+
+def _crash_reasons(log_dir: Path) -> dict[str, int]:
+    """Exception class names of faust crashes in the stage logs, counted."""
+    import re
+
+    out: Counter[str] = Counter()
+    for f in log_dir.glob("*.log"):
+        for m in re.finditer(r"Crashed reason=([A-Za-z_.]+)\(", f.read_text(errors="replace")):
+            out[m.group(1)] += 1
+    return dict(out)
+
+
+def _count_uncommitted(s: Settings) -> int:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": s.bootstrap_servers, "group.id": f"bench-{new_run_id()}",
+                  "enable.auto.commit": False, "isolation.level": "read_uncommitted",
+                  "enable.partition.eof": True})
+    try:
+        md = c.list_topics(s.topic_segments, timeout=10).topics[s.topic_segments]
+        c.assign([TopicPartition(s.topic_segments, p, -2) for p in md.partitions])
+        n, eof, deadline = 0, set(), time.monotonic() + 60
+        while eof != set(md.partitions) and time.monotonic() < deadline:
+            for m in c.consume(5000, 0.5):
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        eof.add(m.partition())
+                    continue
+                n += 1
+        return n
+    finally:
+        c.close()
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow bench stage", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--json", action="store_true", help="print only the JSON result line")
+    ap.add_argument("--requests", type=int, default=3000, help="backlog size (or requests of the --kill run)")
+    ap.add_argument("--rate", type=float, default=100.0, help="requests per second in the latency (or --kill) run")
+    ap.add_argument("--latency-seconds", type=float, default=10.0)
+    ap.add_argument("--guarantee", choices=("exactly_once", "at_least_once"), default=None)
+    ap.add_argument("--commit-interval-ms", type=int, default=None)
+    ap.add_argument("--kill", action="store_true", help="run the SIGKILL exactly-once check instead")
+    ap.add_argument("--kills", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--pure-only", action="store_true", help="only the in-process text/core measurement")
+    ns = ap.parse_args(argv)
+    base = load_settings()
+    guarantee = ns.guarantee or base.stage_guarantee
+    commit_ms = ns.commit_interval_ms or base.stage_commit_interval_ms
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if ns.kill:
+        res = _kill_run(base, requests=ns.requests, rate=ns.rate, kills=ns.kills, guarantee=guarantee,
+                        commit_ms=commit_ms, seed=ns.seed)
+    else:
+        texts = make_texts(ns.requests, seed=ns.seed)
+        res = {"mode": "throughput", "guarantee": guarantee, "commit_interval_ms": commit_ms,
+               "text_chars_mean": round(sum(len(t) for t in texts) / len(texts), 1)}
+        pure_texts = texts[:1000]
+        if not ns.json:
+            print(f"pure functions on {len(pure_texts)} texts...", file=sys.stderr)
+        res.update(_pure(pure_texts, base))
+        if not ns.pure_only:
+            if not ns.json:
+                print(f"stage: backlog of {len(texts)}, then {ns.rate}/s for {ns.latency_seconds}s...",
+                      file=sys.stderr)
+            res.update(_stage_run(base, texts, rate=ns.rate, latency_s=ns.latency_seconds, guarantee=guarantee,
+                                  commit_ms=commit_ms))
+            res["stage_vs_pure_text"] = round(res["stage_requests_per_s"] / res["pure_text_requests_per_s"], 4)
+            res["stage_vs_stage_core"] = round(res["stage_requests_per_s"] / res["stage_core_requests_per_s"], 4)
+    res["loadavg_1m_at_start"] = None if load is None else round(load, 2)
+    res["cpus"] = os.cpu_count()
+    print(json.dumps(res, ensure_ascii=False))
+    return 0 if res.get("lost", 0) == 0 else 1
