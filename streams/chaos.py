@@ -104,7 +104,7 @@ class Event:
 
 def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: int, restart_broker: int,
                 workers: int = 2, start: float = 0.1, end: float = 0.9) -> list[Event]:
-    """The disruptions of one run at seeded random moments.
+    """The disruptions of one run at seeded random moments, spread out (one per equal slice).
 
     The stage and the broker are disrupted while requests arrive (``[start, end] *
     window_s`` seconds, the publishing window): that is when the stage is busy. Workers
@@ -115,11 +115,16 @@ def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: in
     if not 0 <= start <= end <= 1:
         raise ValueError("need 0 <= start <= end <= 1")
     rng = random.Random(seed)
-    lo, hi = start * window_s, end * window_s
-    events = [Event(rng.uniform(start, end), "kill_worker", rng.randrange(workers), "progress")
-              for _ in range(kill_workers)]
-    events += [Event(rng.uniform(lo, hi), "kill_stage") for _ in range(kill_stage)]
-    events += [Event(rng.uniform(lo, hi), "restart_broker") for _ in range(restart_broker)]
+
+    def moments(n: int, lo: float, hi: float) -> list[float]:
+        # one uniform moment in each of n equal slices: random, yet never two kills at once
+        width = (hi - lo) / n if n else 0.0
+        return [rng.uniform(lo + k * width, lo + (k + 1) * width) for k in range(n)]
+
+    events = [Event(at, "kill_worker", rng.randrange(workers), "progress")
+              for at in moments(kill_workers, start, end)]
+    events += [Event(at, "kill_stage") for at in moments(kill_stage, start * window_s, end * window_s)]
+    events += [Event(at, "restart_broker") for at in moments(restart_broker, start * window_s, end * window_s)]
     return sorted(events, key=lambda e: (e.by, e.at))
 
 

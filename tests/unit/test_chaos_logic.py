@@ -54,6 +54,9 @@ def test_plan_events_is_seeded_and_inside_the_window() -> None:
     for by in ("time", "progress"):
         ats = [e.at for e in a if e.by == by]
         assert ats == sorted(ats)
+    # spread out: five worker kills fall in five different fifths of the answering
+    kills = [e.at for e in a if e.action == "kill_worker"]
+    assert sorted(int((k - 0.1) / 0.16) for k in kills) == [0, 1, 2, 3, 4]
 
 
 def test_plan_events_none_requested() -> None:
