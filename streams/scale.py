@@ -363,8 +363,10 @@ def _parser() -> argparse.ArgumentParser:
                          "measure yours with ttsflow bench engine/pipeline)")
     ap.add_argument("--segments-per-request", type=float, default=3.0, help="mean segments per request")
     ap.add_argument("--partitions", type=int, default=None, help="partitions of tts.segments (default TTS_PARTITIONS)")
-    ap.add_argument("--lag-threshold", type=int, default=1000, help="KEDA lagThreshold (segments per replica)")
-    ap.add_argument("--activation", type=int, default=0, help="KEDA activationLagThreshold")
+    ap.add_argument("--lag-threshold", type=int, default=None,
+                    help="KEDA lagThreshold, segments per replica (default TTS_LAG_THRESHOLD)")
+    ap.add_argument("--activation", type=int, default=None,
+                    help="KEDA activationLagThreshold (default TTS_ACTIVATION_LAG_THRESHOLD)")
     ap.add_argument("--allow-idle-consumers", action="store_true")
     ap.add_argument("--min-replicas", type=int, default=0)
     ap.add_argument("--max-replicas", type=int, default=100)
@@ -385,11 +387,12 @@ def main(argv: list[str]) -> int:
         print("usage: ttsflow scale simulate [--json] [--trace diurnal|burst] [...]; see --help", file=sys.stderr)
         return 2
     a = _parser().parse_args(argv[1:])
-    partitions = a.partitions
-    if partitions is None:
-        from streams.settings import load_settings
+    from streams.settings import load_settings
 
-        partitions = load_settings().partitions
+    st = load_settings()
+    partitions = st.partitions if a.partitions is None else a.partitions
+    a.lag_threshold = st.lag_threshold if a.lag_threshold is None else a.lag_threshold
+    a.activation = st.activation_lag_threshold if a.activation is None else a.activation
     try:
         rule = KedaRule(lag_threshold=a.lag_threshold, activation_lag_threshold=a.activation,
                         allow_idle_consumers=a.allow_idle_consumers, min_replicas=a.min_replicas,
