@@ -11,7 +11,9 @@ One root, :class:`StreamError`, three kinds, each with one reaction:
 
 :func:`classify` reads librdkafka's own flags on a ``KafkaError`` (``fatal()``,
 ``txn_requires_abort()``, ``retriable()``) in that order, so the meaning is librdkafka's,
-not a guess from the error name. It duck-types the error and so imports no client.
+not a guess from the error name; only local transport failures (broker unreachable,
+timed out), which librdkafka leaves unflagged on metadata and admin calls, are
+retriable by name. It duck-types the error and so imports no client.
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ class _KafkaErrorLike(Protocol):
     def str(self) -> str: ...
 
 
+# Local errors librdkafka raises unflagged from admin and metadata calls while the broker
+# is unreachable; the same call succeeds once it is back.
+_TRANSPORT_NAMES = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_MSG_TIMED_OUT", "_RESOLVE"})
+
+
+def _is_transport(err: Any) -> bool:
+    name = getattr(err, "name", None)
+    return callable(name) and name() in _TRANSPORT_NAMES
+
+
 def classify(err: _KafkaErrorLike | Any, *, during: str = "") -> StreamError:
     """The ttsflow error for a librdkafka ``KafkaError`` (or a ``KafkaException`` holding one).
 
@@ -65,7 +77,7 @@ def classify(err: _KafkaErrorLike | Any, *, during: str = "") -> StreamError:
         exc: StreamError = FatalError(text)
     elif err.txn_requires_abort():
         exc = AbortableError(text)
-    elif err.retriable():
+    elif err.retriable() or _is_transport(err):
         exc = RetriableError(text)
     elif during:
         exc = AbortableError(text)

@@ -77,7 +77,7 @@ def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     }
 
 
-def ensure_done_topic(settings: Settings, *, timeout: float = 30.0) -> int:
+def ensure_done_topic(settings: Settings, *, timeout: float = 10.0) -> int:
     """Create the compacted done topic if missing; returns its partition count.
 
     It gets ``max(settings.partitions, partitions of the segments topic)`` partitions,
@@ -95,7 +95,10 @@ def ensure_done_topic(settings: Settings, *, timeout: float = 30.0) -> int:
     if have is not None and not have.error:
         n = len(have.partitions)
         if n < want:
-            raise ValueError(f"{settings.topic_done} has {n} partitions, fewer than {settings.topic_segments} ({want})")
+            from streams.errors import FatalError
+
+            raise FatalError(f"{settings.topic_done} has {n} partitions, fewer than {settings.topic_segments} "
+                             f"({want}); add partitions to it (kafka-topics --alter --partitions {want})")
         return n
     topic = NewTopic(settings.topic_done, num_partitions=want, replication_factor=settings.replication_factor,
                      config={"cleanup.policy": "compact,delete",

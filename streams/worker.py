@@ -199,6 +199,7 @@ class Worker:
         self._in_txn = False
         self._last_consumer_error = -1e9
         self._cap = 4 * settings.max_batch
+        self._done_partitions = 1 << 30  # known after start(); tests that skip start() have no limit
         self.cache.on_error = metrics.redis_error
 
     # -- keys ----------------------------------------------------------------------
@@ -219,7 +220,7 @@ class Worker:
         """Create the done topic, initialise transactions (fencing older instances), subscribe."""
         from streams.kafka import ensure_done_topic
 
-        ensure_done_topic(self.settings)
+        self._done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.settings))
         self._retry("init_transactions", lambda: self._producer.init_transactions(_OP_TIMEOUT_S))
         self._consumer.subscribe([self.settings.topic_segments], on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -794,6 +795,10 @@ class Worker:
     # -- rebalance callbacks (run inside consume(), between loop steps) --------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         new = {tp.partition for tp in partitions}
+        too_high = sorted(p for p in new if p >= self._done_partitions)
+        if too_high:  # a segment of partition p records its request in done partition p
+            raise FatalError(f"{self.settings.topic_segments} partitions {too_high} have no partition in "
+                             f"{self.settings.topic_done} ({self._done_partitions} partitions); add partitions to it")
         for p in new:
             self._gen[p] = self._gen.get(p, 0) + 1
         self._load_done(new)
@@ -966,6 +971,9 @@ def main(argv: list[str] | None = None) -> int:
     except FatalError as e:
         _log.critical("event=fatal error=%s", e)
         return 1
+    except RetriableError as e:  # still retrying (broker unreachable at start) when told to stop
+        _log.warning("event=stopped_while_retrying error=%s", e)
+        return 0 if worker.stopping else 1
     except StorageError as e:  # access denied, no bucket: configuration, not an outage
         _log.critical("event=storage_fatal error=%s", e)
         return 1

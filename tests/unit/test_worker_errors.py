@@ -34,3 +34,8 @@ def test_one_root_and_the_kafka_error_is_kept() -> None:
     exc = classify(err)
     assert isinstance(exc, StreamError)
     assert exc.kafka_error is err  # type: ignore[attr-defined]
+
+
+def test_unreachable_broker_is_retriable_even_unflagged() -> None:
+    assert type(classify(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"))) is RetriableError
+    assert type(classify(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))) is RetriableError
