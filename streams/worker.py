@@ -663,7 +663,10 @@ class Worker:
             self._retry("commit_transaction", lambda: self._producer.commit_transaction(_OP_TIMEOUT_S), in_txn=True)
             self._in_txn = False
         except KafkaException as e:
-            raise classify(e, during="transaction") from e
+            exc = classify(e, during="transaction")
+            if type(exc) is RetriableError:  # the open transaction cannot be resumed: abort and redo
+                exc = AbortableError(str(exc))
+            raise exc from e
         self._last_commit = self.clock()
         self.tracker.committed(offsets)
         self.metrics.transaction(True)
