@@ -233,3 +233,21 @@ def test_without_the_extra_load_engine_says_what_to_install(tmp_path: Path) -> N
 
     with pytest.raises(ModelLoadError, match=r"ttsflow\[chattts\]"):
         load_engine("chattts", model_path=tmp_path, warm_up=False)
+
+
+@needs_extra
+@pytest.mark.slow
+def test_gpu_bench_script_runs_on_tiny_assets_and_prints_one_json_line() -> None:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "deploy" / "gpu" / "chattts_bench.py"), "--tiny", "--device", "cpu",
+                           "--batch", "1,3", "--runs", "1", "--threads", "1", "--max-new-token", "12"],
+                          capture_output=True, text=True, timeout=300, cwd=root, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["bench"] == "chattts" and result["tiny"] is True and result["chattts"] == "0.2.5"
+    assert [r["batch"] for r in result["results"]] == [1, 3]
+    assert all(r["generate_calls_per_batch"] == 1 and r["rtf"] > 0 for r in result["results"])
