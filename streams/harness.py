@@ -16,6 +16,7 @@ Guarantees:
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,12 @@ from typing import Any, Literal
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streams.settings import Settings
+
+# librdkafka's own log lines (a broker restart yields hundreds of "connection refused") go
+# to this logger, not to stderr; errors that matter reach us as exceptions or delivery errors.
+_kafka_log = logging.getLogger("ttsflow.harness.librdkafka")
+_kafka_log.addHandler(logging.NullHandler())
+_kafka_log.propagate = False
 
 __all__ = [
     "Publisher", "Record", "TopicReader", "delete_run_topics", "isolated", "new_run_id", "percentile", "s3_client", "sha256_hex",
@@ -76,6 +83,7 @@ class Publisher:
             "acks": "all",
             "linger.ms": 2,
             "message.timeout.ms": 300_000,
+            "logger": _kafka_log,
             **conf,
         })
         self._errors: list[str] = []
@@ -129,6 +137,7 @@ class TopicReader:
             "isolation.level": "read_committed",
             "enable.partition.eof": eof,
             "auto.offset.reset": "earliest",
+            "logger": _kafka_log,
         })
         md = self._c.list_topics(topic, timeout=30)
         tmd = md.topics.get(topic)
@@ -139,12 +148,24 @@ class TopicReader:
         tps = []
         for p in self.partitions:
             if start == "end":
-                _lo, hi = self._c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                tps.append(TopicPartition(topic, p, hi))
+                tps.append(TopicPartition(topic, p, self._end_offset(topic, p)))
             else:
                 tps.append(TopicPartition(topic, p, -2))  # OFFSET_BEGINNING
         self._c.assign(tps)
         self._at_eof: set[int] = set()
+
+    def _end_offset(self, topic: str, partition: int, timeout: float = 30.0) -> int:
+        # A topic created a moment ago can answer NOT_LEADER until its metadata settles.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                _lo, hi = self._c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                return int(hi)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if time.monotonic() > deadline or (isinstance(err, KafkaError) and err.fatal()):
+                    raise
+                time.sleep(0.2)
 
     def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[Record]:
         """Records read within ``timeout`` (possibly none)."""
