@@ -114,3 +114,22 @@ def test_second_worker_joining_loses_and_duplicates_nothing(settings: Settings, 
     assert done2 >= 1, "the second worker never answered anything"
     assert codes == {"w1": 0, "w2": 0}, codes  # graceful SIGTERM exits cleanly
     print(f"\nrebalance test: w1 answered {done1:.0f}, w2 answered {done2:.0f} of {n}")
+
+
+def test_killed_worker_replaced_by_another_instance_loses_and_duplicates_nothing(settings: Settings,
+                                                                                  tmp_path: Path) -> None:
+    """The Deployment case: the replacement has a different transactional.id, so the dead one's
+    open transaction is only aborted by its timeout (20 s here); nothing may be lost or doubled."""
+    n = 24
+    publish(settings, _corpus(n, "repl"))
+    with Supervisor(tmp_path / "logs") as sup:
+        w1 = sup.worker("w1", settings)
+        sup.wait_ready(w1, timeout=90)
+        _wait(lambda: _metric(w1.metrics_port, "ttsflow_worker_completions_total") >= 3, 120, "w1 working", sup)
+        sup.kill("w1", signal.SIGKILL)
+        t0 = time.monotonic()
+        w2 = sup.worker("w2", settings)
+        sup.wait_ready(w2, timeout=90)
+        _check_exactly_once(settings, n, "repl")
+        took = time.monotonic() - t0
+    print(f"\nreplacement test: w2 (new transactional.id) finished {n} requests {took:.0f}s after the kill")
