@@ -42,6 +42,11 @@ Guarantees:
   work, runs in half; embeddings, heads, the DVAE decoder and Vocos stay FP32, as
   ChatTTS itself casts hidden states back to float for the heads), FP32 on CPU. FP16 on
   CPU and int8 are refused with a ``ModelLoadError``.
+* Numbers are read, not dropped: ChatTTS's own normalizer deletes every character outside
+  letters, CJK and ``,.`` (digits included) unless a number normalizer is registered, so
+  ``prepare`` first spells digits out (English words from hibari's number reader; Chinese
+  numerals for Chinese text), with ``%`` and a leading ``$``; hyphens and commas are left
+  out of the words, since ChatTTS turns ``-`` into a pause.
 * ``max_new_token`` caps the audio tokens per item (about 21.5 per second of audio), so a
   model that never emits its end token stops.
 
@@ -57,6 +62,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -143,6 +149,79 @@ def _file_digest(paths: Sequence[Path]) -> str:
         with open(p, "rb") as f:
             h.update(hashlib.file_digest(f, "sha256").digest())
     return h.hexdigest()
+
+
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])(\$)?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(%)?")
+_ZH_DIGITS = "零一二三四五六七八九"
+
+
+def _zh_below_10k(n: int) -> str:
+    out, gap = "", False
+    for value, unit in ((1000, "千"), (100, "百"), (10, "十"), (1, "")):
+        d = n // value % 10
+        if d == 0:
+            gap = gap or bool(out)
+        else:
+            out += ("零" if gap else "") + _ZH_DIGITS[d] + unit
+            gap = False
+    return out
+
+
+def _zh_int(n: int) -> str:
+    """Chinese reading of a non-negative integer: 35 -> 三十五, 10005 -> 一万零五."""
+    if n == 0:
+        return "零"
+    if n >= 10**16:
+        return "".join(_ZH_DIGITS[int(c)] for c in str(n))
+    groups = []
+    while n:
+        n, g = divmod(n, 10_000)
+        groups.append(g)
+    out, gap = "", False
+    for i in reversed(range(len(groups))):
+        g = groups[i]
+        if g == 0:
+            gap = bool(out)
+            continue
+        if out and (gap or g < 1000):
+            out += "零"
+        out += _zh_below_10k(g) + ("", "万", "亿", "万亿")[i]
+        gap = False
+    return out[1:] if out.startswith("一十") else out
+
+
+def _spell_numbers(text: str, lang: str) -> str:
+    """Digits to words (ChatTTS would delete them): English, or Chinese numerals for ``zh``."""
+    from hibari.g2p.numbers import ONES, cardinal, ordinal, year
+
+    def en(m: re.Match[str]) -> str:
+        dollar, whole, frac, pct = m.groups()
+        n = int(whole.replace(",", ""))
+        if n >= 10**15:
+            words = " ".join(ONES[int(c)] for c in whole if c.isdigit())
+        elif not (dollar or frac or pct or "," in whole) and len(whole) == 4 and 1100 <= n <= 2099:
+            words = year(n)
+        else:
+            words = cardinal(n)
+        if frac:
+            words += " point " + " ".join(ONES[int(c)] for c in frac[1:])
+        words += " percent" if pct else ""
+        words += " dollars" if dollar else ""
+        return f" {words.replace('-', ' ').replace(',', '')} "
+
+    def zh(m: re.Match[str]) -> str:
+        dollar, whole, frac, pct = m.groups()
+        if len(whole) == 4 and not (dollar or frac or pct) and m.string[m.end():m.end() + 1] == "年":
+            return "".join(_ZH_DIGITS[int(c)] for c in whole)  # years are read digit by digit
+        words = _zh_int(int(whole.replace(",", "")))
+        if frac:
+            words += "点" + "".join(_ZH_DIGITS[int(c)] for c in frac[1:])
+        words = ("百分之" + words) if pct else words
+        return words + ("美元" if dollar else "")
+
+    if lang != "zh":
+        text = re.sub(r"\b(\d{1,15})(?:st|nd|rd|th)\b", lambda m: f" {ordinal(int(m.group(1))).replace('-', ' ').replace(',', '')} ", text)
+    return _NUMBER.sub(zh if lang == "zh" else en, text)
 
 
 class ChatTTSBackend(Backend):
@@ -252,7 +331,9 @@ class ChatTTSBackend(Backend):
         if not (item.speed > 0 and math.isfinite(item.speed)):
             raise ItemError(f"speed must be a positive number, not {item.speed}")
         try:
-            text = self._chat.normalizer(item.text, True, True, None).strip()
+            norm = self._chat.normalizer
+            text = _spell_numbers(item.text, norm._detect_language(item.text))
+            text = norm(" ".join(text.split()), True, True, None).strip()
         except Exception as e:  # third-party normalizer (numba); its failure is this item's
             raise ItemError(f"chattts text normalizer failed: {type(e).__name__}: {e}") from e
         # Control tags ChatTTS uses to build its prompt would let text override the speaker.

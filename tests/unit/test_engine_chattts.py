@@ -251,3 +251,17 @@ def test_gpu_bench_script_runs_on_tiny_assets_and_prints_one_json_line() -> None
     assert result["bench"] == "chattts" and result["tiny"] is True and result["chattts"] == "0.2.5"
     assert [r["batch"] for r in result["results"]] == [1, 3]
     assert all(r["generate_calls_per_batch"] == 1 and r["rtf"] > 0 for r in result["results"])
+
+
+@needs_extra
+def test_numbers_are_read_not_dropped(backend: ChatTTSBackend) -> None:
+    """ChatTTS's normalizer deletes digits; the front end spells them out first."""
+    from engine.chattts import _spell_numbers
+
+    payload = backend.prepare(SynthItem("I paid $5.99 for 3 books in 1984, 50% off on the 21st.", "")).payload
+    assert not any(c.isdigit() for c in payload.removeprefix("[speed_5]"))
+    for words in ("five point nine nine dollars", "three books", "nineteen eighty four", "fifty percent",
+                  "twenty first"):
+        assert words in payload, (words, payload)
+    assert _spell_numbers("我有35个苹果,增长了12.5%,2026年,10005人", "zh") == \
+        "我有三十五个苹果,增长了百分之十二点五,二零二六年,一万零五人"
