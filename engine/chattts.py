@@ -275,8 +275,9 @@ class ChatTTSBackend(Backend):
         if not ok:
             raise ModelLoadError(f"chattts: {root} did not load (a file failed chattts's sha256 check against the "
                                  "official weights, or a part is missing); see the ttsflow.engine.chattts log")
-        if prec == "fp16":
-            chat.gpt.gpt.half()
+        # transformers 5 loads a checkpoint in its stored dtype: set the GPT's precision explicitly either way
+        # (Embed, DVAE, Decoder and Vocos are fp32 modules that load_state_dict casts into).
+        chat.gpt.gpt.to(torch.float16 if prec == "fp16" else torch.float32)
 
         hidden = int(chat.config.gpt.hidden_size)
         spk = self._speaker(chat, speaker, seed, hidden)

@@ -70,6 +70,7 @@ def test_batch_of_four_is_one_padded_generate_and_four_finite_waveforms(
         backend: ChatTTSBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     assert backend.info.name == "chattts"
     assert (backend.info.precision, backend.info.provider) == ("fp32", "cpu")
+    assert backend._chat.gpt.gpt.dtype == torch.float32
     assert backend.native_batching
     calls = _count_generate(monkeypatch, backend)
     engine = Engine(backend, max_batch=8)
