@@ -441,13 +441,24 @@ def convert(src: Path, dst: Path, precision: str, *, expose: Sequence[str] = ())
 
 
 def _quantize_int8(model: Any, out: Path) -> dict[str, int]:
+    import logging
+
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with tempfile.TemporaryDirectory(prefix="ttsflow-quant-") as d:
-        fp32 = Path(d) / "fp32.onnx"
-        onnx.save_model(model, str(fp32))
-        quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8)
+    def quiet(record: logging.LogRecord) -> bool:
+        # The quantizer logs hundreds of "unsupported type" lines on the root logger.
+        return "onnxruntime/quantization" not in record.pathname.replace("\\", "/")
+
+    root = logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ttsflow-quant-") as d:
+            fp32 = Path(d) / "fp32.onnx"
+            onnx.save_model(model, str(fp32))
+            quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8)
+    finally:
+        root.removeFilter(quiet)
     q = onnx.load(str(out), load_external_data=False)
     return {"ops_quantized": sum(1 for n in q.graph.node if n.op_type in ("MatMulInteger", "ConvInteger"))}
 
