@@ -319,11 +319,13 @@ def _count_uncommitted(s: Settings) -> int:
     try:
         md = c.list_topics(s.topic_segments, timeout=10).topics[s.topic_segments]
         c.assign([TopicPartition(s.topic_segments, p, -2) for p in md.partitions])
-        n, eof, deadline = 0, set(), time.monotonic() + 60
+        n, deadline = 0, time.monotonic() + 60
+        eof: set[int] = set()
         while eof != set(md.partitions) and time.monotonic() < deadline:
             for m in c.consume(5000, 0.5):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
                         eof.add(m.partition())
                     continue
                 n += 1
