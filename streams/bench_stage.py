@@ -326,7 +326,7 @@ def _count_uncommitted(s: Settings) -> int:
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        eof.add(m.partition())
+                        eof.add(m.partition() or 0)
                     continue
                 n += 1
         return n
