@@ -389,10 +389,13 @@ def _s3_client(settings: Settings, endpoint: str | None = None) -> Any:
 def _probe_s3(settings: Settings) -> str | None:
     if not _port_open(settings.s3_port):
         return "connection refused"
+    client = _s3_client(settings, _s3_address(settings))
     try:
-        _s3_client(settings, _s3_address(settings)).list_buckets()
+        client.list_buckets()
     except Exception as e:
         return str(e)
+    finally:
+        client.close()
     return None
 
 
@@ -480,11 +483,14 @@ def delete_topics(settings: Settings, names: Sequence[str], *, timeout: float = 
 def ensure_bucket(settings: Settings) -> bool:
     """Create ``settings.s3_bucket`` if absent; True when created now."""
     s3 = _s3_client(settings)
-    names = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
-    if settings.s3_bucket in names:
-        return False
-    s3.create_bucket(Bucket=settings.s3_bucket)
-    return True
+    try:
+        names = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+        if settings.s3_bucket in names:
+            return False
+        s3.create_bucket(Bucket=settings.s3_bucket)
+        return True
+    finally:
+        s3.close()
 
 
 # --- up / down / status ------------------------------------------------------------------------
