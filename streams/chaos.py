@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["Event", "Tally", "check_audio", "main", "plan_events", "plausible_duration", "run_chaos", "tally"]
+__all__ = ["Event", "Tally", "check_audio", "classify_lost", "main", "plan_events", "plausible_duration", "run_chaos", "tally"]
 
 Action = Literal["kill_worker", "kill_stage", "restart_broker"]
 
@@ -126,6 +126,33 @@ def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: in
     events += [Event(at, "kill_stage") for at in moments(kill_stage, start * window_s, end * window_s)]
     events += [Event(at, "restart_broker") for at in moments(restart_broker, start * window_s, end * window_s)]
     return sorted(events, key=lambda e: (e.by, e.at))
+
+
+def classify_lost(lost: Iterable[str], published: Iterable[str],
+                  segments: Iterable[tuple[str, int, int]]) -> dict[str, int]:
+    """Where each unanswered request stopped: ``not_published`` (not on the requests topic),
+    ``no_segments`` (the stage emitted nothing committed), ``partial_segments`` (some of
+    its ``total``), ``segments_unanswered`` (every segment there; the worker gave no answer).
+
+    ``segments``: ``(request_id, seq, total)`` of every committed segment record.
+    """
+    pub = set(published)
+    seqs: dict[str, set[int]] = {}
+    totals: dict[str, int] = {}
+    for rid, seq, total in segments:
+        seqs.setdefault(rid, set()).add(seq)
+        totals[rid] = total
+    out = {"not_published": 0, "no_segments": 0, "partial_segments": 0, "segments_unanswered": 0}
+    for rid in lost:
+        if rid not in pub:
+            out["not_published"] += 1
+        elif rid not in seqs:
+            out["no_segments"] += 1
+        elif len(seqs[rid]) < totals[rid]:
+            out["partial_segments"] += 1
+        else:
+            out["segments_unanswered"] += 1
+    return out
 
 
 def plausible_duration(chars: int) -> tuple[float, float]:
@@ -377,6 +404,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                 final.append((c.request_id, c.status))
                 completions.setdefault(c.request_id, []).append(c)
         t = tally(by_id, final)
+        lost_where = _where_lost(s, {r for r in by_id if r not in completions}) if t.lost else {}
 
         # 4. check every ok completion's audio in S3
         s3 = s3_client(s)
@@ -411,7 +439,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                       "stage": sum(1 for f in fired if f["action"] == "kill_stage"),
                       "broker_restarts": len(broker_log)},
             "crash_restarts": crash_restarts, "events": fired, "broker": broker_log,
-            "lost_ids": list(t.lost_ids), "duplicate_ids": list(t.duplicate_ids),
+            "lost_ids": list(t.lost_ids), "lost_where": lost_where, "duplicate_ids": list(t.duplicate_ids),
             "bad_audio_sample": dict(list(bad_audio.items())[:5]),
             "private_stack": private, "logs": str(run_dir / "logs"),
             "timings": timings,
@@ -429,6 +457,24 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                     delete_run_topics(s)
             except Exception as e:  # cleanup must not hide the run's own error
                 _say(f"cleanup failed: {e}")
+
+
+def _where_lost(s: Any, lost: set[str]) -> dict[str, int]:
+    """Read the run's requests and segments topics (``read_committed``) to place the lost requests."""
+    from schemas import SchemaError, decode_segment, peek_request_id
+    from streams.harness import TopicReader
+
+    with TopicReader(s, s.topic_requests, eof=True) as r:
+        published = [rid for rec in r.read_to_end(120) if (rid := peek_request_id(rec.value))]
+    segs: list[tuple[str, int, int]] = []
+    with TopicReader(s, s.topic_segments, eof=True) as r:
+        for rec in r.read_to_end(120):
+            try:
+                seg = decode_segment(rec.value)
+            except SchemaError:
+                continue
+            segs.append((seg.request_id, seg.seq, seg.total))
+    return classify_lost(lost, published, segs)
 
 
 def main(argv: list[str] | None = None) -> int:

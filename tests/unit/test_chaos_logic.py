@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streams.chaos import Event, check_audio, plan_events, plausible_duration, tally
+from streams.chaos import Event, check_audio, classify_lost, plan_events, plausible_duration, tally
 from streams.harness import isolated, percentile
 from streams.settings import Settings
 
@@ -124,3 +124,12 @@ def test_isolated_settings_share_nothing_named() -> None:
     for n in names:
         assert getattr(a, n) != getattr(base, n) and getattr(a, n) != getattr(b, n)
     assert a.bootstrap_servers == base.bootstrap_servers
+
+
+def test_classify_lost_names_the_hop_that_dropped_each_request() -> None:
+    published = ["a", "b", "c", "d"]
+    segments = [("b", 0, 2), ("c", 0, 2), ("c", 1, 2), ("c", 1, 2), ("ok", 0, 1)]
+    assert classify_lost(["a", "b", "c", "x"], published, segments) == {
+        "not_published": 1, "no_segments": 1, "partial_segments": 1, "segments_unanswered": 1}
+    assert classify_lost([], published, segments) == dict.fromkeys(
+        ("not_published", "no_segments", "partial_segments", "segments_unanswered"), 0)
