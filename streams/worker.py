@@ -1,6 +1,7 @@
 """``ttsflow worker``: segments in, audio in S3, one completion per request, exactly once.
 
-The loop (:meth:`Worker.step`) reads like the protocol: 1) poll, 2) decode and drop what
+The loop (:meth:`Worker.step`) reads like the protocol: 0) between batches, apply a
+pending model reload (SIGHUP), 1) poll, 2) decode and drop what
 is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize ready
 batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
 their audio, 8) produce completions, done records and offsets in one transaction.
@@ -29,6 +30,14 @@ Guarantees (DESIGN.md "Exactly-once, end to end"):
   answers again. Redis unreachable -> cache bypass, counted.
 * An engine failure on one item fails that request (failed completion with the code),
   not the batch's other requests and not the process.
+* Hot reload (hibari, piper: the engine is an ``engine.reload.ModelManager``): SIGHUP only
+  sets a flag; the swap happens at the top of a loop turn when nothing is in flight (no
+  batched, synthesizing, joining or unfinished request), so every part of a request is made
+  by one model and keyed with its identity. If work never drains within
+  ``reload_max_wait_s`` the worker synthesizes what is batched with the old model, waits
+  for its uploads and joins, then swaps: a request whose parts span the swap is joined from
+  memory (its old parts keep the keys they were stored under) and its completion names the
+  new model. A refused candidate leaves the old model serving.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,6 +85,9 @@ from streams.errors import AbortableError, FatalError, RetriableError, classify
 from streams.offsets import OffsetTracker
 from streams.settings import Settings, SettingsError, load_settings
 
+if TYPE_CHECKING:
+    from engine.reload import ModelManager
+
 __all__ = ["Worker", "cache_namespace", "main"]
 
 _log = logging.getLogger("ttsflow.worker")
@@ -85,6 +97,7 @@ _BACKOFF_BASE_S = 0.2
 _BACKOFF_CAP_S = 10.0
 _PART_FORMAT = "wav"        # parts are kept lossless at the engine's rate; requests get their format
 _OP_TIMEOUT_S = 30.0
+_RELOAD_MAX_WAIT_S = 30.0  # a pending reload waits this long for the work in flight to drain
 
 
 def _backoff(attempt: int) -> float:
@@ -152,9 +165,9 @@ class _Answer:
 class Worker:
     """One worker process's state and loop. Used from one thread (the loop's)."""
 
-    def __init__(self, settings: Settings, engine: Engine, store: AudioStore, cache: AudioCache, metrics: Any,
+    def __init__(self, settings: Settings, engine: Engine | ModelManager, store: AudioStore, cache: AudioCache, metrics: Any,
                  *, consumer: Any = None, producer: Any = None, reader: Any = None, overlap: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, reload_max_wait_s: float = _RELOAD_MAX_WAIT_S) -> None:
         from confluent_kafka import Consumer, Producer
 
         from streams.kafka import consumer_config, reader_config, transactional_config
@@ -166,9 +179,12 @@ class Worker:
         self.metrics = metrics
         self.clock = clock
         info = engine.info
-        self.identity = f"{info.name}:{info.version}:{info.precision}"
-        self.model_info = ModelInfo(name=info.name, version=info.version, precision=info.precision,
-                                    provider=info.provider)
+        self.identity = ""
+        self.model_info: ModelInfo
+        self._old_identities: list[str] = []  # identities served before a hot reload, newest first
+        self._set_identity()
+        self.reload_max_wait_s = reload_max_wait_s
+        self._reload_since: float | None = None
         self.batcher: MicroBatcher[_Seg] = MicroBatcher(settings.max_batch, settings.max_wait_ms / 1000,
                                                         settings.buckets, clock)
         self.tracker = OffsetTracker()
@@ -202,13 +218,24 @@ class Worker:
         self._done_partitions = 1 << 30  # known after start(); tests that skip start() have no limit
         self.cache.on_error = metrics.redis_error
 
-    # -- keys ----------------------------------------------------------------------
-    def part_id(self, segment_hash: str) -> str:
-        """The content address of a part: the stage's segment hash and this model's identity."""
-        return hashlib.sha256(f"ttsflow-part-v1\0{segment_hash}\0{self.identity}".encode()).hexdigest()
+    def _set_identity(self) -> None:
+        """Cache the serving model's identity (part keys, request keys, completions' model info)."""
+        info = self.engine.info
+        identity = f"{info.name}:{info.version}:{info.precision}"
+        if self.identity and identity != self.identity:
+            self._old_identities = [self.identity, *[i for i in self._old_identities if i != identity][:7]]
+        self.identity = identity
+        self.model_info = ModelInfo(name=info.name, version=info.version, precision=info.precision,
+                                    provider=info.provider)
 
-    def part_key(self, segment_hash: str) -> str:
-        return self.store.key("part", self.part_id(segment_hash), _PART_FORMAT)
+    # -- keys ----------------------------------------------------------------------
+    def part_id(self, segment_hash: str, identity: str | None = None) -> str:
+        """The content address of a part: the stage's segment hash and this model's identity."""
+        ident = self.identity if identity is None else identity
+        return hashlib.sha256(f"ttsflow-part-v1\0{segment_hash}\0{ident}".encode()).hexdigest()
+
+    def part_key(self, segment_hash: str, identity: str | None = None) -> str:
+        return self.store.key("part", self.part_id(segment_hash, identity), _PART_FORMAT)
 
     def request_key(self, parts: list[str], fmt: str, sample_rate: int) -> str:
         digest = hashlib.sha256(
@@ -277,6 +304,9 @@ class Worker:
     def step(self) -> None:
         """One turn of the protocol; each numbered step maps to DESIGN.md."""
         self.metrics.heartbeat()
+
+        # 0) between batches: apply a pending model reload (SIGHUP)
+        self._maybe_reload()
         now = self.clock()
 
         # 1) poll: no longer than the batcher's next deadline, briefly while work is in flight
@@ -317,6 +347,53 @@ class Worker:
         # 8) one transaction: completions + done records + offsets, then commit
         self._commit()
         self.metrics.inflight(self.tracker.pending())
+
+    # -- 0) hot reload -----------------------------------------------------------------
+    def _idle(self) -> bool:
+        """Nothing batched, synthesizing, joining or waiting for more segments: a swap splits nothing."""
+        return not (len(self.batcher) or self._post_futs or self._final_futs or self._requests or self._waiting)
+
+    def _maybe_reload(self) -> None:
+        """Apply a reload asked for by SIGHUP, only when the work in flight allows it (module docstring)."""
+        manager = self.engine
+        if isinstance(manager, Engine) or not getattr(manager, "reload_pending", False):  # an Engine: no reload
+            self._reload_since = None
+            return
+        now = self.clock()
+        if self._reload_since is None:
+            self._reload_since = now
+            _log.info("event=model_reload_pending model=%s waiting_for_drain=%s", self.identity, not self._idle())
+        if not self._idle():
+            if now - self._reload_since < self.reload_max_wait_s:
+                return
+            _log.warning("event=model_reload_forced model=%s waited_s=%.1f batched=%d unfinished_requests=%d",
+                         self.identity, now - self._reload_since, len(self.batcher), len(self._requests))
+            self._settle()
+        self._reload_since = None
+        result = manager.maybe_reload()
+        if result is None:
+            return
+        self.metrics.model_reload(result.swapped)
+        if result.swapped:
+            old = self.identity
+            self._set_identity()
+            _log.info("event=worker_model_reloaded old=%s new=%s load_s=%.3f cold_start_s=%.3f", old, self.identity,
+                      result.load_s, result.cold_start_s)
+        else:
+            _log.warning("event=worker_model_reload_refused serving=%s candidate=%s reason=%r", result.serving,
+                         result.candidate, result.reason)
+
+    def _settle(self) -> None:
+        """Finish, with the serving model, everything batched, synthesizing or joining (before a forced swap)."""
+        from concurrent.futures import wait
+
+        while len(self.batcher):
+            self._synthesize(self.batcher.take_with_wait(self.clock(), force=True))
+        wait([f for _, f in self._post_futs], _OP_TIMEOUT_S)
+        self._collect_parts()
+        self._finalize_ready()
+        wait([f for _, f in self._final_futs], _OP_TIMEOUT_S)
+        self._collect_finals()
 
     def _backlog(self) -> int:
         """Segments consumed and not yet synthesized: what bounds prefetching."""
@@ -571,11 +648,10 @@ class Worker:
             part = parts.get(seq)
             samples = part.audio if part is not None else None
             if samples is None:
-                key = part.key if part is not None else self.part_key(h)
-                try:
-                    samples, psr = audio_codec.decode(self.store.get(key))
-                except ObjectMissing:
+                data = self._fetch_part(part.key if part is not None else None, h)
+                if data is None:
                     return ErrorInfo(code="part_missing", message=f"audio of segment {seq} is not in the store")
+                samples, psr = audio_codec.decode(data)
                 if psr != sr:
                     samples = audio_codec.resample(samples, psr, sr)
             arrays.append(samples)
@@ -593,6 +669,18 @@ class Worker:
         sha, size = self.store.put_if_absent(key, data, audio_codec.content_type(last.format))
         return AudioRef(uri=self.store.uri(key), bucket=self.store.bucket, key=key, format=last.format,
                         sample_rate=out_sr, duration_s=round(len(joined) / out_sr, 4), bytes=size, sha256=sha)
+
+    def _fetch_part(self, key: str | None, segment_hash: str) -> bytes | None:
+        """A part's bytes: by its stored key, else by its content address under the serving model or,
+        after a hot reload, the models served before it (a part made before the swap)."""
+        keys = [key] if key is not None else \
+            [self.part_key(segment_hash, i) for i in [self.identity, *self._old_identities]]
+        for k in keys:
+            try:
+                return self.store.get(k)
+            except ObjectMissing:
+                continue
+        return None
 
     def _collect_finals(self) -> None:
         keep = []
@@ -945,14 +1033,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from engine.errors import ModelLoadError
+    from engine.errors import EngineError
     from engine.registry import load_engine
+    from engine.reload import ModelManager, install_sighup
+    from engine.store import MODELS, ModelStore
     from streams.worker_metrics import WorkerMetrics
 
+    engine: Any
     try:
-        engine = load_engine(settings.backend, model_path=None, precision=settings.precision,
-                             providers=settings.providers, threads=settings.threads, max_batch=settings.max_batch)
-    except ModelLoadError as e:
+        if settings.backend in MODELS:  # served from the versioned store: hot reload on SIGHUP
+            manager = ModelManager(ModelStore(settings.effective_model_dir), settings.backend,
+                                   providers=settings.providers, threads=settings.threads,
+                                   max_batch=settings.max_batch)
+            manager.start()
+            if settings.precision not in ("auto", manager.version.precision):
+                _log.warning("event=precision_ignored precision=%s serving=%s hint=%r", settings.precision,
+                             manager.version.ref, "the store's current version decides; `ttsflow model use` changes it")
+            install_sighup(manager)
+            engine = manager
+        else:  # chattts: the user's asset dir, no store, no hot reload
+            engine = load_engine(settings.backend, precision=settings.precision, providers=settings.providers,
+                                 threads=settings.threads, max_batch=settings.max_batch, **settings.engine_options())
+    except EngineError as e:  # ModelLoadError, StoreError
         print(f"ttsflow worker: {e}", file=sys.stderr)
         return 2
     _log.info("event=engine_loaded model=%s provider=%s cold_start_s=%.2f", engine.info.name, engine.info.provider,

@@ -61,6 +61,9 @@ class WorkerMetrics:
         self._assigned = Gauge("ttsflow_worker_assigned_partitions", "Partitions of tts.segments assigned.",
                                registry=r)
         self._ready = Gauge("ttsflow_worker_ready", "1 when the worker is ready to consume.", registry=r)
+        self._reloads = Counter("ttsflow_worker_model_reloads_total",
+                                "Hot model reloads (SIGHUP) applied by the worker, by result (ok or refused).",
+                                ["result"], registry=r)
         self.stall_s = stall_s
         self._last_beat = time.monotonic()
         self._is_ready = False
@@ -110,6 +113,9 @@ class WorkerMetrics:
 
     def assigned(self, n: int) -> None:
         self._assigned.set(n)
+
+    def model_reload(self, swapped: bool) -> None:
+        self._reloads.labels("ok" if swapped else "refused").inc()
 
     def heartbeat(self) -> None:
         self._last_beat = time.monotonic()

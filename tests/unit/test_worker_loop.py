@@ -522,3 +522,109 @@ def test_revoke_commits_finished_work_and_forgets_the_rest(rig: Rig) -> None:
     assert not any(k[0] == 1 for k in rig.worker._requests)
     assert rig.broker.committed[1] == 1  # its done part was committed before letting go
     assert [c.request_id for c in rig.completions()] == ["p0"]
+
+
+# -- hot reload ---------------------------------------------------------------------------
+
+class VersionedTone(ToneBackend):
+    """The tone voice as one installed version of the store's hibari model."""
+
+    def __init__(self, version: str, precision: str) -> None:
+        super().__init__()
+        self.info = ModelInfo("tone", version, precision, "CPUExecutionProvider")
+
+
+def _reload_rig(tmp_path: Any, max_wait_s: float = 30.0) -> tuple[Rig, Any, Any]:
+    from engine.reload import ModelManager
+    from engine.store import ModelStore
+
+    store = ModelStore(tmp_path)
+    for version in ("1-int8", "2-fp32"):
+        store.add("hibari", version, write=lambda path, _cfg, v=version: path.write_bytes(v.encode()) and None,
+                  precision=version.split("-")[1], source="test")
+    store.use("hibari", "1-int8")
+    loaded: list[str] = []
+
+    def loader(mv: Any) -> Engine:
+        loaded.append(mv.version)
+        return Engine(VersionedTone(mv.version, mv.precision), max_batch=4)
+
+    manager = ModelManager(store, "hibari", loader=loader, health_sentences=("Hi.",))
+    manager.start()
+    rig = Rig()
+    rig.worker.close()
+    rig.consumer, rig.producer = FakeConsumer(rig.broker), FakeProducer(rig.broker)
+    rig.worker = Worker(rig.settings, manager, rig.store, rig.cache, rig.metrics,
+                        consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker), overlap=False,
+                        clock=lambda: rig.now, reload_max_wait_s=max_wait_s)
+    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    return rig, store, manager
+
+
+def test_pending_reload_applied_between_batches_and_named_in_later_completions(tmp_path: Any) -> None:
+    rig, store, manager = _reload_rig(tmp_path)
+    try:
+        rig.publish(0, segments("before", "u1", ["Same words.", "Second part."]))
+        rig.run()
+        rig.publish(0, segments("unfinished", "u1", ["Part one.", "Part two."])[:1])
+        rig.run(3)
+        store.use("hibari", "2-fp32")
+        manager.request_reload()  # what SIGHUP does
+        rig.run(3)
+        assert manager.version.version == "1-int8"  # a request is unfinished: no swap in the middle of it
+        rig.publish(0, segments("unfinished", "u1", ["Part one.", "Part two."])[1:])
+        rig.run()
+        assert manager.version.version == "2-fp32" and not manager.reload_pending
+        rig.publish(1, segments("after", "u2", ["Same words."]))  # same text: not the old model's cached part
+        rig.run()
+        got = {c.request_id: c for c in rig.completions()}
+        assert Counter(c.request_id for c in rig.completions()) == Counter({"before": 1, "unfinished": 1, "after": 1})
+        assert (got["before"].model.version, got["before"].model.precision) == ("1-int8", "int8")
+        assert (got["unfinished"].model.version, got["unfinished"].model.precision) == ("1-int8", "int8")
+        assert (got["after"].model.version, got["after"].model.precision) == ("2-fp32", "fp32")
+        assert got["after"].status == "ok" and got["after"].cached_segments == 0
+        assert rig.worker.identity == "tone:2-fp32:fp32"
+        assert rig.metrics.value("ttsflow_worker_model_reloads_total", {"result": "ok"}) == 1
+        assert rig.broker.committed == {0: 4, 1: 1}
+    finally:
+        rig.close()
+        manager.close()
+
+
+def test_reload_forced_after_the_wait_keeps_a_spanning_request_whole(tmp_path: Any) -> None:
+    rig, store, manager = _reload_rig(tmp_path, max_wait_s=1.0)
+    try:
+        segs = segments("span", "u1", ["Made by one.", "Made by two."])
+        rig.publish(0, segs[:1])
+        rig.run(3)
+        store.use("hibari", "2-fp32")
+        manager.request_reload()
+        rig.run(15)  # the request never finishes by itself: the swap comes after 1 s of the loop's clock
+        assert manager.version.version == "2-fp32"
+        rig.cache.d.clear()  # its first part must come from memory or its stored key, not a recomputed one
+        rig.publish(0, segs[1:])
+        rig.run()
+        cs = rig.completions()
+        assert [c.request_id for c in cs] == ["span"] and cs[0].status == "ok" and cs[0].segments == 2
+        assert cs[0].model.version == "2-fp32"
+        assert rig.backend.inferred == []  # the rig's own engine was never used
+    finally:
+        rig.close()
+        manager.close()
+
+
+def test_refused_reload_keeps_serving_and_is_counted(tmp_path: Any) -> None:
+    rig, store, manager = _reload_rig(tmp_path)
+    try:
+        (store.get("hibari", "2-fp32").onnx_path).write_bytes(b"tampered")  # checksum no longer matches
+        store.use("hibari", "2-fp32")
+        manager.request_reload()
+        rig.publish(0, segments("still", "u1", ["Old model answers."]))
+        rig.run()
+        cs = rig.completions()
+        assert [c.request_id for c in cs] == ["still"] and cs[0].model.version == "1-int8"
+        assert rig.metrics.value("ttsflow_worker_model_reloads_total", {"result": "refused"}) == 1
+        assert rig.metrics.value("ttsflow_worker_model_reloads_total", {"result": "ok"}) == 0
+    finally:
+        rig.close()
+        manager.close()
