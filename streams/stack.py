@@ -302,7 +302,9 @@ def _start_kafka(settings: Settings, p: StackPaths) -> int:
     cp = f"{p.kafka_jars}/*"
     log_props = f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'log4j.properties'}"
     if not (data / "meta.properties").is_file():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # a leading '-' reads as an option to StorageTool (as in Kafka's Uuid)
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         res = subprocess.run(
             [java, *_TOOL_JVM, f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'tools-log4j.properties'}",
              "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf), "--ignore-formatted"],
