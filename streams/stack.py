@@ -293,6 +293,15 @@ def _render(template: str, dest: Path, **values: object) -> Path:
     return dest
 
 
+def _cluster_id() -> str:
+    """A random KRaft cluster id (22 chars of URL-safe base64) that StorageTool cannot mistake
+    for an option: like Kafka's own ``Uuid.randomUuid``, it never starts with '-'."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 def _start_kafka(settings: Settings, p: StackPaths) -> int:
     java = _java()
     data = p.data / "kafka"
@@ -302,9 +311,7 @@ def _start_kafka(settings: Settings, p: StackPaths) -> int:
     cp = f"{p.kafka_jars}/*"
     log_props = f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'log4j.properties'}"
     if not (data / "meta.properties").is_file():
-        cluster_id = "-"
-        while cluster_id.startswith("-"):  # a leading '-' reads as an option to StorageTool (as in Kafka's Uuid)
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         res = subprocess.run(
             [java, *_TOOL_JVM, f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'tools-log4j.properties'}",
              "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf), "--ignore-formatted"],
