@@ -11,6 +11,7 @@ and exits non-zero if any step did not give back what it put in.
 from __future__ import annotations
 
 import hashlib
+import logging
 import sys
 import time
 import uuid
@@ -24,6 +25,12 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from schemas import Request, decode_request, encode
 from streams.settings import load_settings
 
+# librdkafka's retry notices on a freshly started broker ("coordinator load in progress") are
+# expected here; errors still show.
+_KAFKA_LOG = logging.getLogger("roundtrip.kafka")
+_KAFKA_LOG.setLevel(logging.ERROR)
+_KAFKA_LOG.addHandler(logging.StreamHandler(sys.stderr))
+
 
 def main() -> int:
     s = load_settings()
@@ -35,7 +42,7 @@ def main() -> int:
     t0 = time.perf_counter()
     delivered: list[Message] = []
     p = Producer({"bootstrap.servers": s.bootstrap_servers, "partitioner": "murmur2_random",
-                  "transactional.id": f"ttsflow-roundtrip-{uuid.uuid4().hex[:8]}"})
+                  "transactional.id": f"ttsflow-roundtrip-{uuid.uuid4().hex[:8]}", "logger": _KAFKA_LOG})
     p.init_transactions(30)
     p.begin_transaction()
     p.produce(s.topic_requests, key=req.user_id.encode(), value=encode(req),
@@ -46,7 +53,7 @@ def main() -> int:
         return 1
     part, off = delivered[0].partition(), delivered[0].offset()
     c = Consumer({"bootstrap.servers": s.bootstrap_servers, "group.id": f"roundtrip-{rid}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+                  "isolation.level": "read_committed", "enable.auto.commit": False, "logger": _KAFKA_LOG})
     try:
         c.assign([TopicPartition(s.topic_requests, part, off)])
         got = None
