@@ -26,7 +26,7 @@ answered like bad content (failed completion ``internal_error`` or dead letter
 ``stage_error``) and counted, so the next record is processed. Kafka errors are not
 swallowed: they crash the worker, which exits non-zero for the orchestrator to restart.
 
-**Duplicates.** A faust Table ``seen`` (``seen-eos`` under exactly_once: a changelog
+**Duplicates.** A faust Table ``dedup`` (``dedup-eos`` under exactly_once: a changelog
 written in transactions hangs faust's non-transactional recovery) (in memory, rebuilt from its compacted
 changelog topic on start and on rebalance) maps the record key (the user id) to
 ``{request_id: first seen, epoch seconds}``. A Table's changelog record is written to the
@@ -309,7 +309,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     # markers, and faust's non-transactional recovery waits forever for an event at the
     # marker's offset (seen when a stage switched from exactly_once to at_least_once).
     # Switching modes therefore starts with an empty dedup table.
-    seen = app.Table("seen-eos" if eos else "seen", default=bytes, partitions=settings.partitions, key_type=bytes, value_type=bytes)
+    seen = app.Table("dedup-eos" if eos else "dedup", default=bytes, partitions=settings.partitions, key_type=bytes, value_type=bytes)
     source_topic = settings.topic_requests
 
     async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
