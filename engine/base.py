@@ -22,7 +22,7 @@ import numpy as np
 
 from engine.errors import EngineError
 
-__all__ = ["SynthItem", "Audio", "Failure", "ModelInfo", "Backend", "Prepared"]
+__all__ = ["Audio", "Backend", "Failure", "ModelInfo", "Prepared", "SynthItem"]
 
 
 @dataclass(frozen=True, slots=True)

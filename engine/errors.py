@@ -8,7 +8,7 @@ is fatal at start-up and a refusal (old model kept) at hot reload.
 
 from __future__ import annotations
 
-__all__ = ["EngineError", "ItemError", "BackendError", "ModelLoadError", "UnknownVoice"]
+__all__ = ["BackendError", "EngineError", "ItemError", "ModelLoadError", "UnknownVoice"]
 
 
 class EngineError(Exception):

@@ -8,7 +8,7 @@ retrying, so callers record it (failed completion or dead letter) and move on.
 
 from __future__ import annotations
 
-__all__ = ["SchemaError", "InvalidJSON", "InvalidField", "ContentError"]
+__all__ = ["ContentError", "InvalidField", "InvalidJSON", "SchemaError"]
 
 
 class SchemaError(ValueError):

@@ -30,9 +30,25 @@ import msgspec
 from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError
 
 __all__ = [
-    "REQUEST_ID_PATTERN", "FORMATS", "Request", "Segment", "Completion", "AudioRef", "ModelInfo",
-    "Timings", "ErrorInfo", "DeadLetter", "decode_request", "decode_segment", "decode_completion",
-    "decode_dead_letter", "encode", "peek_request_id", "check_content", "segment_hash", "request_hash",
+    "FORMATS",
+    "REQUEST_ID_PATTERN",
+    "AudioRef",
+    "Completion",
+    "DeadLetter",
+    "ErrorInfo",
+    "ModelInfo",
+    "Request",
+    "Segment",
+    "Timings",
+    "check_content",
+    "decode_completion",
+    "decode_dead_letter",
+    "decode_request",
+    "decode_segment",
+    "encode",
+    "peek_request_id",
+    "request_hash",
+    "segment_hash",
 ]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
