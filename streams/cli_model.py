@@ -82,8 +82,10 @@ def make_checker(store: Any, model: str, *, threads: int, providers: str, wer: b
     from engine.store import Manifest, ModelVersion
 
     def check(path: Path, config: Path | None) -> dict[str, Any]:
-        reference = store.ensure(model, "fp32")
         precision = detect_precision(onnx.load(str(path), load_external_data=False))
+        # An fp32 candidate is checked against the shipped model it was rebuilt from: making
+        # the fp32 reference first would create the very version being converted.
+        reference = store.shipped(model) if precision == "fp32" else store.ensure(model, "fp32")
         candidate = ModelVersion(path.parent, Manifest(model=model, version="candidate", precision=precision,
                                                        sha256=sha256_file(path), source="", created_at="",
                                                        onnx=path.name, config=config.name if config else None))
