@@ -7,7 +7,7 @@ or the stage is SIGKILLed and started again at once, and the broker is stopped a
 started (``--restart-broker``; only ever on a private stack instance this command brings
 up with its own ``TTS_HOME`` and ports, never the shared one). A process that exits on its
 own (a fenced producer exits non-zero by design) is restarted, as an orchestrator would,
-and counted. When every request is answered (or ``--timeout`` passes) everything is
+and counted; so is one whose ``/healthz`` keeps failing for 30 s (a liveness probe). When every request is answered (or ``--timeout`` passes) everything is
 stopped and ``tts.completed`` is read again from the beginning with ``read_committed``.
 
 What it checks, per request id: exactly one completion (``lost``: none, ``duplicates``:
@@ -218,6 +218,7 @@ class ChaosConfig:
     startup_timeout_s: float = 180.0
     out_dir: Path = Path("out/chaos")
     keep: bool = False  # keep the run's topics (and private stack) for inspection
+    liveness_grace_s: float = 30.0  # restart a process whose /healthz fails this long
 
 
 @dataclass(slots=True)
@@ -312,7 +313,8 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
          + ", ".join(f"{e.action}{'#' + str(e.target) if e.action == 'kill_worker' else ''}@"
                      + (f"{e.at:.1f}s" if e.by == "time" else f"{e.at:.0%} answered") for e in events))
     fired: list[dict[str, Any]] = []
-    crash_restarts = 0
+    crash_restarts = liveness_restarts = 0
+    last_probe = 0.0
     sup = Supervisor(run_dir / "logs")
     progress = _Progress()
     final: list[tuple[str, str]] = []
@@ -370,6 +372,13 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                         raise RuntimeError(f"{p.name} keeps exiting; {p.log_path}:\n{p.log_tail()}")
                     _say(f"{now:6.1f}s {p.name} exited with {p.popen.returncode}; restarting")
                     sup.restart(p.name)
+            # ... and one that is alive but stuck (its /healthz failing), as a liveness probe would
+            if time.monotonic() - last_probe > 2.0:
+                last_probe = time.monotonic()
+                for p in sup.unhealthy(grace_s=cfg.liveness_grace_s):
+                    liveness_restarts += 1
+                    _say(f"{now:6.1f}s {p.name} failed its liveness probe for {cfg.liveness_grace_s:.0f}s; restarting")
+                    sup.restart(p.name, sig=signal.SIGKILL)
             for recd in reader.poll(0.2):
                 try:
                     c = decode_completion(recd.value)
@@ -438,7 +447,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
             "kills": {"worker": sum(1 for f in fired if f["action"] == "kill_worker"),
                       "stage": sum(1 for f in fired if f["action"] == "kill_stage"),
                       "broker_restarts": len(broker_log)},
-            "crash_restarts": crash_restarts, "events": fired, "broker": broker_log,
+            "crash_restarts": crash_restarts, "liveness_restarts": liveness_restarts, "events": fired, "broker": broker_log,
             "lost_ids": list(t.lost_ids), "lost_where": lost_where, "duplicate_ids": list(t.duplicate_ids),
             "bad_audio_sample": dict(list(bad_audio.items())[:5]),
             "private_stack": private, "logs": str(run_dir / "logs"),

@@ -39,7 +39,7 @@ from typing import Literal
 
 from streams.settings import Settings
 
-__all__ = ["Proc", "ProcError", "Supervisor", "free_port", "group_members", "metrics_up", "settings_env"]
+__all__ = ["Proc", "ProcError", "Supervisor", "free_port", "group_members", "health", "metrics_up", "settings_env"]
 
 Kind = Literal["stage", "worker"]
 
@@ -119,6 +119,15 @@ def group_members(settings: Settings, group: str, timeout: float = 5.0) -> int:
     return len(desc.members) if "STABLE" in state else 0
 
 
+def health(port: int, timeout: float = 1.0) -> bool | None:
+    """The liveness probe: True if ``/healthz`` answers 200, False if it answers otherwise or
+    not at all, None if the process has no ``/healthz`` (404) or no port."""
+    if not port:
+        return None
+    code = _http_status(f"http://127.0.0.1:{port}/healthz", timeout)
+    return None if code == 404 else code == 200
+
+
 @dataclass(slots=True)
 class Proc:
     """One supervised process (one name; several starts over its life)."""
@@ -132,6 +141,7 @@ class Proc:
     starts: int = 0
     kills: int = 0
     history: list[tuple[float, str]] = field(default_factory=list)
+    unhealthy_since: float | None = None
 
     @property
     def pid(self) -> int | None:
@@ -230,6 +240,25 @@ class Supervisor:
             if p.popen is not None and p.popen.poll() is not None:
                 raise ProcError(f"{p.name} exited with {p.popen.returncode}; {p.log_path}:\n{p.log_tail()}")
 
+    def unhealthy(self, *, grace_s: float = 15.0) -> list[Proc]:
+        """Running processes whose ``/healthz`` has failed continuously for ``grace_s`` seconds.
+
+        What a liveness probe sees: a process that is alive but stuck. Call it periodically.
+        """
+        out = []
+        now = time.monotonic()
+        for p in self.procs.values():
+            if not p.alive():
+                p.unhealthy_since = None
+                continue
+            if health(p.metrics_port) is False:
+                p.unhealthy_since = p.unhealthy_since or now
+                if now - p.unhealthy_since >= grace_s:
+                    out.append(p)
+            else:
+                p.unhealthy_since = None
+        return out
+
     # -- signals ---------------------------------------------------------------------
     def kill(self, name: str, sig: signal.Signals = signal.SIGKILL, *, timeout: float = 30.0) -> int | None:
         """Send ``sig`` to the named process (by its PID) and wait for it to exit; its exit code.
@@ -254,6 +283,7 @@ class Supervisor:
         """Stop the named process with ``sig`` (if running) and start it again, same settings."""
         self.kill(name, sig)
         p = self.procs[name]
+        p.unhealthy_since = None
         self._spawn(p)
         return p
 

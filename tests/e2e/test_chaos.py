@@ -16,7 +16,8 @@ def test_chaos_small_run_loses_and_duplicates_nothing(stack_settings: Settings, 
     code, r = run_json(["chaos", "--requests", "200", "--kill-workers", "2", "--kill-stage", "1", "--json"],
                        timeout=480, log=tmp_path / "chaos.stderr")
     summary = {k: r.get(k) for k in ("requests", "completed", "lost", "duplicates", "bad_audio", "failed",
-                                     "lost_ids", "duplicate_ids", "bad_audio_sample", "failed_codes", "logs")}
+                                     "lost_ids", "lost_where", "duplicate_ids", "bad_audio_sample", "failed_codes",
+                                     "crash_restarts", "liveness_restarts", "logs")}
     assert r["requests"] == 200
     # the disruptions really happened, mid-run
     assert r["kills"] == {"worker": 2, "stage": 1, "broker_restarts": 0}
