@@ -1,0 +1,584 @@
+"""``ttsflow bench baseline``: ttsflow against the seeds' design (Celery + Redis), side by side.
+
+Both systems run at once on this machine, on the same stack (Kafka, S3, Redis), same
+backend, voice and model version (the model store's current one), same number of worker
+processes (``--workers``; engine threads = cores / workers for both):
+
+* **ttsflow**: one ``ttsflow stage`` and N ``ttsflow worker`` processes on topics of their
+  own; a request is a Kafka record, its answer the committed completion a
+  ``read_committed`` reader sees.
+* **baseline** (``bench/baseline``, needs the ``bench`` extra): one Celery worker node,
+  prefork pool of N processes, Redis broker (DB 2) and result backend (DB 3),
+  ``acks_late`` + ``reject_on_worker_lost`` + prefetch 1; a request is one
+  ``apply_async`` (what an HTTP front's ``.delay()`` does; no web server is measured),
+  its answer the task's result seen in the result backend.
+
+Both are driven by the same seeded open-loop (Poisson) arrival process, phases
+interleaved (ttsflow, then the baseline, per phase) so load on the shared machine hits
+both alike, with fresh texts per phase (neither audio cache helps) and the same texts
+for both systems within a phase:
+
+1. **burst**: a batch of requests at once: a first estimate C of capacity;
+2. **rates**: open loop at fractions of C (up to saturation); a rate is *sustained* when
+   completions keep up (answered / (last answer - first send) >= 90% of the offered
+   rate, nothing unanswered) and latency does not grow through the run (median of the
+   last third of requests <= 2 x that of the first third + 0.5 s). Max sustained
+   throughput: the highest completion rate of a sustained run, in requests/s and audio
+   seconds/s;
+3. **at 70%**: open loop at 0.7 x the system's own max sustained throughput: p50/p99;
+4. **kill**: open loop at that rate while worker processes are SIGKILLed (``--kills``,
+   evenly spread). ttsflow: a worker process, restarted at once (as an orchestrator
+   would). Baseline: alternately a pool process (Celery respawns it and requeues its
+   task) and the whole worker node (restarted at once; its unacked tasks come back after
+   the broker's visibility timeout). Counted per request id: *lost* = never answered
+   within the deadline, *duplicated* = answered (ttsflow: committed completions) or
+   executed to the end (baseline: execution log) more than once.
+
+The machine is shared: read the ratios (ttsflow / baseline), measured in one run. The
+last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "run_bench", "sustained"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _say(msg: str) -> None:
+    print(f"bench baseline: {msg}", file=sys.stderr, flush=True)
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v * 1000, 1)
+
+
+def sustained(offered_rps: float, throughput_rps: float, lost: int, first_third_p50: float | None,
+              last_third_p50: float | None) -> bool:
+    """A rate is sustained: completions keep up and latency does not grow through the run."""
+    if lost or first_third_p50 is None or last_third_p50 is None:
+        return False
+    return throughput_rps >= 0.9 * offered_rps and last_third_p50 <= 2 * first_third_p50 + 0.5
+
+
+# --- the two systems ----------------------------------------------------------------------
+@dataclass
+class _Answers:
+    sent: dict[str, float] = field(default_factory=dict)   # request id -> time.time() at send
+    got: dict[str, tuple[bool, float, float]] = field(default_factory=dict)  # id -> (ok, audio s, time seen)
+    answers: Counter[str] = field(default_factory=Counter)  # id -> answers seen (ttsflow)
+
+
+class _Ttsflow:
+    name = "ttsflow"
+    guarantee = "exactly_once"
+
+    def __init__(self, s: Any, workers: int, run_id: str, sup: Any) -> None:
+        self.s, self.sup, self.workers = s, sup, workers
+        self.a = _Answers()
+        self.rng = random.Random(run_id)
+        self.restarts = 0
+        sup.stage("tf-stage", s)
+        for i in range(workers):
+            sup.worker(f"tf-worker-{i}", s.replace(transactional_id=f"ttsflow-blbench-{run_id}-{i}"))
+        self.pub: Any = None
+        self.reader: Any = None
+
+    def wait_ready(self, timeout: float) -> None:
+        from streams.harness import Publisher, TopicReader
+
+        for p in list(self.sup.procs.values()):
+            if p.name.startswith("tf-"):
+                self.sup.wait_ready(p, timeout=timeout)
+        self.pub = Publisher(self.s)
+        self.reader = TopicReader(self.s, self.s.topic_completed, start="end")
+
+    def model(self) -> str:
+        """The model the first worker says it loaded (its ``event=model_loaded`` log line)."""
+        import re
+
+        log = self.sup.procs["tf-worker-0"].log_path.read_text(errors="replace")
+        m = re.findall(r"event=model_loaded model=(\S+) version=(\S+) precision=(\S+)", log)
+        return ":".join(m[-1]) if m else "?"
+
+    def publish(self, rid: str, text: str) -> None:
+        from schemas import Request
+        from streams.corpus import encode_request
+
+        req = Request(request_id=rid, user_id=f"bench-user-{self.rng.randrange(16):02d}", text=text)
+        self.a.sent[rid] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
+
+    def pump(self, timeout: float) -> None:
+        from schemas import SchemaError, decode_completion
+
+        for rec in self.reader.poll(timeout):
+            try:
+                c = decode_completion(rec.value)
+            except SchemaError:
+                continue
+            if c.request_id not in self.a.sent:
+                continue
+            self.a.answers[c.request_id] += 1
+            if c.request_id not in self.a.got:
+                dur = c.audio.duration_s if c.audio is not None else 0.0
+                self.a.got[c.request_id] = (c.status == "ok", dur, rec.received)
+
+    def flush(self) -> None:
+        self.pub.flush(60)
+
+    def executions(self) -> Counter[str]:
+        return self.a.answers
+
+    def kill(self, k: int) -> str:
+        name = f"tf-worker-{k % self.workers}"
+        self.sup.restart(name, sig=signal.SIGKILL)
+        return f"SIGKILL {name}, restarted"
+
+    def keep_alive(self) -> None:
+        for p in self.sup.procs.values():
+            if p.name.startswith("tf-") and p.popen is not None and p.popen.poll() is not None:
+                _say(f"{p.name} exited with {p.popen.returncode}; restarting")
+                self.restarts += 1
+                if self.restarts > 20:
+                    raise RuntimeError(f"{p.name} keeps exiting; {p.log_path}:\n{p.log_tail()}")
+                self.sup.restart(p.name)
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+
+class _Baseline:
+    name = "baseline"
+    guarantee = "at_least_once"
+
+    def __init__(self, s: Any, workers: int, run_id: str, log_dir: Path, visibility_s: int) -> None:
+        import redis
+
+        from bench.baseline.app import RESULT_DB, make_app, redis_db_url
+        from streams.procs import settings_env
+
+        self.s, self.workers, self.run_id = s, workers, run_id
+        self.queue = f"baseline-{run_id}"
+        self.a = _Answers()
+        self.app = make_app(s.redis_url, visibility_timeout_s=visibility_s)
+        self.backend = self.app.backend
+        self.r = redis.Redis.from_url(redis_db_url(s.redis_url, RESULT_DB), socket_timeout=10)
+        env = {**settings_env(s), "PYTHONUNBUFFERED": "1"}
+        self.argv = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()),
+                     sys.executable, "-m", "bench.baseline.worker", "--queue", self.queue, "--run-id", run_id,
+                     "--concurrency", str(workers), "--visibility-timeout", str(visibility_s),
+                     "--loglevel", "WARNING"]
+        self.log_path = log_dir / "baseline-node.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._last_poll = 0.0
+        self._spawn()
+
+    def _spawn(self) -> None:
+        from streams.procs import _die_with_parent
+
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n==== start at {time.strftime('%H:%M:%S')} ====\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(self.argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True,
+                                          preexec_fn=_die_with_parent)
+
+    def _ready_pids(self) -> set[int]:
+        from bench.baseline.app import READY_NS
+
+        keys = self.r.keys(f"{READY_NS}{self.run_id}:*")
+        return {int(k.decode().rsplit(":", 1)[1]) for k in keys}
+
+    def _children(self) -> list[int]:
+        assert self.popen is not None
+        try:
+            raw = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text()
+        except OSError:
+            return []
+        return [int(x) for x in raw.split()]
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self._ready_pids() & set(self._children())) < self.workers:
+            if self.popen is None or self.popen.poll() is not None:
+                raise RuntimeError(f"baseline worker exited before it was ready; {self.log_path}:\n{self._tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"baseline worker not ready after {timeout:.0f}s; {self.log_path}:\n{self._tail()}")
+            time.sleep(0.2)
+
+    def _tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
+        except OSError:
+            return "(no log)"
+
+    def model(self) -> str:
+        pid = next(iter(self._ready_pids()), None)
+        if pid is None:
+            return "?"
+        from bench.baseline.app import READY_NS
+
+        v = self.r.get(f"{READY_NS}{self.run_id}:{pid}")
+        return v.decode() if v else "?"
+
+    def publish(self, rid: str, text: str) -> None:
+        from bench.baseline.app import TASK
+
+        self.a.sent[rid] = time.time()
+        self.app.send_task(TASK, args=[rid, text, self.run_id], task_id=rid, queue=self.queue)
+
+    def pump(self, timeout: float) -> None:
+        # What a client of the result backend does: read the results of the pending tasks.
+        wait = self._last_poll + 0.02 - time.monotonic()
+        if wait > 0:
+            time.sleep(min(wait, timeout))
+        self._last_poll = time.monotonic()
+        pending = [rid for rid in self.a.sent if rid not in self.a.got]
+        for k in range(0, len(pending), 500):
+            chunk = pending[k:k + 500]
+            raws = self.backend.client.mget([self.backend.get_key_for_task(rid) for rid in chunk])
+            now = time.time()
+            for rid, raw in zip(chunk, raws, strict=True):
+                if raw is None:
+                    continue
+                meta = self.backend.decode_result(raw)
+                status = meta.get("status")
+                if status == "SUCCESS":
+                    res = meta.get("result") or {}
+                    self.a.got[rid] = (True, float(res.get("duration_s", 0.0)), now)
+                elif status in ("FAILURE", "REVOKED"):
+                    self.a.got[rid] = (False, 0.0, now)
+        if not pending:
+            time.sleep(timeout)
+
+    def flush(self) -> None:
+        pass
+
+    def executions(self) -> Counter[str]:
+        from bench.baseline.app import EXEC_NS
+
+        return Counter(x.decode() for x in self.r.lrange(EXEC_NS + self.run_id, 0, -1))
+
+    def kill(self, k: int) -> str:
+        assert self.popen is not None
+        kids = self._children()
+        if k % 2 == 0 and kids:
+            os.kill(kids[0], signal.SIGKILL)  # a pool process we started (child of our node)
+            return f"SIGKILL pool process {kids[0]} (Celery respawns it)"
+        os.killpg(self.popen.pid, signal.SIGKILL)  # the node's own session: master and pool
+        self.popen.wait(30)
+        self.restarts += 1
+        self._spawn()
+        return "SIGKILL whole worker node, restarted"
+
+    def keep_alive(self) -> None:
+        if self.popen is not None and self.popen.poll() is not None:
+            _say(f"baseline node exited with {self.popen.returncode}; restarting")
+            self.restarts += 1
+            if self.restarts > 20:
+                raise RuntimeError(f"baseline node keeps exiting; {self.log_path}:\n{self._tail()}")
+            self._spawn()
+
+    def close(self) -> None:
+        from bench.baseline.app import EXEC_NS, READY_NS
+
+        if self.popen is not None and self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(10)
+        with contextlib.suppress(Exception):  # cleanup must not hide the run's result
+            keys = [EXEC_NS + self.run_id, *self.r.keys(f"{READY_NS}{self.run_id}:*")]
+            self.r.delete(*keys)
+            broker = self.app.connection_for_write()
+            with broker as conn:
+                conn.default_channel.client.delete(self.queue)
+        self.r.close()
+
+
+# --- phases -------------------------------------------------------------------------------
+def _phase(sysm: Any, label: str, texts: list[str], rate: float | None, rng: random.Random, *,
+           answer_timeout: float, prefix: str, events: list[tuple[float, Callable[[], str]]] | None = None
+           ) -> dict[str, Any]:
+    """Send ``texts`` (all at once if ``rate`` is None, else Poisson at ``rate``/s); wait; measure."""
+    from streams.harness import percentile
+
+    ids = [f"{prefix}-{sysm.name[:2]}-{label}-{i:05d}" for i in range(len(texts))]
+    pending_events = sorted(events or [], key=lambda e: e[0])
+    fired: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    due = t0
+
+    def fire_due() -> None:
+        while pending_events and time.monotonic() - t0 >= pending_events[0][0]:
+            _at, fn = pending_events.pop(0)
+            fired.append({"at_s": round(time.monotonic() - t0, 1), "what": fn()})
+            _say(f"{sysm.name} {label}: {fired[-1]['what']} at {fired[-1]['at_s']}s")
+
+    for rid, text in zip(ids, texts, strict=True):
+        if rate is not None:
+            due += rng.expovariate(rate)
+            while time.monotonic() < due:
+                fire_due()
+                sysm.pump(min(0.02, max(0.0, due - time.monotonic())))
+        sysm.publish(rid, text)
+    send_span = max(1e-6, time.monotonic() - t0)
+    sysm.flush()
+    deadline = time.monotonic() + answer_timeout
+    while not all(i in sysm.a.got for i in ids) and time.monotonic() < deadline:
+        fire_due()
+        sysm.keep_alive()
+        sysm.pump(0.05)
+    # a little longer, so late duplicates of the kill run are seen too
+    if events:
+        t_end = time.monotonic() + 3.0
+        while time.monotonic() < t_end:
+            sysm.pump(0.1)
+    got = [sysm.a.got[i] for i in ids if i in sysm.a.got]
+    lat = [sysm.a.got[i][2] - sysm.a.sent[i] for i in ids if i in sysm.a.got]
+    first_send = min(sysm.a.sent[i] for i in ids)
+    last_answer = max((g[2] for g in got), default=first_send)
+    span = max(1e-6, last_answer - first_send)
+    audio = sum(g[1] for g in got if g[0])
+    third = max(1, len(ids) // 3)
+    l1 = [sysm.a.got[i][2] - sysm.a.sent[i] for i in ids[:third] if i in sysm.a.got]
+    l3 = [sysm.a.got[i][2] - sysm.a.sent[i] for i in ids[-third:] if i in sysm.a.got]
+    out: dict[str, Any] = {
+        "label": label, "requests": len(ids), "offered_rps": None if rate is None else round(rate, 3),
+        "sent_rps": round(len(ids) / send_span, 3), "answered": len(got), "failed": sum(1 for g in got if not g[0]),
+        "lost": len(ids) - len(got), "throughput_rps": round(len(got) / span, 3),
+        "audio_s_per_s": round(audio / span, 2), "audio_s": round(audio, 2),
+        "send_span_s": round(send_span, 3), "served_audio_s_per_s": round(audio / send_span, 2),
+        "p50_ms": _ms(percentile(lat, 50)), "p99_ms": _ms(percentile(lat, 99)), "max_ms": _ms(max(lat, default=None)),
+        "first_third_p50_ms": _ms(percentile(l1, 50)), "last_third_p50_ms": _ms(percentile(l3, 50)),
+    }
+    if rate is not None:
+        out["sustained"] = sustained(len(ids) / send_span, out["throughput_rps"], out["lost"],
+                                     percentile(l1, 50), percentile(l3, 50))
+    if events is not None:
+        ex = sysm.executions()
+        dup = {i: ex[i] for i in ids if ex[i] > 1}
+        out["kills"] = fired
+        out["duplicated"] = len(dup)
+        out["extra_answers"] = sum(n - 1 for n in dup.values())
+        out["duplicate_ids"] = sorted(dup)[:10]
+        out["lost_ids"] = [i for i in ids if i not in sysm.a.got][:10]
+    return out
+
+
+def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None, run_s: float | None = None,
+              fractions: list[float] | None = None, kills: int = 2, visibility_s: int | None = None,
+              out_dir: Path = Path("out/bench-baseline")) -> dict[str, Any]:
+    if importlib.util.find_spec("celery") is None:
+        raise RuntimeError("celery is not installed: pip install -e '.[bench]'")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # bench/ is not part of the installed package
+    from streams import stack
+    from streams.corpus import bench_texts
+    from streams.harness import delete_run_topics, isolated, new_run_id
+    from streams.procs import Supervisor
+    from streams.settings import load_settings
+
+    t_start = time.monotonic()
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    run_s = run_s if run_s is not None else (8.0 if quick else 30.0)
+    fractions = fractions or ([0.6, 1.0] if quick else [0.5, 0.75, 0.9, 1.0, 1.2])
+    visibility_s = visibility_s if visibility_s is not None else (20 if quick else 60)
+    burst_n = 10 if quick else 40
+    run_id = new_run_id()
+    base = load_settings()
+    down = [k for k, v in stack.status(base).items() if not v["ok"]]
+    if down:
+        raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up`")
+    cpus = os.cpu_count() or 1
+    threads = max(1, cpus // workers)
+    s = isolated(base, run_id).replace(threads=threads)
+    stack.ensure_topics(s)
+    rng = random.Random(seed)
+    pool = iter(bench_texts(6000 if quick else 20000, seed=seed))
+
+    def texts(n: int) -> list[str]:
+        return [next(pool) for _ in range(n)]
+
+    prefix = f"blb-{run_id}"
+    report: dict[str, Any] = {
+        "run_id": run_id, "seed": seed, "quick": quick, "cpus": cpus, "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        "workers": workers, "engine_threads": threads, "backend": s.backend, "max_batch": s.max_batch,
+        "max_wait_ms": s.max_wait_ms, "run_s": run_s, "fractions": fractions,
+        "baseline_config": {"pool": "prefork", "concurrency": workers, "prefetch_multiplier": 1, "acks_late": True,
+                            "reject_on_worker_lost": True, "visibility_timeout_s": visibility_s,
+                            "broker": "redis db 2", "result_backend": "redis db 3"},
+    }
+    log_dir = out_dir / run_id
+    sup = Supervisor(log_dir / "logs")
+    systems: list[Any] = []
+    try:
+        _say(f"run {run_id}: starting ttsflow (1 stage + {workers} workers) and the Celery baseline "
+             f"({workers} pool processes), engine threads {threads}")
+        tf = _Ttsflow(s, workers, run_id, sup)
+        systems.append(tf)
+        bl = _Baseline(s, workers, run_id, log_dir / "logs", visibility_s)
+        systems.append(bl)
+        tf.wait_ready(240)
+        bl.wait_ready(240)
+        report["model"] = {"baseline": bl.model(), "ttsflow": tf.model()}
+        for sysm in systems:  # warm-up (first Kafka/Redis connections, first inference)
+            _phase(sysm, "warm", texts(3), None, rng, answer_timeout=120, prefix=prefix)
+        res: dict[str, dict[str, Any]] = {x.name: {"guarantee": x.guarantee, "rates": []} for x in systems}
+
+        # 1) burst: first capacity estimate
+        burst_texts = texts(burst_n)
+        for sysm in systems:
+            _say(f"{sysm.name}: burst of {burst_n}")
+            res[sysm.name]["burst"] = _phase(sysm, "burst", burst_texts, None, rng, answer_timeout=300, prefix=prefix)
+        cap = {x.name: max(0.05, res[x.name]["burst"]["throughput_rps"]) for x in systems}
+
+        # 2) open loop at fractions of the estimate
+        for k, f in enumerate(fractions):
+            n = {x.name: max(6, int(f * cap[x.name] * run_s)) for x in systems}
+            shared = texts(max(n.values()))
+            for sysm in systems:
+                rate = f * cap[sysm.name]
+                _say(f"{sysm.name}: open loop {n[sysm.name]} requests at {rate:.2f}/s ({f:.0%} of burst)")
+                ph = _phase(sysm, f"r{k}", shared[:n[sysm.name]], rate, rng,
+                            answer_timeout=max(120.0, 4 * run_s), prefix=prefix)
+                ph["fraction_of_burst"] = f
+                res[sysm.name]["rates"].append(ph)
+                _say(f"{sysm.name}: -> {ph['throughput_rps']}/s, p50 {ph['p50_ms']} ms, sustained {ph['sustained']}")
+
+        for sysm in systems:
+            ok = [p for p in res[sysm.name]["rates"] if p["sustained"]]
+            best = max(ok, key=lambda p: p["sent_rps"]) if ok else None
+            # a sustained run served every arrival as it came: its rate is the arrival rate achieved
+            res[sysm.name]["max_sustained"] = None if best is None else {
+                "requests_per_s": best["sent_rps"], "audio_s_per_s": best["served_audio_s_per_s"],
+                "completion_rps": best["throughput_rps"], "offered_rps": best["offered_rps"],
+                "phase": best["label"]}
+
+        def capacity(name: str) -> float:
+            ms = res[name]["max_sustained"]
+            return float(ms["requests_per_s"]) if ms else 0.5 * cap[name]  # none sustained: half the burst
+
+        # 3) latency at 70% of the system's own capacity
+        n70 = {x.name: max(6, int(0.7 * capacity(x.name) * run_s)) for x in systems}
+        shared = texts(max(n70.values()))
+        for sysm in systems:
+            rate = 0.7 * capacity(sysm.name)
+            _say(f"{sysm.name}: 70% run, {n70[sysm.name]} requests at {rate:.2f}/s")
+            res[sysm.name]["at_70"] = _phase(sysm, "p70", shared[:n70[sysm.name]], rate, rng,
+                                             answer_timeout=max(120.0, 4 * run_s), prefix=prefix)
+
+        # 4) SIGKILL mid-run
+        kill_s = max(run_s, 15.0)
+        # Celery brings a dead node's unacked tasks back only after visibility_timeout, and
+        # kombu scans for them on every 10th idle poll: leave it room before calling them lost.
+        kill_deadline = 2.0 * visibility_s + 120.0
+        shared = texts(max(max(6, int(0.7 * capacity(x.name) * kill_s)) for x in systems))
+        for sysm in systems:
+            rate = 0.7 * capacity(sysm.name)
+            n = max(6, int(rate * kill_s))
+            window = n / rate
+            events = [((j + 1) * window / (kills + 1), (lambda j=j, m=sysm: m.kill(j))) for j in range(kills)]
+            _say(f"{sysm.name}: kill run, {n} requests at {rate:.2f}/s, {kills} SIGKILLs")
+            res[sysm.name]["kill"] = _phase(sysm, "kill", shared[:n], rate, rng, events=events,
+                                            answer_timeout=kill_deadline, prefix=prefix)
+            res[sysm.name]["kill"]["answer_deadline_s"] = kill_deadline
+        # duplicates outside the kill run (should be none for either)
+        for sysm in systems:
+            ex = sysm.executions()
+            res[sysm.name]["duplicates_without_kills"] = sum(
+                1 for rid, c in ex.items() if c > 1 and "-kill-" not in rid)
+        report["systems"] = res
+        report["ratios"] = _ratios(res)
+    finally:
+        for sysm in systems:
+            with contextlib.suppress(Exception):
+                sysm.close()
+        sup.stop_all()
+        try:
+            delete_run_topics(s)
+        except Exception as e:  # cleanup must not hide the run's result or error
+            _say(f"cleanup failed: {e}")
+    report["logs"] = str(log_dir / "logs")
+    report["wall_s"] = round(time.monotonic() - t_start, 1)
+    return report
+
+
+def _ratios(res: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    tf, bl = res["ttsflow"], res["baseline"]
+
+    def r(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None or b == 0 else round(a / b, 3)
+
+    ms_t, ms_b = tf.get("max_sustained") or {}, bl.get("max_sustained") or {}
+    return {
+        "max_sustained_rps": r(ms_t.get("requests_per_s"), ms_b.get("requests_per_s")),
+        "max_sustained_audio_s_per_s": r(ms_t.get("audio_s_per_s"), ms_b.get("audio_s_per_s")),
+        "burst_rps": r(tf["burst"]["throughput_rps"], bl["burst"]["throughput_rps"]),
+        "p50_at_70": r(tf["at_70"]["p50_ms"], bl["at_70"]["p50_ms"]),
+        "p99_at_70": r(tf["at_70"]["p99_ms"], bl["at_70"]["p99_ms"]),
+    }
+
+
+def _table(r: dict[str, Any]) -> str:
+    lines = [f"{'':10} {'max rps':>8} {'audio s/s':>9} {'p50@70':>8} {'p99@70':>8} {'kill lost':>9} {'kill dup':>8}"]
+    for name, x in r["systems"].items():
+        ms = x.get("max_sustained") or {}
+        lines.append(f"{name:10} {ms.get('requests_per_s', '-')!s:>8} {ms.get('audio_s_per_s', '-')!s:>9} "
+                     f"{x['at_70']['p50_ms']!s:>8} {x['at_70']['p99_ms']!s:>8} {x['kill']['lost']:>9} "
+                     f"{x['kill']['duplicated']:>8}")
+    lines.append(f"ratios ttsflow/baseline: {r['ratios']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow bench baseline", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=1, help="worker processes for each system (ttsflow adds 1 stage)")
+    ap.add_argument("--quick", action="store_true", help="2 rates, 8 s runs: about 3-4 minutes")
+    ap.add_argument("--seconds", type=float, default=None, help="length of each open-loop run (default 30, quick 8)")
+    ap.add_argument("--fractions", default=None,
+                    help="open-loop rates as fractions of the burst capacity, comma separated "
+                         "(default 0.5,0.75,0.9,1.0,1.2; quick 0.6,1.0)")
+    ap.add_argument("--kills", type=int, default=2, help="SIGKILLs in the kill run")
+    ap.add_argument("--visibility-timeout", type=int, default=None,
+                    help="baseline broker visibility timeout, s (default 60, quick 20)")
+    ap.add_argument("--seed", type=int, default=None, help="corpus and arrival seed (default: random)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object (always the last line)")
+    ns = ap.parse_args(argv)
+    fr = [float(x) for x in ns.fractions.split(",")] if ns.fractions else None
+    if ns.workers < 1 or ns.kills < 0 or (fr is not None and not all(0 < f <= 5 for f in fr)):
+        print("ttsflow bench baseline: --workers >= 1, --kills >= 0, 0 < fractions <= 5", file=sys.stderr)
+        return 2
+    try:
+        r = run_bench(workers=ns.workers, quick=ns.quick, seed=ns.seed, run_s=ns.seconds, fractions=fr,
+                      kills=ns.kills, visibility_s=ns.visibility_timeout)
+    except Exception as e:
+        print(f"ttsflow bench baseline: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if not ns.json:
+        print(_table(r))
+    print(json.dumps(r))
+    return 0
