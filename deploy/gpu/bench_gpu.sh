@@ -3,6 +3,7 @@
 #
 #     deploy/gpu/bench_gpu.sh                 # all installed backends, fp32 vs fp16, batch 1/4/8/16
 #     deploy/gpu/bench_gpu.sh --backend piper --batch 1,8,16,32
+#     deploy/gpu/bench_gpu.sh baseline        # ttsflow vs Celery+Redis, Piper batched at 8 (section at the end)
 #
 # What it does:
 #   1. checks that nvidia-smi sees a GPU (driver for CUDA 12 or newer);
@@ -44,5 +45,28 @@ if ! "${PIP[@]}" install "onnxruntime-gpu[cuda,cudnn]>=1.21" >&2; then
     "${PIP[@]}" install "onnxruntime-gpu>=1.18" >&2
 fi
 "$VENV/bin/python" -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())" >&2
+
+# --- ttsflow vs the seeds' design (Celery + Redis) on the GPU --------------------------------
+#
+#     deploy/gpu/bench_gpu.sh baseline [--workers N] [--quick] [--seconds S] ...
+#
+# The same comparison as `ttsflow bench baseline` on a CPU (see streams/bench_baseline.py), with
+# Piper on the GPU: ttsflow micro-batches segments of many requests up to 8 per model call
+# (TTS_MAX_BATCH=8, TTS_MAX_WAIT_MS=20); the Celery baseline runs one task per request (each task
+# hands its own request's segments to the same engine, so it batches only within a request).
+# Same voice, same model version (the store's current one), same number of worker processes.
+# Needs the local stack (Kafka, S3, Redis: `ttsflow stack up`, which downloads its jars once)
+# and the `bench` extra (celery[redis]), installed here into the GPU venv. The last line of
+# stdout is one JSON object with the ratios ttsflow/baseline.
+if [ "${1:-}" = "baseline" ]; then
+    shift
+    # the `bench` extra's one package, installed alone: reinstalling ttsflow with `.[bench]` would
+    # bring the CPU onnxruntime back over the GPU build
+    "${PIP[@]}" install "celery[redis]>=5.4" >&2
+    "$VENV/bin/ttsflow" stack status --json >/dev/null 2>&1 || "$VENV/bin/ttsflow" stack up >&2
+    export TTS_BACKEND=piper TTS_MAX_BATCH=8 TTS_MAX_WAIT_MS="${TTS_MAX_WAIT_MS:-20}"
+    export TTS_PROVIDERS="${TTS_PROVIDERS:-cuda,cpu}" TTS_PRECISION="${TTS_PRECISION:-auto}"
+    exec "$VENV/bin/ttsflow" bench baseline --json "$@"
+fi
 
 exec "$VENV/bin/python" deploy/gpu/bench_gpu.py --device cuda "$@"
