@@ -110,14 +110,15 @@ def _pure(texts: list[str], settings: Settings, min_s: float = 2.0) -> dict[str,
     res: dict[str, Any] = {}
     for _ in range(3):
         for name, fn in (("pure_text", text_only), ("stage_core", whole)):
-            done, segs, t0 = 0, 0, time.perf_counter()
+            done, segs, t0, c0 = 0, 0, time.perf_counter(), time.process_time()
             while time.perf_counter() - t0 < min_s / 3:
                 segs += fn()
                 done += len(texts)
-            dt = time.perf_counter() - t0
+            dt, dc = time.perf_counter() - t0, max(time.process_time() - c0, 1e-6)
             if done / dt > res.get(f"{name}_requests_per_s", 0):
                 res[f"{name}_requests_per_s"] = round(done / dt, 1)
                 res[f"{name}_segments_per_s"] = round(segs / dt, 1)
+            res[f"{name}_requests_per_cpu_s"] = max(res.get(f"{name}_requests_per_cpu_s", 0), round(done / dc, 1))
     res["segments_per_request"] = round(text_only() / len(texts), 2)
     return res
 
@@ -162,10 +163,16 @@ def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: floa
             done: set[str] = set()
             segs = 0
             t_first = t_last = None
+            cpu_first = cpu_last = 0.0
             deadline = time.monotonic() + 300
             while done != want and time.monotonic() < deadline:
                 sup.check_alive()
-                for r in reader.poll(0.5, 2000):
+                got = reader.poll(0.5, 2000)
+                if got:
+                    cpu = _cpu_seconds(proc.pid)
+                    cpu_first = cpu_first or cpu
+                    cpu_last = cpu
+                for r in got:
                     seg = decode_segment(r.value)
                     segs += 1
                     t_first = t_first or r.received
@@ -176,7 +183,12 @@ def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: floa
                 raise RuntimeError(f"stage finished {len(done)} of {len(want)} backlog requests; see {home}/logs")
             span = max(t_last - t_first, 1e-6)
             res.update(stage_requests_per_s=round(len(want) / span, 1), stage_segments_per_s=round(segs / span, 1),
-                       backlog_requests=len(want), backlog_span_s=round(span, 2))
+                       backlog_requests=len(want), backlog_span_s=round(span, 2),
+                       stage_cpu_s=round(cpu_last - cpu_first, 2))
+            if cpu_last > cpu_first:
+                # CPU seconds the stage process used between its first and last segment:
+                # a rate per CPU-second does not depend on how loaded the machine was
+                res["stage_requests_per_cpu_s"] = round(len(want) / (cpu_last - cpu_first), 1)
 
             # 3. latency at a steady rate, stage warm
             lat_last: list[float] = []
@@ -211,6 +223,15 @@ def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: floa
     finally:
         delete_run_topics(s)
     return res
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process (Linux /proc), 0 if unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _r(x: float | None) -> float | None:
@@ -370,6 +391,9 @@ def main(argv: list[str]) -> int:
                                   commit_ms=commit_ms))
             res["stage_vs_pure_text"] = round(res["stage_requests_per_s"] / res["pure_text_requests_per_s"], 4)
             res["stage_vs_stage_core"] = round(res["stage_requests_per_s"] / res["stage_core_requests_per_s"], 4)
+            if "stage_requests_per_cpu_s" in res:
+                res["stage_vs_stage_core_per_cpu_s"] = round(
+                    res["stage_requests_per_cpu_s"] / res["stage_core_requests_per_cpu_s"], 4)
     res["loadavg_1m_at_start"] = None if load is None else round(load, 2)
     res["cpus"] = os.cpu_count()
     print(json.dumps(res, ensure_ascii=False))
