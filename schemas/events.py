@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
@@ -63,8 +63,9 @@ SampleRate = Annotated[int, msgspec.Meta(ge=8000, le=48000)]
 Sha256Hex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
-# RFC 3339 requires an offset: a naive timestamp from a user is ambiguous, so it is refused.
-AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True, description="RFC 3339 timestamp with offset")]
+# RFC 3339 wants an offset; a timestamp without one is read as UTC (decode_request) rather than
+# refused, since producers that write naive UTC times are common and the meaning is clear.
+AwareDatetime = Annotated[datetime, msgspec.Meta(description="RFC 3339 timestamp; no offset means UTC")]
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
@@ -211,8 +212,14 @@ def _decode(raw: bytes | str, typ: type[E]) -> E:
 
 
 def decode_request(raw: bytes | str) -> Request:
-    """Decode a request's bytes; raises :class:`SchemaError` naming the bad field."""
-    return _decode(raw, Request)
+    """Decode a request's bytes; raises :class:`SchemaError` naming the bad field.
+
+    A ``created_at`` without an offset is taken as UTC, so every decoded time is aware.
+    """
+    req = _decode(raw, Request)
+    if req.created_at is not None and req.created_at.tzinfo is None:
+        req = msgspec.structs.replace(req, created_at=req.created_at.replace(tzinfo=UTC))
+    return req
 
 
 def decode_segment(raw: bytes | str) -> Segment:
