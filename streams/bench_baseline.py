@@ -348,7 +348,8 @@ def _phase(sysm: Any, label: str, texts: list[str], rate: float | None, rng: ran
     send_span = max(1e-6, time.monotonic() - t0)
     sysm.flush()
     deadline = time.monotonic() + answer_timeout
-    while not all(i in sysm.a.got for i in ids) and time.monotonic() < deadline:
+    # every planned kill fires, even if the last request was answered before its moment
+    while (pending_events or not all(i in sysm.a.got for i in ids)) and time.monotonic() < deadline:
         fire_due()
         sysm.keep_alive()
         sysm.pump(0.05)
