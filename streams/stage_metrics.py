@@ -11,18 +11,14 @@ them after start) on the port given (``settings.metrics_port`` unless ``ttsflow 
 
 from __future__ import annotations
 
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from streams.metrics_http import ProbedMetrics
 
 __all__ = ["StageMetrics"]
 
 
-class StageMetrics:
+class StageMetrics(ProbedMetrics):
     def __init__(self, port: int = 0, *, stall_s: float = 60.0, host: str = "0.0.0.0") -> None:
         r = self.registry = CollectorRegistry()
         self._consumed = Counter("ttsflow_stage_requests_consumed_total", "Request records consumed.", registry=r)
@@ -44,12 +40,7 @@ class StageMetrics:
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30),
                               registry=r)
         self._ready = Gauge("ttsflow_stage_ready", "1 when the stage's faust app is running.", registry=r)
-        self.stall_s = stall_s
-        self._last_beat = time.monotonic()
-        self._is_ready = False
-        self._server: ThreadingHTTPServer | None = None
-        if port:
-            self._serve(host, port)
+        self._start(port, host, stall_s)
 
     # -- hooks the stage calls -------------------------------------------------------
     def consumed(self) -> None:
@@ -74,69 +65,3 @@ class StageMetrics:
     def request_age(self, seconds: float) -> None:
         if seconds >= 0:
             self._lag.observe(seconds)
-
-    def heartbeat(self) -> None:
-        self._last_beat = time.monotonic()
-
-    def ready(self, ok: bool) -> None:
-        self._is_ready = ok
-        self._ready.set(1 if ok else 0)
-
-    # -- reading ---------------------------------------------------------------------
-    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """A sample's current value (0 if absent)."""
-        v = self.registry.get_sample_value(name, labels or {})
-        return float(v) if v is not None else 0.0
-
-    @property
-    def alive(self) -> bool:
-        return time.monotonic() - self._last_beat < self.stall_s
-
-    @property
-    def is_ready(self) -> bool:
-        return self._is_ready and self.alive
-
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
-
-    # -- HTTP ------------------------------------------------------------------------
-    def _serve(self, host: str, port: int) -> None:
-        metrics = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    self._send(200, metrics.exposition(), CONTENT_TYPE_LATEST)
-                elif path == "/healthz":
-                    ok = metrics.alive
-                    self._send(200 if ok else 503, b"ok\n" if ok else b"stalled\n")
-                elif path == "/readyz":
-                    ok = metrics.is_ready
-                    self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
-                else:
-                    self._send(404, b"not found\n")
-
-            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True).start()
-
-    @property
-    def port(self) -> int | None:
-        return self._server.server_address[1] if self._server else None
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None

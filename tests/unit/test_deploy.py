@@ -117,7 +117,8 @@ def test_worker_is_a_statefulset_with_gpu_probes_and_stable_transactional_id() -
     assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"]
     env = {e["name"]: e for e in c["env"]}
     assert env["TTS_TRANSACTIONAL_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    served = _probe_paths([ROOT / "streams" / "worker_metrics.py", ROOT / "streams" / "worker.py"])
+    served = _probe_paths([ROOT / "streams" / "worker_metrics.py", ROOT / "streams" / "worker.py",
+                           ROOT / "streams" / "metrics_http.py"])
     _check_probes(w, served)
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -126,7 +127,7 @@ def test_worker_is_a_statefulset_with_gpu_probes_and_stable_transactional_id() -
 
 
 def test_stage_probes_are_served_by_the_stage() -> None:
-    sources = [ROOT / "streams" / "stage.py", ROOT / "streams" / "stage_metrics.py"]
+    sources = [ROOT / "streams" / "stage.py", ROOT / "streams" / "stage_metrics.py", ROOT / "streams" / "metrics_http.py"]
     if not any(p.exists() for p in sources):
         pytest.skip("streams/stage.py is not in the tree yet")
     _check_probes(_one("Deployment", "ttsflow-stage"), _probe_paths(sources))
