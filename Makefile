@@ -16,7 +16,9 @@ PYTEST_ARGS ?=
 # When set, `make test` writes pytest's exit status there (.ci/run returns it).
 PYTEST_STATUS_FILE ?=
 
-STAMP := $(VENV)/.ttsflow-installed
+# One stamp per set of extras, so asking for more extras installs them.
+comma := ,
+STAMP := $(VENV)/.ttsflow-installed-$(subst $(comma),-,$(EXTRAS))
 
 .DEFAULT_GOAL := venv
 .PHONY: venv up down status test demo lint clean
