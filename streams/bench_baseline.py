@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -180,7 +181,7 @@ class _Baseline:
         self.a = _Answers()
         self.app = make_app(s.redis_url, visibility_timeout_s=visibility_s)
         self.backend = self.app.backend
-        self.r = redis.Redis.from_url(redis_db_url(s.redis_url, RESULT_DB), socket_timeout=10)
+        self.r: Any = redis.Redis.from_url(redis_db_url(s.redis_url, RESULT_DB), socket_timeout=10)
         env = {**settings_env(s), "PYTHONUNBUFFERED": "1"}
         self.argv = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()),
                      sys.executable, "-m", "bench.baseline.worker", "--queue", self.queue, "--run-id", run_id,
@@ -500,11 +501,12 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
         shared = texts(max(max(6, int(0.7 * capacity(x.name) * kill_s)) for x in systems))
         for sysm in systems:
             rate = 0.7 * capacity(sysm.name)
-            n = max(6, int(rate * kill_s))
-            window = n / rate
-            events = [((j + 1) * window / (kills + 1), (lambda j=j, m=sysm: m.kill(j))) for j in range(kills)]
-            _say(f"{sysm.name}: kill run, {n} requests at {rate:.2f}/s, {kills} SIGKILLs")
-            res[sysm.name]["kill"] = _phase(sysm, "kill", shared[:n], rate, rng, events=events,
+            n_kill = max(6, int(rate * kill_s))
+            window = n_kill / rate
+            events: list[tuple[float, Callable[[], str]]] = [
+                ((j + 1) * window / (kills + 1), functools.partial(sysm.kill, j)) for j in range(kills)]
+            _say(f"{sysm.name}: kill run, {n_kill} requests at {rate:.2f}/s, {kills} SIGKILLs")
+            res[sysm.name]["kill"] = _phase(sysm, "kill", shared[:n_kill], rate, rng, events=events,
                                             answer_timeout=kill_deadline, prefix=prefix)
             res[sysm.name]["kill"]["answer_deadline_s"] = kill_deadline
         # duplicates outside the kill run (should be none for either)
