@@ -66,6 +66,9 @@ if [ "${1:-}" = "baseline" ]; then
     "$VENV/bin/ttsflow" stack status --json >/dev/null 2>&1 || "$VENV/bin/ttsflow" stack up >&2
     export TTS_BACKEND=piper TTS_MAX_BATCH=8 TTS_MAX_WAIT_MS="${TTS_MAX_WAIT_MS:-20}"
     export TTS_PROVIDERS="${TTS_PROVIDERS:-cuda,cpu}" TTS_PRECISION="${TTS_PRECISION:-auto}"
+    # install the shipped Piper into the model store once, before both systems' processes start at once
+    "$VENV/bin/python" -c "from engine.store import ModelStore; from streams.settings import load_settings; \
+print('piper model', ModelStore(load_settings().effective_model_dir).current('piper').ref)" >&2
     exec "$VENV/bin/ttsflow" bench baseline --json "$@"
 fi
 
