@@ -8,6 +8,8 @@ Port 0 collects but serves nothing.
 
 from __future__ import annotations
 
+import errno
+import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +19,9 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["ProbedMetrics"]
+
+_log = logging.getLogger("ttsflow.metrics")
+_PORT_TRIES = 16
 
 
 class ProbedMetrics:
@@ -30,8 +35,24 @@ class ProbedMetrics:
         self._last_beat = time.monotonic()
         self._is_ready = False
         self._server: ThreadingHTTPServer | None = None
-        if port:
-            self._serve(host, port)
+        if not port:
+            return
+        # Several ttsflow processes on one machine (a stage and two workers started by hand)
+        # share the default port: the next free one is taken and logged rather than crashing
+        # the process. In Kubernetes each pod has its own, so the configured port is used.
+        for candidate in range(port, min(port + _PORT_TRIES, 65536)):
+            try:
+                self._serve(host, candidate)
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            if candidate != port:
+                _log.warning("event=metrics_port_in_use configured=%d serving=%d", port, candidate)
+            else:
+                _log.info("event=metrics_serving port=%d", candidate)
+            return
+        raise OSError(errno.EADDRINUSE, f"metrics ports {port}-{port + _PORT_TRIES - 1} are all in use")
 
     def heartbeat(self) -> None:
         self._last_beat = time.monotonic()

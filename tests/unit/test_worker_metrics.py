@@ -83,3 +83,25 @@ def test_metrics_healthz_and_readyz_are_served() -> None:
         assert _get(port, "/nope")[0] == 404
     finally:
         m.close()
+
+
+def test_a_second_process_on_the_default_port_takes_the_next_free_one() -> None:
+    """A stage and a worker started by hand on one machine share TTS_METRICS_PORT's default."""
+    import socket
+    import urllib.request
+
+    from streams.stage_metrics import StageMetrics
+
+    with socket.socket() as s:  # a free port to start from
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    first = WorkerMetrics(port, host="127.0.0.1")
+    second = StageMetrics(port, host="127.0.0.1")
+    try:
+        assert first.port == port
+        assert second.port is not None and second.port != port
+        body = urllib.request.urlopen(f"http://127.0.0.1:{second.port}/metrics", timeout=5).read()
+        assert b"ttsflow_stage_" in body
+    finally:
+        first.close()
+        second.close()
