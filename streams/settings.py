@@ -52,7 +52,7 @@ class Settings:
                               choices=("exactly_once", "at_least_once"))
     stage_commit_interval_ms: int = _f(200, "How often the stage commits offsets (its transactions under exactly_once): bounds request-to-segment latency.", lo=10, hi=60_000)
     worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
-    transactional_id: str = _f("", "Stable transactional.id of this worker; empty means ttsflow-worker-<hostname>.")
+    transactional_id: str = _f("", "Stable transactional.id of this worker; empty means ttsflow-worker-<hostname>-<lowest slot free on this host> (side-by-side workers never fence each other; a restarted one takes its predecessor's id).")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
     # --- S3 ----------------------------------------------------------------------
     s3_endpoint: str = _f("http://127.0.0.1:9000", "S3-compatible endpoint URL.")

@@ -47,6 +47,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import random
 import signal
 import sys
@@ -56,6 +57,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -1012,6 +1014,38 @@ def _done_future(fn: Callable[..., Any], *args: Any) -> Future[Any]:
 
 # -- command line -----------------------------------------------------------------------
 
+_slot_locks: list[Any] = []  # held for the life of the process
+
+
+def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, slots: int = 256) -> str:
+    """``ttsflow-worker-<hostname>-<slot>`` with the lowest slot no live worker on this host holds.
+
+    Workers started side by side on one machine must not share a transactional.id (each
+    would fence the other, forever), yet a restarted worker should take its predecessor's
+    id, so that its first ``init_transactions`` aborts the transaction the dead one left
+    open instead of leaving ``read_committed`` readers stuck behind it until the transaction
+    timeout. An ``flock`` per slot gives both: the kernel drops a dead process's lock.
+    In Kubernetes set ``TTS_TRANSACTIONAL_ID`` to the pod name (the StatefulSet does).
+    """
+    import fcntl
+    import socket
+    import tempfile
+
+    base = lock_dir or Path(tempfile.gettempdir()) / f"ttsflow-worker-slots-{os.getuid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    group = "".join(c if c.isalnum() or c in "._-" else "_" for c in settings.worker_group)
+    for slot in range(slots):
+        f = open(base / f"{group}.{slot}.lock", "a+")  # held until exit
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        _slot_locks.append(f)
+        return f"ttsflow-worker-{socket.gethostname()}-{slot}"
+    raise FatalError(f"no free worker slot among {slots} on this host; set TTS_TRANSACTIONAL_ID")
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="ttsflow worker", description="Run a synthesis worker (exactly-once).")
     ap.add_argument("--max-batch", type=int, help="most segments per engine batch (TTS_MAX_BATCH)")
@@ -1033,6 +1067,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if not settings.transactional_id:
+        settings = settings.replace(transactional_id=claim_transactional_id(settings))
     from engine.errors import EngineError
     from engine.registry import load_engine
     from engine.reload import ModelManager, install_sighup
