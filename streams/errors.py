@@ -11,9 +11,12 @@ One root, :class:`StreamError`, three kinds, each with one reaction:
 
 :func:`classify` reads librdkafka's own flags on a ``KafkaError`` (``fatal()``,
 ``txn_requires_abort()``, ``retriable()``) in that order, so the meaning is librdkafka's,
-not a guess from the error name; only local transport failures (broker unreachable,
-timed out), which librdkafka leaves unflagged on metadata and admin calls, are
-retriable by name. It duck-types the error and so imports no client.
+not a guess from the error name. Two groups of errors librdkafka leaves unflagged are
+retriable by name: local transport failures (broker unreachable, timed out) on metadata
+and admin calls, and the broker's transient leadership/coordinator answers to offset
+look-ups (``committed()``, ``position()``, ``offsets_for_times()``), which come back
+unflagged right after a broker restart (leader epoch fenced, not coordinator,
+coordinator loading). It duck-types the error and so imports no client.
 """
 
 from __future__ import annotations
@@ -58,9 +61,33 @@ class _KafkaErrorLike(Protocol):
 _TRANSPORT_NAMES = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_MSG_TIMED_OUT", "_RESOLVE"})
 
 
-def _is_transport(err: Any) -> bool:
+# Broker answers that mean "not now": leadership or a coordinator is moving (a broker
+# restarted or a partition's leader changed). librdkafka returns them unflagged from offset
+# look-ups ("Failed to get offsets: Broker: Leader epoch is older than broker epoch"); the
+# same call succeeds once metadata is refreshed.
+_TRANSIENT_BROKER_NAMES = frozenset({
+    "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER",
+    "LEADER_NOT_AVAILABLE", "NOT_COORDINATOR", "NOT_COORDINATOR_FOR_GROUP", "COORDINATOR_NOT_AVAILABLE",
+    "GROUP_COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS", "GROUP_LOAD_IN_PROGRESS",
+    "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION", "OFFSET_NOT_AVAILABLE", "KAFKA_STORAGE_ERROR",
+    "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REPLICA_NOT_AVAILABLE",
+    "UNSTABLE_OFFSET_COMMIT", "_WAIT_COORD", "_IN_PROGRESS", "_PREV_IN_PROGRESS",
+})
+
+
+def _name(err: Any) -> str | None:
     name = getattr(err, "name", None)
-    return callable(name) and name() in _TRANSPORT_NAMES
+    return name() if callable(name) else None
+
+
+def _is_transport(err: Any) -> bool:
+    return _name(err) in _TRANSPORT_NAMES
+
+
+def _is_transient(err: Any) -> bool:
+    """Unflagged by librdkafka, yet retrying succeeds: transport failures and transient broker answers."""
+    name = _name(err)
+    return name in _TRANSPORT_NAMES or name in _TRANSIENT_BROKER_NAMES
 
 
 def classify(err: _KafkaErrorLike | Any, *, during: str = "") -> StreamError:
@@ -77,7 +104,7 @@ def classify(err: _KafkaErrorLike | Any, *, during: str = "") -> StreamError:
         exc: StreamError = FatalError(text)
     elif err.txn_requires_abort():
         exc = AbortableError(text)
-    elif err.retriable() or _is_transport(err):
+    elif err.retriable() or _is_transient(err):
         exc = RetriableError(text)
     elif during:
         exc = AbortableError(text)

@@ -71,3 +71,38 @@ def test_side_by_side_workers_get_distinct_ids_and_a_restart_reuses_the_freed_on
             p.wait(10)
             if p.stdout:
                 p.stdout.close()
+
+
+# -- offset look-ups right after a broker restart: unflagged by librdkafka, yet transient -------
+
+def test_offsets_fetch_leader_epoch_fenced_is_retriable() -> None:
+    """The chaos run's fatal exit: ``offsets_for_times``/``committed`` fail with FENCED_LEADER_EPOCH,
+    unflagged, while the restarted broker's metadata settles; retrying succeeds."""
+    err = KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH,
+                                    "Failed to get offsets: Broker: Leader epoch is older than broker epoch"))
+    exc = classify(err)
+    assert type(exc) is RetriableError
+    assert "Leader epoch" in str(exc)
+
+
+def test_coordinator_moving_and_timeouts_on_offset_calls_are_retriable() -> None:
+    for code in (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                 KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.UNKNOWN_LEADER_EPOCH,
+                 KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD):
+        exc = classify(KafkaException(KafkaError(code, "Failed to get committed offsets")))
+        assert type(exc) is RetriableError, (KafkaError(code).name(), exc)
+
+
+def test_transient_names_do_not_override_librdkafka_flags() -> None:
+    """A name on the transient list never hides a fatal or abortable flag."""
+    fatal = KafkaError(KafkaError.NOT_COORDINATOR, "x", fatal=True)
+    assert isinstance(classify(fatal), FatalError)
+    abortable = KafkaError(KafkaError.FENCED_LEADER_EPOCH, "x", txn_requires_abort=True)
+    assert type(classify(abortable, during="commit_transaction")) is AbortableError
+
+
+def test_real_misconfiguration_is_still_fatal_outside_a_transaction() -> None:
+    for code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                 KafkaError.INVALID_CONFIG, KafkaError._FENCED):
+        assert isinstance(classify(KafkaError(code, "no")), FatalError), KafkaError(code).name()
