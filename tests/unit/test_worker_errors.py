@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from streams.errors import AbortableError, FatalError, RetriableError, StreamError, classify
@@ -106,3 +107,105 @@ def test_real_misconfiguration_is_still_fatal_outside_a_transaction() -> None:
     for code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
                  KafkaError.INVALID_CONFIG, KafkaError._FENCED):
         assert isinstance(classify(KafkaError(code, "no")), FatalError), KafkaError(code).name()
+
+
+# -- the loop never hangs on a Kafka call, and offset look-ups that fail are redone ---------------
+
+def _rig():  # type: ignore[no-untyped-def]
+    from tests.unit.test_worker_loop import Rig
+
+    return Rig()
+
+
+def test_a_call_that_ignores_its_timeout_ends_the_worker_instead_of_hanging_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """librdkafka's send_offsets_to_transaction can block past its timeout after a broker restart:
+    the loop must give up (ClientWedged, a FatalError: exit, the orchestrator restarts it) while
+    /healthz keeps beating up to then."""
+    import threading
+    import time
+
+    from streams.errors import ClientWedged
+    from tests.unit.test_worker_loop import segments
+
+    monkeypatch.setattr("streams.worker._OP_TIMEOUT_S", 0.2)
+    monkeypatch.setattr("streams.worker._WEDGE_GRACE_S", 1.0)
+    rig = _rig()
+    release = threading.Event()
+    beats: list[float] = []
+    real_beat = rig.metrics.heartbeat
+    monkeypatch.setattr(rig.metrics, "heartbeat", lambda: (beats.append(time.monotonic()), real_beat())[1])
+    called: list[float] = []
+
+    def stuck(tps, meta, timeout):  # type: ignore[no-untyped-def]
+        called.append(time.monotonic())
+        release.wait(60)
+
+    rig.producer.send_offsets_to_transaction = stuck  # type: ignore[method-assign]
+    rig.publish(0, segments("h", "u1", ["Hang here."]))
+    try:
+        with pytest.raises(ClientWedged):
+            rig.run()
+        t0 = called[0]
+        took = time.monotonic() - t0
+        assert len(called) == 1 and took < 10, (called, took)  # 0.2 s timeout + 1 s grace, on a loaded machine
+        assert rig.worker._wedged
+        assert any(b > t0 + 0.5 for b in beats), "no heartbeat while waiting for the stuck call"
+        assert rig.completions() == []
+    finally:
+        release.set()
+        rig.close()  # skips every client call: returns at once
+
+
+def test_rewind_whose_committed_lookup_fails_is_redone_before_consuming(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An abort's rewind that cannot read committed offsets (broker restarting) does not crash the
+    worker nor skip the dropped work: the rewind stays pending and the request is answered once."""
+    from collections import Counter
+
+    from tests.unit.test_worker_loop import segments
+
+    monkeypatch.setattr("streams.worker._backoff", lambda attempt: 0.0)
+    monkeypatch.setattr("streams.worker._RETRY_BUDGET_S", 0.0)  # give up at once: back to the loop
+    rig = _rig()
+    try:
+        rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._STATE, "abort", txn_requires_abort=True))]
+        epoch = KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH,
+                                          "Failed to get committed offsets: Broker: Leader epoch is older"))
+        fails = [epoch, epoch]
+        real = rig.consumer.committed
+
+        def committed(tps, timeout):  # type: ignore[no-untyped-def]
+            if fails:
+                raise fails.pop(0)
+            return real(tps, timeout)
+
+        rig.consumer.committed = committed  # type: ignore[method-assign]
+        rig.publish(0, segments("r", "u1", ["Rewind me.", "Twice over."]))
+        rig.publish(1, segments("q", "u2", ["Me too."]))
+        rig.run(40)
+        assert not fails
+        assert "abort" in rig.producer.calls
+        assert not rig.worker._rewind_pending
+        assert Counter(c.request_id for c in rig.completions()) == Counter({"r": 1, "q": 1})
+    finally:
+        rig.close()
+
+
+def test_commit_that_never_completes_exits_instead_of_aborting(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A timed-out commit is retried, never aborted (it may have committed); when it keeps failing past
+    the budget the worker exits non-zero and the restarted instance's init_transactions settles it."""
+    from tests.unit.test_worker_loop import segments
+
+    monkeypatch.setattr("streams.worker._backoff", lambda attempt: 0.0)
+    monkeypatch.setattr("streams.worker._RETRY_BUDGET_S", 0.3)
+    rig = _rig()
+    try:
+        slow = KafkaException(KafkaError(KafkaError._TIMED_OUT, "slow", retriable=True))
+        rig.producer.fail_commit = [slow] * 10_000
+        rig.publish(0, segments("c", "u1", ["Never commits."]))
+        with pytest.raises(FatalError, match="commit_transaction"):
+            rig.run()
+        assert "abort" not in rig.producer.calls
+        assert rig.producer.calls.count("commit") >= 2
+    finally:
+        rig.producer.fail_commit = []
+        rig.close()
