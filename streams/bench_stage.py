@@ -239,7 +239,7 @@ def _r(x: float | None) -> float | None:
 
 
 def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarantee: str, commit_ms: int,
-              seed: int) -> dict[str, Any]:
+              seed: int, stages: int = 2) -> dict[str, Any]:
     from streams.procs import Supervisor
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-kill-")
@@ -249,13 +249,14 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
     rng = random.Random(seed)
     expected = {(f"k{i}", j) for i, t in enumerate(texts) for j in range(len(split_segments(normalize(t),
                                                                                          s.max_segment_chars)))}
-    res: dict[str, Any] = {"mode": "kill", "guarantee": guarantee, "requests": requests, "stages": 2,
+    names = tuple(f"stage-{chr(ord('a') + i)}" for i in range(stages))
+    res: dict[str, Any] = {"mode": "kill", "guarantee": guarantee, "requests": requests, "stages": stages,
                            "partitions": 4, "expected_segments": len(expected)}
     try:
         with Supervisor(Path(home) / "logs") as sup:
-            for name in ("stage-a", "stage-b"):
+            for name in names:
                 sup.stage(name, s)
-            sup.wait_group(s, s.stage_app_id, 2, timeout=120)
+            sup.wait_group(s, s.stage_app_id, stages, timeout=120)
             pub = Publisher(s)
             publish_s = requests / rate
             kill_at = sorted(rng.uniform(0.15, 0.85) * publish_s for _ in range(kills))
@@ -267,7 +268,7 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
                 now = time.monotonic() - t0
                 while kill_at and now >= kill_at[0]:
                     kill_at.pop(0)
-                    victim = rng.choice(("stage-a", "stage-b"))
+                    victim = rng.choice(names)
                     sup.restart(victim, sig=signal.SIGKILL)
                     fired.append({"at_s": round(now, 2), "stage": victim})
                 crashes += _revive(sup)
@@ -365,6 +366,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--commit-interval-ms", type=int, default=None)
     ap.add_argument("--kill", action="store_true", help="run the SIGKILL exactly-once check instead")
     ap.add_argument("--kills", type=int, default=4)
+    ap.add_argument("--stages", type=int, default=2, help="stage processes of the --kill run")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--pure-only", action="store_true", help="only the in-process text/core measurement")
     ns = ap.parse_args(argv)
@@ -374,7 +376,7 @@ def main(argv: list[str]) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if ns.kill:
         res = _kill_run(base, requests=ns.requests, rate=ns.rate, kills=ns.kills, guarantee=guarantee,
-                        commit_ms=commit_ms, seed=ns.seed)
+                        commit_ms=commit_ms, seed=ns.seed, stages=ns.stages)
     else:
         texts = make_texts(ns.requests, seed=ns.seed)
         res = {"mode": "throughput", "guarantee": guarantee, "commit_interval_ms": commit_ms,

@@ -50,7 +50,12 @@ crashed stages restarted as an orchestrator would; faust-streaming 0.15.3, aioka
   lost, 9 duplicated (2 requests); no crash. Plain producer; the stage awaits the
   delivery of a request's outputs before it records the id in the table, so a crash can
   repeat a request's segments (the input offset was not committed) but never marks a
-  request seen whose segments were lost. The worker drops repeated ``(request_id,
+  request seen whose segments were lost. The source offsets faust commits are only those
+  of records the agent processed (:func:`guard_consumer_acks`): faust's stream *acks*
+  events it skips in a rebalance (older consumer generation, flow suspended), and such an
+  ack landing after the rebalance's seek made a block of never-processed offsets
+  committable (``ttsflow chaos``: 18 requests published during a stage restart, offsets
+  67-84 of one partition, committed past and never answered). The worker drops repeated ``(request_id,
   seq)``, and its transactional completion record makes the end-to-end answer
   exactly-once anyway.
 * ``exactly_once`` -- faust's: one transactional producer per assigned input partition
@@ -273,16 +278,72 @@ def _key_str(key: bytes | None) -> str:
     return "" if key is None else key.decode("utf-8", "surrogateescape")
 
 
-def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
-    """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
+def _stage_app_class() -> type:
+    """faust.App whose consumer commits only offsets of input records the agent processed."""
+    import weakref
+
     import faust
 
+    class StageApp(faust.App):  # type: ignore[misc]
+        """See :func:`guard_consumer_acks`."""
+
+        _guarded_topic: str | None = None
+        _processed: weakref.WeakSet[Any]
+
+        def guard_acks(self, topic: str) -> None:
+            self._guarded_topic = topic
+            self._processed = weakref.WeakSet()
+
+        def mark_processed(self, message: Any) -> None:
+            """The agent is done with ``message`` (outputs delivered): its offset may be committed."""
+            if self._guarded_topic is not None:
+                self._processed.add(message)
+
+        def _new_consumer(self) -> Any:
+            consumer = super()._new_consumer()
+            if self._guarded_topic is not None:
+                guard_consumer_acks(consumer, self._guarded_topic, self._processed)
+            return consumer
+
+    return StageApp
+
+
+def guard_consumer_acks(consumer: Any, topic: str, processed: Any) -> None:
+    """Make ``consumer.ack`` refuse, for ``topic``, every message not in ``processed``.
+
+    faust's stream acks an event it *skips* without handing it to the agent: one fetched
+    in an older consumer generation or while flow control is suspended (a rebalance). If
+    that ack lands after the rebalance's seek to the committed offset C, the skipped
+    offsets C, C+1, ... count as done and the next commit moves past records the stage
+    never processed: their requests are lost (seen as a contiguous block of lost offsets
+    right after a stage restart). A refused message is marked acked (so faust's
+    ``wait_empty`` does not wait for it) but its offset is not committable, so after the
+    seek it is read and processed again.
+    """
+    ack = consumer.ack
+
+    def guarded_ack(message: Any) -> bool:
+        if message.topic == topic and message not in processed:
+            if not message.acked:
+                message.acked = True
+                consumer._unacked_messages.discard(message)
+                _log.warning("event=skipped_ack_refused partition=%d offset=%d", message.partition, message.offset)
+            return False
+        processed.discard(message)
+        return bool(ack(message))
+
+    consumer.ack = guarded_ack
+
+
+def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
+    """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
+    _StageApp = _stage_app_class()
     core = core or StageCore(settings, voices=backend_voices(settings.backend))
     eos = settings.stage_guarantee == "exactly_once"
     datadir = Path(settings.home) / "stage" / settings.stage_app_id
     datadir.mkdir(parents=True, exist_ok=True)
     brokers = [f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",") if b.strip()]
-    app = faust.App(
+    app = _StageApp(
         settings.stage_app_id,
         broker=brokers,
         key_serializer="raw",
@@ -311,6 +372,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     # Switching modes therefore starts with an empty dedup table.
     seen = app.Table("dedup-eos" if eos else "dedup", default=bytes, partitions=settings.partitions, key_type=bytes, value_type=bytes)
     source_topic = settings.topic_requests
+    app.guard_acks(source_topic)
 
     async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
         if eos:
@@ -320,10 +382,21 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             return await app.producer.send(rec.topic, rec.key, rec.value, None, None, None, transactional_id=tid)
         return await app.producer.send(rec.topic, rec.key, rec.value, None, None, None)
 
+    # (consumer generation, last offset processed) per input partition: a jump within one
+    # generation is a hole in what the agent saw (transaction markers, or records faust
+    # dropped); logged so a lost request can be traced to its offsets
+    last_offset: dict[int, tuple[int, int]] = {}
+
     @app.agent(requests)
     async def stage(stream: Any) -> None:
         async for event in stream.events():
             msg = event.message
+            gen = app.consumer_generation_id
+            prev = last_offset.get(msg.partition)
+            if prev is not None and prev[0] == gen and msg.offset > prev[1] + 1:
+                _log.warning("event=input_gap partition=%d after_offset=%d offset=%d generation=%d", msg.partition,
+                             prev[1], msg.offset, gen)
+            last_offset[msg.partition] = (gen, msg.offset)
             t0 = time.perf_counter()
             metrics.consumed()
             k = msg.key or b""
@@ -354,6 +427,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
                 k = _key_str(msg.key)
                 metrics.duplicate()
                 _log.info("event=duplicate request_id=%s key=%s", outcome.request_id, k)
+            app.mark_processed(msg)
             metrics.heartbeat()
 
     @app.timer(1.0)

@@ -187,3 +187,37 @@ def test_aiokafka_default_partitioner_is_javas_murmur2() -> None:
     for key, want in java.items():
         assert murmur2(key) == want & 0xFFFFFFFF
         assert DefaultPartitioner()(key, list(range(4)), list(range(4))) == (want & 0x7FFFFFFF) % 4
+
+
+class _Msg:
+    def __init__(self, topic: str, offset: int) -> None:
+        self.topic, self.partition, self.offset, self.acked = topic, 0, offset, False
+
+
+class _Consumer:
+    """What faust's consumer does with an ack: the offset becomes committable."""
+
+    def __init__(self) -> None:
+        self.committable: list[int] = []
+        self._unacked_messages: set[_Msg] = set()
+
+    def ack(self, message: _Msg) -> bool:
+        message.acked = True
+        self.committable.append(message.offset)
+        return True
+
+
+def test_an_input_record_the_agent_never_processed_is_not_made_committable_by_its_ack() -> None:
+    """faust acks events it skips in a rebalance; those offsets must not be committed."""
+    import weakref
+
+    c = _Consumer()
+    processed: weakref.WeakSet[Any] = weakref.WeakSet()
+    stage_mod.guard_consumer_acks(c, "tts.requests", processed)
+    skipped, done, other = _Msg("tts.requests", 67), _Msg("tts.requests", 68), _Msg("changelog", 5)
+    c._unacked_messages |= {skipped, done}
+    processed.add(done)
+    assert c.ack(skipped) is False  # type: ignore[attr-defined]
+    assert skipped.acked and skipped not in c._unacked_messages  # faust's wait_empty won't wait for it
+    assert c.ack(done) is True and c.ack(other) is True  # type: ignore[attr-defined]
+    assert c.committable == [68, 5]
