@@ -1,0 +1,135 @@
+"""A worker rides out a broker restart: it stays alive, /healthz recovers, nothing is lost or doubled.
+
+The broker is stopped (SIGTERM) for about ten seconds while requests are in flight and
+started again. What a user would notice is counted the way the kill tests count it: a
+``read_committed`` reader of the completions topic, by request id. The chaos run found a
+worker hung after such a restart (a transactional call that ignored its timeout) and one
+that exited fatally on an unflagged offsets error; either fails this test.
+
+It runs on a PRIVATE stack (its own ``TTS_HOME`` in a temp dir and its own ports, Kafka
+jars shared with the main stack's home), never the shared one, and takes it down at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streams import stack
+from streams.procs import Supervisor, free_port
+from streams.settings import Settings, load_settings
+from tests.integration.test_worker import by_request, check_audio, completions, publish
+from tests.integration.test_worker_kill import _corpus
+
+pytestmark = pytest.mark.integration
+
+_DOWN_S = 10.0  # how long the broker stays down: the outage itself, not a wait for a condition
+
+
+@pytest.fixture
+def private(tmp_path: Path, unique: str) -> Iterator[Settings]:
+    """Settings of a stack of this test's own (home in tmp_path, free ports), taken down after it."""
+    base = load_settings()
+    home = tmp_path / "stack"
+    home.mkdir()
+    shared_jars = Path(base.home).expanduser().resolve() / "jars"
+    if shared_jars.is_dir():
+        (home / "jars").symlink_to(shared_jars)
+    kp, cp, sp, rp = (free_port() for _ in range(4))
+    s = base.replace(home=str(home), kafka_port=kp, kafka_controller_port=cp, s3_port=sp, redis_port=rp,
+                     bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
+                     redis_url=f"redis://127.0.0.1:{rp}/0", partitions=2,
+                     topic_segments=f"{base.topic_segments}.{unique}", topic_completed=f"{base.topic_completed}.{unique}",
+                     topic_done=f"{base.topic_done}.{unique}", worker_group=f"{base.worker_group}-{unique}",
+                     s3_prefix=f"test/{unique}/", max_wait_ms=20, transaction_timeout_ms=20_000,
+                     model_dir=str(base.effective_model_dir))
+    try:
+        stack.stack_up(s, quiet=True)
+        stack.ensure_topics(s, partitions=2)
+        yield s
+    finally:
+        stack.stack_down(s)
+
+
+def _healthz(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def _answered(settings: Settings) -> int:
+    try:
+        return len(by_request(completions(settings, timeout=5)))
+    except Exception:  # the broker is down or still loading: nothing readable yet
+        return 0
+
+
+def _restart_broker(settings: Settings) -> float:
+    """Stop the private broker by its PID, keep it down ``_DOWN_S``, start it again; seconds down."""
+    pid = stack.status(settings)["kafka"].get("pid")
+    assert pid is not None, "the private broker is not running"
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+    deadline = t0 + 60
+    while Path(f"/proc/{pid}").exists():
+        stack._reap(pid)
+        assert time.monotonic() < deadline, "the broker did not stop within 60 s"
+        time.sleep(0.1)
+    time.sleep(_DOWN_S)
+    stack.stack_up(settings, quiet=True)
+    return time.monotonic() - t0
+
+
+def test_worker_survives_broker_restart_and_answers_every_request_once(private: Settings, tmp_path: Path) -> None:
+    n = 24
+    publish(private, _corpus(n, "brk"))
+    with Supervisor(tmp_path / "logs") as sup:
+        w = sup.worker("w1", private)
+        sup.wait_ready(w, timeout=120)
+        deadline = time.monotonic() + 120
+        while _answered(private) < 2:  # requests in flight: some answered, most not
+            sup.check_alive()
+            assert time.monotonic() < deadline, "the worker answered nothing before the restart"
+            time.sleep(0.5)
+        before = _answered(private)
+        assert before < n, "the worker finished before the broker restart; make the corpus bigger"
+
+        down_s = _restart_broker(private)
+
+        statuses: list[int | None] = []
+        deadline = time.monotonic() + 240
+        while _answered(private) < n:
+            sup.check_alive()  # a fatal exit fails here, with the log's tail
+            statuses.append(_healthz(w.metrics_port))
+            assert time.monotonic() < deadline, f"not every request answered after the restart; {w.log_path}"
+            time.sleep(1)
+        deadline = time.monotonic() + 60
+        while (h := _healthz(w.metrics_port)) != 200:
+            sup.check_alive()
+            assert time.monotonic() < deadline, f"/healthz still {h} after the restart; {w.log_path}"
+            time.sleep(0.5)
+
+        cs = completions(private, count=n, timeout=60)
+        counts = by_request(cs)
+        assert counts == Counter({f"brk-{i}": 1 for i in range(n)}), {k: v for k, v in counts.items() if v != 1}
+        for c in cs:
+            check_audio(private, c)
+        log = w.log_path.read_text(errors="replace")
+        assert w.popen is not None and w.popen.poll() is None, "the worker exited"
+        codes = sup.stop_all()
+    assert codes == {"w1": 0}, codes
+    assert "event=fatal" not in log
+    print(f"\nbroker restart: down {down_s:.1f}s; {before} of {n} answered before; /healthz during recovery "
+          f"{Counter(statuses)}; worker restarts 0; retries logged {log.count('event=retry')}")
