@@ -32,6 +32,7 @@ from tests.integration.test_worker_kill import _corpus
 pytestmark = pytest.mark.integration
 
 _DOWN_S = 10.0  # how long the broker stays down: the outage itself, not a wait for a condition
+_STACK_UP_S = 420.0  # a KRaft broker on a loaded 2-core machine has taken over 3 minutes to start
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def private(tmp_path: Path, unique: str) -> Iterator[Settings]:
                      s3_prefix=f"test/{unique}/", max_wait_ms=20, transaction_timeout_ms=20_000,
                      model_dir=str(base.effective_model_dir))
     try:
-        stack.stack_up(s, quiet=True)
+        stack.stack_up(s, quiet=True, timeout=_STACK_UP_S)
         stack.ensure_topics(s, partitions=2)
         yield s
     finally:
@@ -88,7 +89,7 @@ def _restart_broker(settings: Settings) -> float:
         assert time.monotonic() < deadline, "the broker did not stop within 60 s"
         time.sleep(0.1)
     time.sleep(_DOWN_S)
-    stack.stack_up(settings, quiet=True)
+    stack.stack_up(settings, quiet=True, timeout=_STACK_UP_S)
     return time.monotonic() - t0
 
 
