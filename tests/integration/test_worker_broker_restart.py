@@ -26,7 +26,7 @@ import pytest
 from streams import stack
 from streams.procs import Supervisor, free_port
 from streams.settings import Settings, load_settings
-from tests.integration.test_worker import by_request, check_audio, completions, publish
+from tests.integration.test_worker import by_request, check_audio, completions
 from tests.integration.test_worker_kill import _corpus
 
 pytestmark = pytest.mark.integration
@@ -58,6 +58,19 @@ def private(tmp_path: Path, unique: str) -> Iterator[Settings]:
         yield s
     finally:
         stack.stack_down(s)
+
+
+def _publish(settings: Settings, segments: list) -> None:  # type: ignore[type-arg]
+    """Like test_worker.publish, but patient: a broker on a loaded machine can take long to ack."""
+    from confluent_kafka import Producer
+
+    from schemas import encode
+
+    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random",
+                  "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 300_000})
+    for s in segments:
+        p.produce(settings.topic_segments, key=s.user_id.encode(), value=encode(s))
+    assert p.flush(300) == 0, "the private broker did not take the segments"
 
 
 def _healthz(port: int) -> int | None:
@@ -95,7 +108,7 @@ def _restart_broker(settings: Settings) -> float:
 
 def test_worker_survives_broker_restart_and_answers_every_request_once(private: Settings, tmp_path: Path) -> None:
     n = 24
-    publish(private, _corpus(n, "brk"))
+    _publish(private, _corpus(n, "brk"))
     with Supervisor(tmp_path / "logs") as sup:
         w = sup.worker("w1", private)
         sup.wait_ready(w, timeout=120)
