@@ -9,16 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from streams.settings import Settings, load_settings
-from streams.stack import status
+from streams.settings import Settings
+from tests.support.stack import require_stack
 
 
 @pytest.fixture(scope="session")
 def stack_settings() -> Settings:
-    s = load_settings()
-    st = status(s)
-    down = {name: e.get("error", "?") for name, e in st.items() if not e["ok"]}
-    if down:
-        pytest.fail(f"the local stack is not up ({', '.join(down)}). Start it with `make up` "
-                    "(or `.venv/bin/ttsflow stack up`) and run the tests again.", pytrace=False)
-    return s
+    return require_stack()

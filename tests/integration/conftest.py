@@ -34,8 +34,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streams.settings import Settings, load_settings
-from streams.stack import delete_topics, ensure_topics, status
+from streams.settings import Settings
+from streams.stack import delete_topics, ensure_topics
+from tests.support.stack import require_stack
 
 TEST_PARTITIONS = 4
 
@@ -43,21 +44,7 @@ TEST_PARTITIONS = 4
 @pytest.fixture(scope="session")
 def stack_settings() -> Settings:
     """The stack's settings (``TTS_*`` env), after checking all three services answer."""
-    s = load_settings()
-    # Poll with a deadline: on a loaded 2-core machine a healthy broker can miss one 3 s
-    # metadata probe, and that must not turn every integration test into an error.
-    deadline = time.monotonic() + 120
-    while True:
-        st = status(s)
-        down = {name: e.get("error", "?") for name, e in st.items() if not e["ok"]}
-        if not down or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    if down:
-        detail = "; ".join(f"{n} {st[n]['address']}: {why}" for n, why in down.items())
-        pytest.fail(f"the local stack is not up ({detail}). Start it with `make up` "
-                    f"(or `.venv/bin/ttsflow stack up`) and run the tests again.", pytrace=False)
-    return s
+    return require_stack()
 
 
 @pytest.fixture
