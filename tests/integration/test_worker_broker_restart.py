@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from streams import stack
-from streams.procs import ProcError, Supervisor, free_port
+from streams.procs import Supervisor, free_port
 from streams.settings import Settings, load_settings
 from tests.integration.test_worker import by_request, check_audio, completions
 from tests.integration.test_worker_kill import _corpus
@@ -106,10 +106,7 @@ def _restart_broker(settings: Settings) -> float:
     return time.monotonic() - t0
 
 
-@pytest.mark.xfail(raises=ProcError, strict=False,
-                   reason="open: after a broker restart librdkafka's send_offsets_to_transaction can ignore its "
-                          "timeout (librdkafka#5456); the worker then exits non-zero (ClientWedged) within ~35 s "
-                          "instead of hanging. Recreating the producer in-process would keep it alive.")
+@pytest.mark.broker_restart
 def test_worker_survives_broker_restart_and_answers_every_request_once(private: Settings, tmp_path: Path) -> None:
     n = 24
     _publish(private, _corpus(n, "brk"))
