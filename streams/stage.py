@@ -57,9 +57,11 @@ crashed stages restarted as an orchestrator would; faust-streaming 0.15.3, aioka
   (``ttsflow chaos``: 18 requests published during a stage restart, offsets 67-84 of one
   partition, committed past and never answered). faust's table check "changelog has 0
   partitions" (``PartitionsMismatch``), which crashed the agent mid-record right after
-  every restart, is skipped. **Open:** ``tests/integration/test_stage_kill.py`` also saw
-  a record a partition handed the agent with a hole inside one generation (offsets 1,
-  then 3; once 3, then 233) and a 1-request loss; holes are logged as ``input_gap``. The worker drops repeated ``(request_id,
+  every restart, is skipped. And a commit must start at the committed offset:
+  faust's own check lets a run of acked offsets start one past it (or anywhere when it is
+  0); ``tests/integration/test_stage_kill.py`` lost a request that way (a partition handed
+  the agent offsets 0 then 2; 1 was committed past). Holes in what the agent is handed are
+  logged as ``input_gap``. The worker drops repeated ``(request_id,
   seq)``, and its transactional completion record makes the end-to-end answer
   exactly-once anyway.
 * ``exactly_once`` -- faust's: one transactional producer per assigned input partition
@@ -337,6 +339,27 @@ def guard_consumer_acks(consumer: Any, topic: str, processed: Any) -> None:
         return bool(ack(message))
 
     consumer.ack = guarded_ack
+
+    # faust commits the first run of consecutive acked offsets unless it starts more than
+    # ONE past the committed offset, and skips that check when the committed offset is 0:
+    # a single record never processed at the committed offset (seen: offset 1 of a
+    # partition committed 1, acked 2, 3, ...) was committed past. Here a run must start at
+    # the committed offset (faust's gap tracking fills transaction markers into it first).
+    new_offset = consumer._new_offset
+
+    def guarded_new_offset(tp: Any) -> int | None:
+        if tp.topic == topic:
+            acked = consumer._acked[tp]
+            committed = consumer._committed_offset[tp]
+            if acked and committed is not None:
+                gaps = consumer._gap[tp]
+                low = min(min(acked), min((g.begin for g in gaps), default=min(acked)))
+                if low > committed:
+                    return None
+        result: int | None = new_offset(tp)
+        return result
+
+    consumer._new_offset = guarded_new_offset
 
 
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:

@@ -200,6 +200,12 @@ class _Consumer:
     def __init__(self) -> None:
         self.committable: list[int] = []
         self._unacked_messages: set[_Msg] = set()
+        self._acked: dict[Any, list[int]] = {}
+        self._committed_offset: dict[Any, int | None] = {}
+        self._gap: dict[Any, list[Any]] = {}
+
+    def _new_offset(self, tp: Any) -> int | None:
+        return max(self._acked[tp]) + 1
 
     def ack(self, message: _Msg) -> bool:
         message.acked = True
@@ -221,3 +227,19 @@ def test_an_input_record_the_agent_never_processed_is_not_made_committable_by_it
     assert skipped.acked and skipped not in c._unacked_messages  # faust's wait_empty won't wait for it
     assert c.ack(done) is True and c.ack(other) is True  # type: ignore[attr-defined]
     assert c.committable == [68, 5]
+
+
+def test_a_commit_never_starts_past_the_committed_offset() -> None:
+    """faust would commit acked 2, 3 over an unprocessed offset 1 (committed 1)."""
+    import weakref
+    from collections import namedtuple
+
+    c = _Consumer()
+    stage_mod.guard_consumer_acks(c, "tts.requests", weakref.WeakSet())
+    tp = namedtuple("TP", "topic partition")("tts.requests", 0)  # type: ignore[call-arg]
+    c._acked[tp], c._committed_offset[tp], c._gap[tp] = [2, 3], 1, []
+    assert c._new_offset(tp) is None  # type: ignore[operator]
+    c._acked[tp] = [1, 2, 3]
+    assert c._new_offset(tp) == 4  # type: ignore[operator]
+    c._acked[tp], c._committed_offset[tp] = [2, 3], 0
+    assert c._new_offset(tp) is None  # type: ignore[operator]
