@@ -88,6 +88,7 @@ import argparse
 import base64
 import json
 import logging
+import os
 import sys
 import time
 import traceback
@@ -314,6 +315,9 @@ def _stage_app_class() -> type:
     return StageApp
 
 
+_COMMIT_STALL_S = 30.0
+
+
 def guard_consumer_acks(consumer: Any, topic: str, processed: Any) -> None:
     """Make ``consumer.ack`` refuse, for ``topic``, every message not in ``processed``.
 
@@ -468,6 +472,37 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     @app.timer(1.0)
     async def beat() -> None:
         metrics.heartbeat()
+
+    # A hole faust left in what the agent was handed (records fetched and dropped around a
+    # rebalance) is never committed past (guard_consumer_acks), but neither is it read
+    # again until the next rebalance: the partition's commit stalls and those requests wait.
+    # When processed records sit above an unchanged committed offset for _COMMIT_STALL_S,
+    # the stage restarts itself in place (same PID, same command line): it then reads
+    # again from the committed offset, so the hole is processed (duplicates are dropped
+    # by the worker). Transaction-marker gaps do not stall: faust folds them into commits.
+    stalled_since: dict[Any, tuple[int | None, float]] = {}
+
+    @app.timer(5.0)
+    async def commit_watchdog() -> None:
+        if eos:
+            return
+        consumer = app.consumer
+        now = time.monotonic()
+        for tp, acked in list(consumer._acked.items()):
+            if tp.topic != settings.topic_requests or not acked:
+                stalled_since.pop(tp, None)
+                continue
+            committed = consumer._committed_offset.get(tp)
+            prev = stalled_since.get(tp)
+            if prev is None or prev[0] != committed:
+                stalled_since[tp] = (committed, now)
+            elif now - prev[1] > _COMMIT_STALL_S:
+                _log.error("event=commit_stalled partition=%d committed=%s acked_min=%d; restarting to re-read "
+                           "from the committed offset", tp.partition, committed, min(acked))
+                metrics.ready(False)
+                metrics.close()
+                logging.shutdown()
+                os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
     @app.task
     async def started() -> None:
