@@ -108,8 +108,7 @@ _BACKOFF_BASE_S = 0.2
 _BACKOFF_CAP_S = 10.0
 _PART_FORMAT = "wav"        # parts are kept lossless at the engine's rate; requests get their format
 _OP_TIMEOUT_S = 15.0        # one blocking Kafka call
-_WEDGE_GRACE_S = 60.0       # past its timeout plus this, a call is stuck (see streams.kafka.call_bounded);
-                            # 20 s misjudged a slow rebalance on a loaded 2-core box as wedged
+_WEDGE_GRACE_S = 20.0       # past its timeout plus this, a call is stuck (see streams.kafka.call_bounded)
 _RETRY_BUDGET_S = 90.0      # one operation retried this long against an unreachable broker gives up
 _SEND_OFFSETS_BUDGET_S = 30.0  # the transaction is still open: abort and redo sooner
 _RELOAD_MAX_WAIT_S = 30.0  # a pending reload waits this long for the work in flight to drain
