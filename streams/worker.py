@@ -805,19 +805,17 @@ class Worker:
             except BufferError:  # local queue full: let deliveries drain
                 self._producer.poll(0.1)
 
-    def _call(self, what: str, fn: Callable[[], Any], *, timeout: float | None = None) -> Any:
-        """``fn()`` (one blocking client call with ``timeout``, default ``_OP_TIMEOUT_S``) under a watchdog;
-        heartbeats while it waits."""
+    def _call(self, what: str, fn: Callable[[], Any], *, timeout: float = _OP_TIMEOUT_S) -> Any:
+        """``fn()`` (one blocking client call with ``timeout``) under a watchdog; heartbeats while it waits."""
         from streams.kafka import call_bounded
 
-        limit = (_OP_TIMEOUT_S if timeout is None else timeout) + _WEDGE_GRACE_S
         try:
-            return call_bounded(fn, limit, what=what, tick=self.metrics.heartbeat)
+            return call_bounded(fn, timeout + _WEDGE_GRACE_S, what=what, tick=self.metrics.heartbeat)
         except ClientWedged:
             self._wedged = True
             raise
 
-    def _retry(self, what: str, fn: Callable[[], Any], *, in_txn: bool = False, budget: float | None = None,
+    def _retry(self, what: str, fn: Callable[[], Any], *, in_txn: bool = False, budget: float = _RETRY_BUDGET_S,
                exhausted: type[StreamError] = RetriableError) -> Any:
         """Call ``fn``, retrying librdkafka-retriable errors with capped backoff; others raise classified.
 
@@ -827,7 +825,6 @@ class Worker:
         from confluent_kafka import KafkaException
 
         attempt = 0
-        budget = _RETRY_BUDGET_S if budget is None else budget
         give_up = time.monotonic() + budget
         while True:
             self.metrics.heartbeat()
