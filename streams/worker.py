@@ -1194,6 +1194,3 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         engine.close()
         metrics.close()
-        if worker._wedged:  # a thread is stuck inside librdkafka: interpreter exit (client destructors) could hang
-            logging.shutdown()
-            os._exit(1)
