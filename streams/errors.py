@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 __all__ = [
-    "AbortableError", "AudioFetchError", "ClientError", "ClientWedged", "CompletionTimeout", "FatalError", "PoisonError",
+    "AbortableError", "AudioFetchError", "ClientError", "CompletionTimeout", "FatalError", "PoisonError",
     "RequestFailed", "RetriableError", "StackUnavailable", "StreamError", "classify",
 ]
 
@@ -47,12 +47,6 @@ class PoisonError(StreamError):
 
 class FatalError(StreamError):
     """The process cannot go on (fenced, misconfigured); exit non-zero."""
-
-
-class ClientWedged(FatalError):
-    """A Kafka client call did not return long after its own timeout (librdkafka ignores the
-    timeout of some transactional calls while a coordinator moves). The call cannot be
-    cancelled and the client is unusable: exit so a fresh instance fences this one."""
 
 
 class _KafkaErrorLike(Protocol):

@@ -8,11 +8,6 @@ Guarantees:
 * The worker's consumer reads only committed records (``read_committed``), never
   auto-commits (offsets go into the producer's transaction), and starts from the
   earliest offset when its group has none.
-* :func:`call_bounded` never blocks its caller much past a deadline, even when a
-  librdkafka call ignores its own timeout (``send_offsets_to_transaction`` can hang
-  while a group coordinator moves: confluentinc/librdkafka#5456, #5511): the call runs
-  on a daemon thread, the caller waits with a deadline and raises
-  :class:`~streams.errors.ClientWedged` past it.
 * :func:`ensure_done_topic` creates the worker's compacted done topic with at least as
   many partitions as the segments topic, since a segment in partition p records its
   request as done in partition p of the done topic.
@@ -21,53 +16,13 @@ Guarantees:
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from streams.settings import Settings
 
-__all__ = ["call_bounded", "consumer_config", "ensure_done_topic", "producer_config", "reader_config", "transactional_config"]
+__all__ = ["consumer_config", "ensure_done_topic", "producer_config", "reader_config", "transactional_config"]
 
 _log = logging.getLogger("ttsflow.kafka")
-
-T = TypeVar("T")
-
-
-def call_bounded(fn: Callable[[], T], limit_s: float, *, what: str = "kafka call",
-                 tick: Callable[[], None] | None = None, tick_s: float = 1.0) -> T:
-    """``fn()``'s result (or its exception), waiting at most ``limit_s`` seconds for it.
-
-    ``fn`` runs on a fresh daemon thread; ``tick`` (a liveness heartbeat) is called every
-    ``tick_s`` while the caller waits. Past ``limit_s`` it raises ``ClientWedged``: the
-    thread is left behind (it cannot be cancelled) and the client it uses must not be
-    used again.
-    """
-    from streams.errors import ClientWedged
-
-    box: list[Any] = []
-    done = threading.Event()
-
-    def _run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as e:  # handed to the caller
-            box.append((False, e))
-        finally:
-            done.set()
-
-    threading.Thread(target=_run, name=f"kafka-call-{what}", daemon=True).start()
-    deadline = time.monotonic() + limit_s
-    while not done.wait(min(tick_s, max(0.0, deadline - time.monotonic()))):
-        if time.monotonic() >= deadline:
-            raise ClientWedged(f"{what} did not return within {limit_s:g} s (librdkafka ignored its timeout)")
-        if tick is not None:
-            tick()
-    ok, value = box[0]
-    if ok:
-        return value  # type: ignore[no-any-return]
-    raise value
 
 
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:

@@ -25,15 +25,6 @@ Guarantees (DESIGN.md "Exactly-once, end to end"):
 * Errors as librdkafka means them: retriable -> capped backoff and retry; abortable ->
   abort, rewind every assigned partition to its committed offset, drop in-memory work;
   fatal (fenced) -> exit non-zero. A commit that times out is retried, never aborted.
-  Every blocking Kafka call has a timeout (``_OP_TIMEOUT_S``) and runs under a watchdog
-  (:func:`streams.kafka.call_bounded`): a call that ignores its timeout (librdkafka's
-  ``send_offsets_to_transaction`` can, after a broker restart) makes the worker exit
-  non-zero instead of hanging. While an operation is retried against an unreachable
-  broker the /healthz heartbeat keeps beating, for at most ``_RETRY_BUDGET_S``; then the
-  operation gives up: offset look-ups go back to the loop (which retries them, the
-  rewind they belong to stays pending, nothing is consumed past it), an offsets send
-  aborts its transaction, a commit or abort whose outcome is unknown exits non-zero
-  (the restarted instance's ``init_transactions`` resolves it).
   S3 unreachable -> nothing is committed; in-memory work is dropped and the partitions
   rewound and paused while the consumer keeps polling (it stays in the group) until S3
   answers again. Redis unreachable -> cache bypass, counted.
@@ -92,7 +83,7 @@ from storage.cache import AudioCache
 from storage.errors import ObjectMissing, S3Unavailable, StorageError
 from storage.s3 import AudioStore
 from streams.batcher import MicroBatcher
-from streams.errors import AbortableError, ClientWedged, FatalError, RetriableError, StreamError, classify
+from streams.errors import AbortableError, FatalError, RetriableError, classify
 from streams.offsets import OffsetTracker
 from streams.settings import Settings, SettingsError, load_settings
 
@@ -107,10 +98,7 @@ _COMMIT_INTERVAL_S = 0.25   # offsets-only transactions at most this often
 _BACKOFF_BASE_S = 0.2
 _BACKOFF_CAP_S = 10.0
 _PART_FORMAT = "wav"        # parts are kept lossless at the engine's rate; requests get their format
-_OP_TIMEOUT_S = 15.0        # one blocking Kafka call
-_WEDGE_GRACE_S = 20.0       # past its timeout plus this, a call is stuck (see streams.kafka.call_bounded)
-_RETRY_BUDGET_S = 90.0      # one operation retried this long against an unreachable broker gives up
-_SEND_OFFSETS_BUDGET_S = 30.0  # the transaction is still open: abort and redo sooner
+_OP_TIMEOUT_S = 30.0
 _RELOAD_MAX_WAIT_S = 30.0  # a pending reload waits this long for the work in flight to drain
 
 
@@ -227,8 +215,6 @@ class Worker:
         self._gen: dict[int, int] = {}                       # partition -> generation of its in-memory work
         self._last_commit = clock()
         self._in_txn = False
-        self._wedged = False                                 # a client call hung: touch no client again
-        self._rewind_pending: set[int] = set()               # dropped work: seek these back before consuming
         self._last_consumer_error = -1e9
         self._cap = 4 * settings.max_batch
         self._done_partitions = 1 << 30  # known after start(); tests that skip start() have no limit
@@ -263,9 +249,8 @@ class Worker:
         """Create the done topic, initialise transactions (fencing older instances), subscribe."""
         from streams.kafka import ensure_done_topic
 
-        self._done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.settings),
-                                            budget=float("inf"))
-        self._retry("init_transactions", lambda: self._producer.init_transactions(_OP_TIMEOUT_S), budget=float("inf"))
+        self._done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.settings))
+        self._retry("init_transactions", lambda: self._producer.init_transactions(_OP_TIMEOUT_S))
         self._consumer.subscribe([self.settings.topic_segments], on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
         self.metrics.ready(True)
@@ -294,31 +279,25 @@ class Worker:
     def run_once(self) -> None:
         """One pass of the loop, with the reactions to retriable, abortable and S3 errors."""
         try:
-            try:
-                self.step()
-            except S3Unavailable as e:
-                self._s3_outage(e)
-            except AbortableError as e:
-                self._abort_and_rewind(e)
-        except RetriableError as e:  # also a reaction's rewind that failed: it stays pending, step() redoes it
+            self.step()
+        except S3Unavailable as e:
+            self._s3_outage(e)
+        except AbortableError as e:
+            self._abort_and_rewind(e)
+        except RetriableError as e:
             _log.warning("event=retry error=%s", e)
-            self._sleep(_backoff(1))
+            time.sleep(_backoff(1))
 
     def close(self) -> None:
         self.metrics.ready(False)
         self._closing = True
+        if self._in_txn:
+            self._abort_quietly()
         try:
-            if self._wedged:  # a client call is stuck: any other call may block too; the process exits
-                _log.error("event=close_skipped_wedged_client")
-            else:
-                if self._in_txn:
-                    self._abort_quietly()
-                try:
-                    self._call("consumer_close", self._consumer.close)
-                finally:
-                    self._call("producer_flush", lambda: self._producer.flush(10), timeout=10.0)
-                    self._call("reader_close", self._reader.close)
+            self._consumer.close()
         finally:
+            self._producer.flush(10)
+            self._reader.close()
             if self._post is not None:
                 self._post.shutdown(wait=True, cancel_futures=True)
             self._io.shutdown(wait=True, cancel_futures=True)
@@ -327,11 +306,6 @@ class Worker:
     def step(self) -> None:
         """One turn of the protocol; each numbered step maps to DESIGN.md."""
         self.metrics.heartbeat()
-
-        # dropped work (an abort or revoke whose rewind failed): seek back before consuming anything
-        pending = self._rewind_pending & self._assigned
-        if pending:
-            self._rewind(pending)
 
         # 0) between batches: apply a pending model reload (SIGHUP)
         self._maybe_reload()
@@ -775,12 +749,8 @@ class Worker:
             if offsets:
                 tps = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
                 self._retry("send_offsets_to_transaction", lambda: self._producer.send_offsets_to_transaction(
-                    tps, self._consumer.consumer_group_metadata(), _OP_TIMEOUT_S), in_txn=True,
-                    budget=_SEND_OFFSETS_BUDGET_S, exhausted=AbortableError)
-            # a commit that times out goes on in the background: retry it, never abort it; if it never
-            # finishes its outcome is unknown and only a fresh init_transactions settles it
-            self._retry("commit_transaction", lambda: self._producer.commit_transaction(_OP_TIMEOUT_S), in_txn=True,
-                        exhausted=FatalError)
+                    tps, self._consumer.consumer_group_metadata(), _OP_TIMEOUT_S), in_txn=True)
+            self._retry("commit_transaction", lambda: self._producer.commit_transaction(_OP_TIMEOUT_S), in_txn=True)
             self._in_txn = False
         except KafkaException as e:
             exc = classify(e, during="transaction")
@@ -805,56 +775,28 @@ class Worker:
             except BufferError:  # local queue full: let deliveries drain
                 self._producer.poll(0.1)
 
-    def _call(self, what: str, fn: Callable[[], Any], *, timeout: float = _OP_TIMEOUT_S) -> Any:
-        """``fn()`` (one blocking client call with ``timeout``) under a watchdog; heartbeats while it waits."""
-        from streams.kafka import call_bounded
-
-        try:
-            return call_bounded(fn, timeout + _WEDGE_GRACE_S, what=what, tick=self.metrics.heartbeat)
-        except ClientWedged:
-            self._wedged = True
-            raise
-
-    def _retry(self, what: str, fn: Callable[[], Any], *, in_txn: bool = False, budget: float = _RETRY_BUDGET_S,
-               exhausted: type[StreamError] = RetriableError) -> Any:
-        """Call ``fn``, retrying librdkafka-retriable errors with capped backoff; others raise classified.
-
-        The /healthz heartbeat beats between attempts (retrying is progress), for at most
-        ``budget`` seconds; then ``exhausted`` is raised with the last error.
-        """
+    def _retry(self, what: str, fn: Callable[[], Any], *, in_txn: bool = False) -> Any:
+        """Call ``fn``, retrying librdkafka-retriable errors with capped backoff; others raise classified."""
         from confluent_kafka import KafkaException
 
         attempt = 0
-        give_up = time.monotonic() + budget
         while True:
-            self.metrics.heartbeat()
             try:
-                return self._call(what, fn)
+                return fn()
             except KafkaException as e:
                 exc = classify(e, during=what if in_txn else "")
                 if type(exc) is not RetriableError or (self._stop.is_set() and attempt >= 3):
                     raise exc from e
-                if time.monotonic() >= give_up:
-                    _log.error("event=retry_gave_up op=%s attempts=%d seconds=%.0f error=%s", what, attempt + 1,
-                               budget, e.args[0].str())
-                    raise exhausted(f"{what}: still failing after {budget:.0f} s: {e.args[0].str()}") from e
                 _log.warning("event=retry op=%s attempt=%d error=%s", what, attempt, e.args[0].str())
-                self._sleep(min(_backoff(attempt), max(0.0, give_up - time.monotonic())))
+                time.sleep(_backoff(attempt))
                 attempt += 1
-
-    def _sleep(self, seconds: float) -> None:
-        """Back off without letting the /healthz heartbeat go stale."""
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            self.metrics.heartbeat()
-            time.sleep(min(1.0, left))
 
     # -- failure reactions -------------------------------------------------------------
     def _abort_quietly(self) -> None:
         from confluent_kafka import KafkaException
 
         try:
-            self._call("abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S))
+            self._producer.abort_transaction(_OP_TIMEOUT_S)
         except KafkaException as e:
             exc = classify(e, during="abort")
             if isinstance(exc, FatalError):
@@ -865,9 +807,8 @@ class Worker:
     def _abort_and_rewind(self, err: BaseException) -> None:
         _log.warning("event=transaction_abort error=%s", err)
         self.metrics.transaction(False)
-        if self._in_txn:  # an abort that never succeeds leaves the transaction unknown: exit (FatalError)
-            self._retry("abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S),
-                        exhausted=FatalError)
+        if self._in_txn:
+            self._retry("abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S))
             self._in_txn = False
         self._drop_all()
         self._rewind(self._assigned)
@@ -904,15 +845,12 @@ class Worker:
 
         if not partitions:
             return
-        # until the seeks are done nothing of these partitions may be consumed (step() retries first)
-        self._rewind_pending |= partitions
         topic = self.settings.topic_segments
         committed = self._retry("committed", lambda: self._consumer.committed(
             [TopicPartition(topic, p) for p in sorted(partitions)], _OP_TIMEOUT_S))
         for tp in committed:
             target = TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
             self._retry("seek", functools.partial(self._consumer.seek, target))
-        self._rewind_pending -= partitions
         _log.info("event=rewound partitions=%s", sorted(partitions))
 
     def _drop_all(self) -> None:
@@ -956,34 +894,28 @@ class Worker:
                              f"{self.settings.topic_done} ({self._done_partitions} partitions); add partitions to it")
         for p in new:
             self._gen[p] = self._gen.get(p, 0) + 1
-        try:
-            self._load_done(new)
-        except RetriableError as e:  # already retried for _RETRY_BUDGET_S: without the done set a partition
-            raise FatalError(f"loading the done set of partitions {sorted(new)}: {e}") from e  # may answer twice
+        self._load_done(new)
         self._assigned |= new
         self.metrics.assigned(len(self._assigned))
         _log.info("event=assigned partitions=%s now=%s", sorted(new), sorted(self._assigned))
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         gone = {tp.partition for tp in partitions}
-        try:
-            if not self._closing and not self._wedged:
-                # commit what is durable before giving the partitions away; the rest is redone by the new owner
-                try:
-                    self._collect_parts()
-                    self._finalize_ready()
-                    self._collect_finals()
-                    self._commit(force=True)
-                except (AbortableError, S3Unavailable) as e:
-                    _log.warning("event=commit_on_revoke_failed error=%s", e)
-                    if self._in_txn:
-                        self._abort_quietly()
-                        self.metrics.transaction(False)
-                    self._drop_all()
-                    self._rewind_pending |= self._assigned - gone
-                    self._rewind(self._assigned - gone)  # if this fails, step() redoes it before consuming
-        finally:
-            self._forget(gone)
+        if not self._closing:
+            # commit what is durable before giving the partitions away; the rest is redone by the new owner
+            try:
+                self._collect_parts()
+                self._finalize_ready()
+                self._collect_finals()
+                self._commit(force=True)
+            except (AbortableError, S3Unavailable) as e:
+                _log.warning("event=commit_on_revoke_failed error=%s", e)
+                if self._in_txn:
+                    self._abort_quietly()
+                    self.metrics.transaction(False)
+                self._drop_all()
+                self._rewind(self._assigned - gone)
+        self._forget(gone)
         _log.info("event=revoked partitions=%s now=%s", sorted(gone), sorted(self._assigned))
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
@@ -996,7 +928,6 @@ class Worker:
             self._gen[p] = self._gen.get(p, 0) + 1
         self._assigned -= gone
         self._paused -= gone
-        self._rewind_pending -= gone  # the next owner starts from the committed offsets
         for p in gone:
             self._done.pop(p, None)
         self.tracker.drop(gone)
@@ -1045,9 +976,7 @@ class Worker:
         deadline = time.monotonic() + 120
         while open_parts:
             if time.monotonic() > deadline:
-                self._reader.unassign()
                 raise RetriableError(f"reading {topic} partitions {sorted(open_parts)} did not reach the end")
-            self.metrics.heartbeat()  # reading is progress
             for m in self._reader.consume(1000, 0.5):
                 err = m.error()
                 if err is not None:
