@@ -27,7 +27,7 @@ def settings(settings: Settings, unique: str) -> Settings:
     return settings.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, transaction_timeout_ms=20_000)
 
 
-def _corpus(n: int, tag: str) -> list:
+def _corpus(n: int, tag: str, users: int = 7, salt: str = "") -> list:
     """``n`` requests, every fourth one long (three or more segments); no two segments alike,
     so nothing is a cache hit and the worker is busy long enough to be killed mid-work."""
     segs = []
@@ -35,8 +35,8 @@ def _corpus(n: int, tag: str) -> list:
         picked = [SENTENCES[i % len(SENTENCES)]]
         if i % 4 == 0:
             picked = [SENTENCES[(i + k) % len(SENTENCES)] for k in range(3)]
-        text = " ".join(f"{s[:-1]}, number {i}{s[-1]}" for s in picked)
-        segs += make_segments(f"{tag}-{i}", f"user-{i % 7}", text, max_chars=80)
+        text = " ".join(f"{s[:-1]}, number {i}{salt}{s[-1]}" for s in picked)
+        segs += make_segments(f"{tag}-{i}", f"user-{i % users}", text, max_chars=80)
     return segs
 
 
@@ -62,13 +62,14 @@ def _wait(pred, timeout: float, what: str, sup: Supervisor) -> None:  # type: ig
         time.sleep(0.2)
 
 
-def _check_exactly_once(settings: Settings, n: int, tag: str) -> list:
-    cs = completions(settings, count=n, timeout=120)
+def _check_exactly_once(settings: Settings, n: int, tag: str, *more: tuple[int, str]) -> list:
+    want = {f"{t}-{i}" for k, t in ((n, tag), *more) for i in range(k)}
+    cs = completions(settings, count=len(want), timeout=120)
     counts = by_request(cs)
-    lost = {f"{tag}-{i}" for i in range(n)} - set(counts)
+    lost = want - set(counts)
     dups = {k: v for k, v in counts.items() if v > 1}
     assert not lost and not dups, f"lost={sorted(lost)} duplicated={dups}"
-    assert counts == Counter({f"{tag}-{i}": 1 for i in range(n)})
+    assert counts == Counter(dict.fromkeys(want, 1))
     for c in cs:
         check_audio(settings, c)
     return cs
@@ -97,7 +98,7 @@ def test_sigkill_mid_batch_and_restart_loses_and_duplicates_nothing(settings: Se
 
 
 def test_second_worker_joining_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
-    n = 48
+    n, m = 48, 24
     publish(settings, _corpus(n, "rebal"))
     with Supervisor(tmp_path / "logs") as sup:
         w1 = sup.worker("w1", settings)
@@ -106,14 +107,17 @@ def test_second_worker_joining_loses_and_duplicates_nothing(settings: Settings, 
         w2 = sup.worker("w2", settings)  # joins: the group rebalances while w1 is mid-batch
         sup.wait_ready(w2, timeout=90)
         _wait(lambda: _metric(w2.metrics_port, "ttsflow_worker_assigned_partitions") >= 1, 60, "w2 assigned", sup)
-        cs = _check_exactly_once(settings, n, "rebal")
+        # w1 may have answered everything in w2's partitions before the rebalance; a second
+        # wave from enough users to reach every partition gives w2 work of its own
+        publish(settings, _corpus(m, "rebal2", users=24, salt=", again"))
+        cs = _check_exactly_once(settings, n, "rebal", (m, "rebal2"))
         done1 = _metric(w1.metrics_port, "ttsflow_worker_completions_total")
         done2 = _metric(w2.metrics_port, "ttsflow_worker_completions_total")
         codes = sup.stop_all()
-    assert done1 + done2 == len(cs) == n
+    assert done1 + done2 == len(cs) == n + m
     assert done2 >= 1, "the second worker never answered anything"
     assert codes == {"w1": 0, "w2": 0}, codes  # graceful SIGTERM exits cleanly
-    print(f"\nrebalance test: w1 answered {done1:.0f}, w2 answered {done2:.0f} of {n}")
+    print(f"\nrebalance test: w1 answered {done1:.0f}, w2 answered {done2:.0f} of {n + m}")
 
 
 def test_killed_worker_replaced_by_another_instance_loses_and_duplicates_nothing(settings: Settings,
