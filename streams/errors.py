@@ -41,6 +41,13 @@ class AbortableError(RetriableError):
     """The open transaction must be aborted; the consumed work is redone from committed offsets."""
 
 
+class ProducerWedged(AbortableError):
+    """A transactional producer call did not return long past its own timeout (librdkafka's
+    ``send_offsets_to_transaction`` can ignore it after a broker restart, librdkafka#5456):
+    the producer is replaced by one with the same ``transactional.id``, which fences it and
+    aborts its transaction, and the consumed work is redone from committed offsets."""
+
+
 class PoisonError(StreamError):
     """An input that can never succeed; record it and move on."""
 

@@ -85,6 +85,7 @@ crashed stages restarted as an orchestrator would; faust-streaming 0.15.3, aioka
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import logging
@@ -114,7 +115,7 @@ from schemas import (
 from streams.settings import Settings, SettingsError, load_settings
 from streams.text import normalize, split_segments
 
-__all__ = ["Outcome", "Record", "StageCore", "backend_voices", "main"]
+__all__ = ["InputWatch", "Outcome", "Record", "StageCore", "backend_voices", "main"]
 
 _log = logging.getLogger("ttsflow.stage")
 
@@ -315,7 +316,65 @@ def _stage_app_class() -> type:
     return StageApp
 
 
-_COMMIT_STALL_S = 30.0
+_STALL_S = 30.0
+
+
+class InputWatch:
+    """When must the stage restart itself to get an input partition moving again? Pure: the
+    caller passes what the consumer knows and the time, once every few seconds per partition.
+
+    faust sometimes leaves an assigned partition unserved, and nothing in faust notices:
+
+    * **commit stalled** -- the agent was never handed a hole in the partition (records
+      fetched and dropped around a rebalance). The records after it are processed, but
+      :func:`guard_consumer_acks` never commits past the hole, so the committed offset
+      sits still while processed records wait above it.
+    * **input stalled** -- after a rebalance's table recovery the partition is never
+      fetched again (seen: a stage restarted after SIGKILL, assigned two partitions with
+      hundreds of requests waiting, processed none of them in two minutes, while the
+      committed offset and the agent's position stood still).
+
+    Either, unchanged for ``stall_s``, returns a reason; the stage then re-executes itself
+    and reads again from the committed offset (the worker drops repeated segments). One
+    record past what is done is not counted as waiting: a transactional producer's commit
+    marker ends a partition with an offset no consumer is ever handed.
+    """
+
+    def __init__(self, stall_s: float = _STALL_S) -> None:
+        self.stall_s = stall_s
+        self._commit: dict[int, tuple[int | None, float]] = {}
+        self._input: dict[int, tuple[tuple[int | None, int | None], float]] = {}
+
+    def forget(self, keep: set[int]) -> None:
+        """Drop the partitions not in ``keep`` (revoked)."""
+        for d in (self._commit, self._input):
+            for p in [p for p in d if p not in keep]:
+                del d[p]
+
+    def check(self, partition: int, *, committed: int | None, processed_next: int | None, end: int | None,
+              acked_waiting: bool, now: float) -> str | None:
+        """``committed``: the group's committed offset; ``processed_next``: one past the last
+        offset the agent processed; ``end``: the partition's end offset (None: unknown);
+        ``acked_waiting``: processed records wait to be committed."""
+        if acked_waiting:
+            prev_c = self._commit.get(partition)
+            if prev_c is None or prev_c[0] != committed:
+                self._commit[partition] = (committed, now)
+            elif now - prev_c[1] > self.stall_s:
+                return "commit_stalled"
+        else:
+            self._commit.pop(partition, None)
+        done = max((x for x in (committed, processed_next) if x is not None), default=0)
+        if end is None or end - done <= 1:
+            self._input.pop(partition, None)
+            return None
+        key = (committed, processed_next)
+        prev_i = self._input.get(partition)
+        if prev_i is None or prev_i[0] != key:
+            self._input[partition] = (key, now)
+        elif now - prev_i[1] > self.stall_s:
+            return "input_stalled"
+        return None
 
 
 def guard_consumer_acks(consumer: Any, topic: str, processed: Any) -> None:
@@ -364,6 +423,20 @@ def guard_consumer_acks(consumer: Any, topic: str, processed: Any) -> None:
         return result
 
     consumer._new_offset = guarded_new_offset
+
+
+def _fetch_state(consumer: Any, tp: Any) -> str:
+    """What aiokafka's fetcher holds for ``tp`` (position, paused, awaiting an offset reset),
+    for the log line of a stalled partition; faust keeps none of it."""
+    try:
+        from aiokafka.structs import TopicPartition
+
+        sub = consumer._thread._ensure_consumer()._subscription.subscription
+        st = sub.assignment.state_value(TopicPartition(tp.topic, tp.partition))
+        return (f"position={getattr(st, '_position', None)} paused={st.paused} "
+                f"awaiting_reset={st.awaiting_reset} valid={st.has_valid_position}")
+    except Exception as e:  # a diagnostic only
+        return f"unknown({e!r})"
 
 
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
@@ -473,36 +546,40 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     async def beat() -> None:
         metrics.heartbeat()
 
-    # A hole faust left in what the agent was handed (records fetched and dropped around a
-    # rebalance) is never committed past (guard_consumer_acks), but neither is it read
-    # again until the next rebalance: the partition's commit stalls and those requests wait.
-    # When processed records sit above an unchanged committed offset for _COMMIT_STALL_S,
-    # the stage restarts itself in place (same PID, same command line): it then reads
-    # again from the committed offset, so the hole is processed (duplicates are dropped
-    # by the worker). Transaction-marker gaps do not stall: faust folds them into commits.
-    stalled_since: dict[Any, tuple[int | None, float]] = {}
+    # faust can leave an assigned input partition unserved (see InputWatch): the stage then
+    # restarts itself in place (same PID, same command line) and reads again from the
+    # committed offset; duplicates are dropped by the worker.
+    watch = InputWatch()
 
     @app.timer(5.0)
-    async def commit_watchdog() -> None:
+    async def input_watchdog() -> None:
         if eos:
             return
         consumer = app.consumer
+        try:
+            tps = [tp for tp in consumer.assignment() if tp.topic == source_topic]
+            ends = await asyncio.wait_for(consumer.highwaters(*tps), 10.0) if tps else {}
+        except Exception as e:  # broker unreachable, rebalance under way: look again later
+            _log.debug("event=input_watch_skipped error=%r", e)
+            return
         now = time.monotonic()
-        for tp, acked in list(consumer._acked.items()):
-            if tp.topic != settings.topic_requests or not acked:
-                stalled_since.pop(tp, None)
-                continue
+        watch.forget({tp.partition for tp in tps})
+        for tp in tps:
             committed = consumer._committed_offset.get(tp)
-            prev = stalled_since.get(tp)
-            if prev is None or prev[0] != committed:
-                stalled_since[tp] = (committed, now)
-            elif now - prev[1] > _COMMIT_STALL_S:
-                _log.error("event=commit_stalled partition=%d committed=%s acked_min=%d; restarting to re-read "
-                           "from the committed offset", tp.partition, committed, min(acked))
-                metrics.ready(False)
-                metrics.close()
-                logging.shutdown()
-                os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+            last = last_offset.get(tp.partition)
+            reason = watch.check(tp.partition, committed=committed,
+                                 processed_next=None if last is None else last[1] + 1,
+                                 end=ends.get(tp), acked_waiting=bool(consumer._acked.get(tp)), now=now)
+            if reason is None:
+                continue
+            _log.error("event=%s partition=%d committed=%s processed_next=%s end=%s paused=%s fetch_state=%s; "
+                       "restarting to re-read from the committed offset", reason, tp.partition, committed,
+                       None if last is None else last[1] + 1, ends.get(tp), tp in consumer._paused_partitions,
+                       _fetch_state(consumer, tp))
+            metrics.ready(False)
+            metrics.close()
+            logging.shutdown()
+            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
     @app.task
     async def started() -> None:

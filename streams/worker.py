@@ -83,7 +83,7 @@ from storage.cache import AudioCache
 from storage.errors import ObjectMissing, S3Unavailable, StorageError
 from storage.s3 import AudioStore
 from streams.batcher import MicroBatcher
-from streams.errors import AbortableError, FatalError, RetriableError, classify
+from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, classify
 from streams.offsets import OffsetTracker
 from streams.settings import Settings, SettingsError, load_settings
 
@@ -99,6 +99,8 @@ _BACKOFF_BASE_S = 0.2
 _BACKOFF_CAP_S = 10.0
 _PART_FORMAT = "wav"        # parts are kept lossless at the engine's rate; requests get their format
 _OP_TIMEOUT_S = 30.0
+# a transactional call still running this long past its own timeout is wedged (librdkafka#5456)
+_WEDGE_GRACE_S = 30.0
 _RELOAD_MAX_WAIT_S = 30.0  # a pending reload waits this long for the work in flight to drain
 
 
@@ -169,7 +171,8 @@ class Worker:
 
     def __init__(self, settings: Settings, engine: Engine | ModelManager, store: AudioStore, cache: AudioCache, metrics: Any,
                  *, consumer: Any = None, producer: Any = None, reader: Any = None, overlap: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic, reload_max_wait_s: float = _RELOAD_MAX_WAIT_S) -> None:
+                 clock: Callable[[], float] = time.monotonic, reload_max_wait_s: float = _RELOAD_MAX_WAIT_S,
+                 producer_factory: Callable[[], Any] | None = None, wedge_grace_s: float = _WEDGE_GRACE_S) -> None:
         from confluent_kafka import Consumer, Producer
 
         from streams.kafka import consumer_config, reader_config, transactional_config
@@ -194,7 +197,12 @@ class Worker:
         self._closing = False
         self._consumer = consumer or Consumer(consumer_config(
             settings, settings.worker_group, **{"client.id": settings.effective_transactional_id}))
-        self._producer = producer or Producer(transactional_config(settings))
+        self._new_producer = producer_factory or (lambda: Producer(transactional_config(settings)))
+        self._producer = producer or self._new_producer()
+        # transactional calls run here, bounded (see _txn); a wedged one is abandoned with its thread
+        self.wedge_grace_s = wedge_grace_s
+        self._txn_pool = ThreadPoolExecutor(1, thread_name_prefix="txn")
+        self.abandoned: list[Any] = []  # producers replaced while a call of theirs was wedged
         self._reader = reader or Consumer(reader_config(settings, **{"enable.partition.eof": True}))
         # DSP/encode on a second thread while the model runs pays off when the model runs on a device;
         # on 2 CPU cores it measured within noise (the model already uses both), so auto = device only
@@ -250,7 +258,7 @@ class Worker:
         from streams.kafka import ensure_done_topic
 
         self._done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.settings))
-        self._retry("init_transactions", lambda: self._producer.init_transactions(_OP_TIMEOUT_S))
+        self._init_transactions()
         self._consumer.subscribe([self.settings.topic_segments], on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
         self.metrics.ready(True)
@@ -282,6 +290,8 @@ class Worker:
             self.step()
         except S3Unavailable as e:
             self._s3_outage(e)
+        except ProducerWedged as e:
+            self._replace_producer(e)
         except AbortableError as e:
             self._abort_and_rewind(e)
         except RetriableError as e:
@@ -301,6 +311,7 @@ class Worker:
             if self._post is not None:
                 self._post.shutdown(wait=True, cancel_futures=True)
             self._io.shutdown(wait=True, cancel_futures=True)
+            self._txn_pool.shutdown(wait=False, cancel_futures=True)  # a call wedged at close is left behind
 
     # -- the loop ------------------------------------------------------------------
     def step(self) -> None:
@@ -748,9 +759,12 @@ class Worker:
                 self._produce(self.settings.topic_done, a.request_id.encode(), done, a.partition)
             if offsets:
                 tps = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
-                self._retry("send_offsets_to_transaction", lambda: self._producer.send_offsets_to_transaction(
-                    tps, self._consumer.consumer_group_metadata(), _OP_TIMEOUT_S), in_txn=True)
-            self._retry("commit_transaction", lambda: self._producer.commit_transaction(_OP_TIMEOUT_S), in_txn=True)
+                meta = self._consumer.consumer_group_metadata()
+                self._retry("send_offsets_to_transaction", lambda: self._txn(
+                    "send_offsets_to_transaction",
+                    lambda: self._producer.send_offsets_to_transaction(tps, meta, _OP_TIMEOUT_S)), in_txn=True)
+            self._retry("commit_transaction", lambda: self._txn(
+                "commit_transaction", lambda: self._producer.commit_transaction(_OP_TIMEOUT_S)), in_txn=True)
             self._in_txn = False
         except KafkaException as e:
             exc = classify(e, during="transaction")
@@ -775,6 +789,57 @@ class Worker:
             except BufferError:  # local queue full: let deliveries drain
                 self._producer.poll(0.1)
 
+    def _txn(self, what: str, fn: Callable[[], Any]) -> Any:
+        """Run a transactional producer call on the txn thread and wait for it, beating /healthz,
+        at most ``_OP_TIMEOUT_S + wedge_grace_s``; longer raises :class:`ProducerWedged`."""
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        fut = self._txn_pool.submit(fn)
+        deadline = time.monotonic() + _OP_TIMEOUT_S + self.wedge_grace_s
+        while True:
+            try:
+                return fut.result(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                self.metrics.heartbeat()
+                if time.monotonic() >= deadline:
+                    raise ProducerWedged(f"{what} still running {self.wedge_grace_s:.0f} s past its "
+                                         f"{_OP_TIMEOUT_S:.0f} s timeout") from None
+
+    def _init_transactions(self) -> None:
+        """init_transactions on the current producer (fences older instances of this transactional.id
+        and aborts their open transaction); a wedged one is replaced by a fresh producer."""
+        while True:
+            try:
+                self._retry("init_transactions", lambda: self._txn(
+                    "init_transactions", lambda: self._producer.init_transactions(_OP_TIMEOUT_S)))
+                return
+            except ProducerWedged as e:
+                if self._stop.is_set():
+                    raise FatalError(f"stopping with a wedged producer: {e}") from e
+                _log.error("event=producer_wedged op=init_transactions error=%s", e)
+                self._abandon_producer()
+
+    def _abandon_producer(self) -> None:
+        """Leave the current producer (and the thread stuck in it) behind; start a new one."""
+        self.abandoned.append(self._producer)
+        self._txn_pool.shutdown(wait=False, cancel_futures=True)
+        self._txn_pool = ThreadPoolExecutor(1, thread_name_prefix="txn")
+        self._producer = self._new_producer()
+        self.metrics.producer_replaced()
+
+    def _replace_producer(self, err: BaseException) -> None:
+        """A transactional call is wedged: a new producer with the same transactional.id takes over
+        (its init_transactions fences the old one and completes or aborts the open transaction,
+        so the committed offsets read next are final), then redo from them, like an abort."""
+        _log.error("event=producer_wedged error=%s; replacing the producer", err)
+        self.metrics.transaction(False)
+        self._abandon_producer()
+        self._in_txn = False
+        self._init_transactions()
+        self._drop_all()
+        self._rewind(self._assigned)
+        _log.info("event=producer_replaced transactional_id=%s", self.settings.effective_transactional_id)
+
     def _retry(self, what: str, fn: Callable[[], Any], *, in_txn: bool = False) -> Any:
         """Call ``fn``, retrying librdkafka-retriable errors with capped backoff; others raise classified."""
         from confluent_kafka import KafkaException
@@ -796,11 +861,13 @@ class Worker:
         from confluent_kafka import KafkaException
 
         try:
-            self._producer.abort_transaction(_OP_TIMEOUT_S)
+            self._txn("abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S))
         except KafkaException as e:
             exc = classify(e, during="abort")
             if isinstance(exc, FatalError):
                 raise exc from e
+            _log.warning("event=abort_failed error=%s", e)
+        except ProducerWedged as e:
             _log.warning("event=abort_failed error=%s", e)
         self._in_txn = False
 
@@ -808,7 +875,12 @@ class Worker:
         _log.warning("event=transaction_abort error=%s", err)
         self.metrics.transaction(False)
         if self._in_txn:
-            self._retry("abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S))
+            try:
+                self._retry("abort_transaction", lambda: self._txn(
+                    "abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S)))
+            except ProducerWedged as e:
+                self._replace_producer(e)
+                return
             self._in_txn = False
         self._drop_all()
         self._rewind(self._assigned)
@@ -1107,19 +1179,24 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    code = 1
     try:
-        return worker.run()
+        code = worker.run()
     except FatalError as e:
         _log.critical("event=fatal error=%s", e)
-        return 1
     except RetriableError as e:  # still retrying (broker unreachable at start) when told to stop
         _log.warning("event=stopped_while_retrying error=%s", e)
-        return 0 if worker.stopping else 1
+        code = 0 if worker.stopping else 1
     except StorageError as e:  # access denied, no bucket: configuration, not an outage
         _log.critical("event=storage_fatal error=%s", e)
-        return 1
     finally:
         cache.close()
         store.close()
         engine.close()
         metrics.close()
+    if worker.abandoned:  # a producer left wedged in a call: its destructor could hang the exit
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

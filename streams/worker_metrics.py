@@ -45,6 +45,8 @@ class WorkerMetrics(ProbedMetrics):
         self._redis_errors = Counter("ttsflow_worker_redis_errors_total", "Redis calls that failed (cache bypassed).",
                                      registry=r)
         self._aborts = Counter("ttsflow_worker_transaction_aborts_total", "Kafka transactions aborted.", registry=r)
+        self._replaced = Counter("ttsflow_worker_producer_replacements_total",
+                                 "Transactional producers replaced after a call ignored its timeout.", registry=r)
         self._commits = Counter("ttsflow_worker_transactions_total", "Kafka transactions committed.", registry=r)
         self._completions = Counter("ttsflow_worker_completions_total", "Completions committed, by status.",
                                     ["status"], registry=r)
@@ -93,6 +95,9 @@ class WorkerMetrics(ProbedMetrics):
 
     def transaction(self, committed: bool) -> None:
         (self._commits if committed else self._aborts).inc()
+
+    def producer_replaced(self) -> None:
+        self._replaced.inc()
 
     def completion(self, status: str, e2e_s: float | None) -> None:
         self._completions.labels(status).inc()

@@ -9,6 +9,7 @@ S3 down) are in tests/integration/test_worker*.py.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -628,3 +629,48 @@ def test_refused_reload_keeps_serving_and_is_counted(tmp_path: Any) -> None:
     finally:
         rig.close()
         manager.close()
+
+
+class WedgedProducer(FakeProducer):
+    """commit_transaction never returns on its own (librdkafka#5456 after a broker restart);
+    released at the end of the test, it then reports what the broker says: fenced."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(broker)
+        self.release = threading.Event()
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        self.release.wait()
+        raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by the new producer", fatal=True))
+
+
+def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streams.worker._OP_TIMEOUT_S", 0.05)
+    wedged = WedgedProducer(rig.broker)
+    fresh: list[FakeProducer] = []
+
+    def factory() -> FakeProducer:
+        fresh.append(FakeProducer(rig.broker))
+        return fresh[-1]
+
+    rig.worker.close()
+    rig.consumer = FakeConsumer(rig.broker)
+    rig.worker = Worker(rig.settings, Engine(rig.backend, max_batch=rig.settings.max_batch), rig.store, rig.cache,
+                        rig.metrics, consumer=rig.consumer, producer=wedged, producer_factory=factory,
+                        reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now, wedge_grace_s=0.2)
+    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    try:
+        rig.publish(0, segments("w", "u1", ["A commit that hangs.", "Second part."]))
+        rig.publish(1, segments("v", "u2", ["Another request."]))
+        rig.run()
+        assert wedged.calls.count("commit") == 1, "the wedged producer was called again"
+        assert len(fresh) == 1 and fresh[0].calls[:1] == ["init"], "no new producer took over"
+        assert (0, 0) in rig.consumer.seeks and (1, 0) in rig.consumer.seeks  # redone from committed offsets
+        assert Counter(c.request_id for c in rig.completions()) == Counter({"w": 1, "v": 1})
+        assert rig.metrics.value("ttsflow_worker_producer_replacements_total") == 1
+        assert rig.worker.abandoned == [wedged]
+    finally:
+        wedged.release.set()
+    time.sleep(0.1)  # the abandoned call ends (fenced) on its own thread; nothing more is written
+    assert Counter(c.request_id for c in rig.completions()) == Counter({"w": 1, "v": 1})

@@ -1,0 +1,60 @@
+"""When the stage restarts itself to get a stuck input partition moving (pure decision)."""
+
+from __future__ import annotations
+
+from streams.stage import InputWatch
+
+
+def run(w: InputWatch, steps: list[tuple[float, dict]]) -> list[str | None]:  # type: ignore[type-arg]
+    base = {"committed": 10, "processed_next": 10, "end": 10, "acked_waiting": False}
+    return [w.check(0, **{**base, **kw}, now=t) for t, kw in steps]
+
+
+def test_a_partition_with_waiting_records_and_no_progress_restarts_after_the_stall_time() -> None:
+    w = InputWatch(stall_s=30)
+    got = run(w, [(0, {"end": 500}), (20, {"end": 500}), (29, {"end": 520}), (31, {"end": 520})])
+    assert got == [None, None, None, "input_stalled"]
+
+
+def test_progress_resets_the_clock() -> None:
+    w = InputWatch(stall_s=30)
+    got = run(w, [(0, {"end": 500}), (25, {"end": 500, "processed_next": 40}), (50, {"end": 500, "processed_next": 40}),
+                  (56, {"end": 500, "processed_next": 40})])
+    assert got == [None, None, None, "input_stalled"]
+
+
+def test_an_idle_caught_up_partition_never_restarts() -> None:
+    w = InputWatch(stall_s=30)
+    assert run(w, [(t, {}) for t in range(0, 600, 5)]) == [None] * 120
+
+
+def test_a_trailing_transaction_marker_is_not_waiting_work() -> None:
+    # a transactional producer's commit marker: end is one past the last record the agent can see
+    w = InputWatch(stall_s=30)
+    assert run(w, [(t, {"end": 11}) for t in range(0, 300, 5)]) == [None] * 60
+
+
+def test_an_unknown_end_offset_never_restarts() -> None:
+    w = InputWatch(stall_s=30)
+    assert run(w, [(t, {"end": None, "processed_next": None, "committed": None}) for t in range(0, 300, 5)]) == [None] * 60
+
+
+def test_processed_records_above_a_commit_that_never_moves_restart() -> None:
+    # a hole the agent was never handed: records after it keep being processed, the commit stays
+    w = InputWatch(stall_s=30)
+    steps = [(t, {"committed": 10, "processed_next": 20 + t, "end": 21 + t, "acked_waiting": True}) for t in range(0, 40, 5)]
+    got = run(w, steps)
+    assert got[:-1] == [None] * (len(steps) - 1) and got[-1] == "commit_stalled"
+
+
+def test_a_moving_commit_is_not_a_stall() -> None:
+    w = InputWatch(stall_s=30)
+    steps = [(t, {"committed": 10 + t, "processed_next": 20 + t, "end": 21 + t, "acked_waiting": True}) for t in range(0, 300, 5)]
+    assert run(w, steps) == [None] * 60
+
+
+def test_a_revoked_partition_starts_afresh_when_assigned_again() -> None:
+    w = InputWatch(stall_s=30)
+    assert run(w, [(0, {"end": 500}), (20, {"end": 500})]) == [None, None]
+    w.forget(set())
+    assert run(w, [(40, {"end": 500}), (60, {"end": 500}), (71, {"end": 500})]) == [None, None, "input_stalled"]
