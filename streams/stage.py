@@ -286,11 +286,47 @@ def _key_str(key: bytes | None) -> str:
     return "" if key is None else key.decode("utf-8", "surrogateescape")
 
 
+def _seek_before_resume() -> None:
+    """Make faust's end of table recovery seek the stream partitions *before* resuming them.
+
+    ``Recovery.on_recovery_completed`` resumes the stream partitions, then awaits the seek
+    to committed offsets, while the flow is already running (it was resumed to read the
+    changelogs). In between, the fetcher hands the agent records from wherever the
+    position was; when the seek lands, the rest of that fetch is still being handed out
+    and faust drops the re-fetched records below the last offset it handed out, past a
+    hole: seen as ``input_gap`` (offsets 39-47 of a partition never processed) right
+    after a stage restart, and the partition's commit stuck behind the hole. Here
+    ``resume_partitions`` calls made during it are held until it returns. Process-wide
+    (the stage process runs only this app).
+    """
+    from faust.tables.recovery import Recovery
+
+    if getattr(Recovery, "_ttsflow_seek_first", False):
+        return
+    completed = Recovery.on_recovery_completed
+
+    async def on_recovery_completed(self: Any, generation_id: int = 0) -> None:
+        consumer = self.app.consumer
+        held: list[set[Any]] = []
+        consumer.resume_partitions = lambda tps: held.append(set(tps))
+        try:
+            await completed(self, generation_id)
+        finally:
+            del consumer.resume_partitions  # the class's method again
+            for tps in held:
+                consumer.resume_partitions(tps)
+
+    Recovery.on_recovery_completed = on_recovery_completed  # type: ignore[method-assign]
+    Recovery._ttsflow_seek_first = True  # type: ignore[attr-defined]
+
+
 def _stage_app_class() -> type:
     """faust.App whose consumer commits only offsets of input records the agent processed."""
     import weakref
 
     import faust
+
+    _seek_before_resume()
 
     class StageApp(faust.App):  # type: ignore[misc]
         """See :func:`guard_consumer_acks`."""
@@ -311,6 +347,7 @@ def _stage_app_class() -> type:
             consumer = super()._new_consumer()
             if self._guarded_topic is not None:
                 guard_consumer_acks(consumer, self._guarded_topic, self._processed)
+                seek_uncommitted_to_start(consumer, self._guarded_topic)
             return consumer
 
     return StageApp
@@ -375,6 +412,34 @@ class InputWatch:
         elif now - prev_i[1] > self.stall_s:
             return "input_stalled"
         return None
+
+
+def seek_uncommitted_to_start(consumer: Any, topic: str) -> None:
+    """Make faust's seek to committed offsets seek a ``topic`` partition that has none to its start.
+
+    After a rebalance faust suspends the flow, clears the queues of what was fetched, and
+    seeks every partition back to its committed offset; aiokafka skips a partition without
+    one, so the fetcher goes on from where its prefetch stopped and the cleared records are
+    never handed to the agent. Seen right after a stage restart, before its first commit:
+    offsets 16-35 of a partition skipped (``input_gap``), or a whole partition fetched and
+    dropped so the agent never saw one of its records. With no committed offset, what the
+    stage must process is everything from the start (``auto.offset.reset`` is earliest);
+    records it already answered are dropped as duplicates.
+    """
+    seek_to_committed = consumer.seek_to_committed
+
+    async def seek_to_committed_or_start() -> Any:
+        committed = await seek_to_committed()
+        missing = [tp for tp, off in committed.items() if tp.topic == topic and (off is None or off < 0)]
+        if missing:
+            starts = await consumer.earliest_offsets(*missing)
+            for tp in missing:
+                start = starts.get(tp, 0) or 0
+                await consumer.seek(tp, start)
+                _log.info("event=seek_uncommitted partition=%d offset=%d", tp.partition, start)
+        return committed
+
+    consumer.seek_to_committed = seek_to_committed_or_start
 
 
 def guard_consumer_acks(consumer: Any, topic: str, processed: Any) -> None:
@@ -605,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     for noisy in ("aiokafka", "faust", "mode"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(settings.log_level)))
+        logging.getLogger(noisy).setLevel(1 if os.environ.get("TTS_DEBUG_FAUST") else max(logging.WARNING, logging.getLevelName(settings.log_level)))
 
     from faust import Worker
 

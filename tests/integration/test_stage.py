@@ -246,3 +246,33 @@ def test_the_dedup_table_survives_a_restart_of_every_stage(stages: tuple[Supervi
     assert got["d-new"] == len(_expected(fresh[2], s))
     assert {rid: got[rid] for rid, *_ in first} == {rid: len(_expected(t, s)) for rid, _, t in first}
     assert len(segs) == total
+
+
+def test_a_stage_killed_before_its_first_commit_hands_every_record_to_the_agent(settings: Settings,
+                                                                                 tmp_path: Path) -> None:
+    """A restart with nothing committed yet: faust's recovery used to resume the partitions
+    before seeking them, and a block of records in the middle was never processed (logged
+    as ``input_gap``); the commit then stuck behind it until the stage restarted itself."""
+    s = settings.replace(home=str(tmp_path / "home"), stage_commit_interval_ms=60_000, log_level="INFO")
+    first = [(f"c{i}", f"user-{i % 11}", f"Hello number {i}.") for i in range(200)]
+    second = [(f"c{i}", f"user-{i % 11}", f"Hello number {i}.") for i in range(200, 400)]
+    _produce(s, [(u.encode(), _req(r, u, t)) for r, u, t in first])  # a backlog when the stage starts
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.stage("solo", s)
+        sup.wait_ready("solo", timeout=90)
+        deadline = time.monotonic() + 60
+        while len(drain_topic(s.bootstrap_servers, s.topic_segments, count=50, timeout=2)) < 50:
+            assert time.monotonic() < deadline, "the stage produced nothing"
+        sup.restart("solo", sig=signal.SIGKILL)  # long before the first commit (60 s)
+        sup.wait_ready("solo", timeout=90)
+        _produce(s, [(u.encode(), _req(r, u, t)) for r, u, t in second])
+        # well inside the stage's own 30 s stall restart: the records must flow, not be recovered
+        deadline = time.monotonic() + 25
+        while True:
+            ids = {decode_segment(m.value()).request_id
+                   for m in drain_topic(s.bootstrap_servers, s.topic_segments, count=400, timeout=5)}
+            if len(ids) == 400 or time.monotonic() > deadline:
+                break
+        log = sup.procs["solo"].log_path.read_text(errors="replace")
+    assert ids == {r for r, _, _ in first + second}, f"{400 - len(ids)} requests never segmented"
+    assert "event=input_gap" not in log and "_stalled" not in log
