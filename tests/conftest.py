@@ -24,18 +24,8 @@ hypothesis_settings.register_profile("ttsflow", deadline=None, suppress_health_c
 hypothesis_settings.load_profile("ttsflow")
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--broker-restart", action="store_true",
-                     help="also run the ~7 minute broker-restart tests (known open: the worker exits "
-                          "after librdkafka's send_offsets_to_transaction ignores its timeout, librdkafka#5456)")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip_restart = pytest.mark.skip(reason="broker-restart test (~7 min, known open defect in the worker's "
-                                           "recovery): run with --broker-restart")
     for item in items:
-        if item.get_closest_marker("broker_restart") and not config.getoption("--broker-restart"):
-            item.add_marker(skip_restart)
         parts = Path(str(item.fspath)).parts
         if "integration" in parts and not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.integration)

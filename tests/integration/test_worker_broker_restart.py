@@ -3,8 +3,9 @@
 The broker is stopped (SIGTERM) for about ten seconds while requests are in flight and
 started again. What a user would notice is counted the way the kill tests count it: a
 ``read_committed`` reader of the completions topic, by request id. The chaos run found a
-worker hung after such a restart (a transactional call that ignored its timeout) and one
-that exited fatally on an unflagged offsets error; either fails this test.
+worker hung after such a restart (a transactional call that ignored its timeout,
+librdkafka#5456: the worker now replaces its producer) and one that exited fatally on an
+unflagged offsets error; either fails this test.
 
 It runs on a PRIVATE stack (its own ``TTS_HOME`` in a temp dir and its own ports, Kafka
 jars shared with the main stack's home), never the shared one, and takes it down at the end.
@@ -108,7 +109,7 @@ def _restart_broker(settings: Settings) -> float:
 
 @pytest.mark.broker_restart
 def test_worker_survives_broker_restart_and_answers_every_request_once(private: Settings, tmp_path: Path) -> None:
-    n = 24
+    n = 150  # ~35 s of work for one worker on a quiet 2-core machine: the restart lands mid-run
     _publish(private, _corpus(n, "brk"))
     with Supervisor(tmp_path / "logs") as sup:
         w = sup.worker("w1", private)
