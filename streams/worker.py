@@ -25,6 +25,11 @@ Guarantees (DESIGN.md "Exactly-once, end to end"):
 * Errors as librdkafka means them: retriable -> capped backoff and retry; abortable ->
   abort, rewind every assigned partition to its committed offset, drop in-memory work;
   fatal (fenced) -> exit non-zero. A commit that times out is retried, never aborted.
+  A transactional call still running 30 s past its own timeout (librdkafka's
+  ``send_offsets_to_transaction`` after a broker restart, librdkafka#5456) is left behind
+  with its producer: a new producer with the same ``transactional.id`` fences it (its
+  transaction is completed or aborted before ``init_transactions`` returns), and the work
+  is redone from the committed offsets, as after an abort.
   S3 unreachable -> nothing is committed; in-memory work is dropped and the partitions
   rewound and paused while the consumer keeps polling (it stays in the group) until S3
   answers again. Redis unreachable -> cache bypass, counted.
