@@ -20,7 +20,8 @@ from typing import Any
 
 from streams.settings import Settings
 
-__all__ = ["consumer_config", "ensure_done_topic", "producer_config", "reader_config", "transactional_config"]
+__all__ = ["consumer_config", "ensure_done_topic", "producer_config", "reader_config", "transactional_config",
+           "wait_for_broker"]
 
 _log = logging.getLogger("ttsflow.kafka")
 
@@ -75,6 +76,33 @@ def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "auto.offset.reset": "earliest",
         **extra,
     }
+
+
+def wait_for_broker(settings: Settings, *, timeout_s: float, should_stop: Any = None) -> bool:
+    """Wait until the cluster answers a metadata request; False after ``timeout_s`` (or when
+    ``should_stop()`` turns true). A process started while the broker restarts waits for it
+    instead of exiting into its orchestrator's crash-loop back-off."""
+    import time
+
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3})
+    deadline = time.monotonic() + timeout_s
+    logged = False
+    while True:
+        try:
+            admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+            if logged:
+                _log.info("event=broker_reachable bootstrap=%s", settings.bootstrap_servers)
+            return True
+        except KafkaException as e:
+            if time.monotonic() >= deadline or (should_stop is not None and should_stop()):
+                return False
+            if not logged:
+                _log.warning("event=waiting_for_broker bootstrap=%s error=%s", settings.bootstrap_servers, e)
+                logged = True
+            time.sleep(1.0)
 
 
 def ensure_done_topic(settings: Settings, *, timeout: float = 10.0) -> int:

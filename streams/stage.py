@@ -354,6 +354,7 @@ def _stage_app_class() -> type:
 
 
 _STALL_S = 30.0
+_BROKER_WAIT_S = 120.0
 
 
 class InputWatch:
@@ -674,7 +675,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from faust import Worker
 
+    from streams.kafka import wait_for_broker
     from streams.stage_metrics import StageMetrics
+
+    # faust exits at once when it cannot bootstrap; a stage started during a broker restart
+    # waits for it instead (bounded: past that, exit non-zero for the orchestrator)
+    if not wait_for_broker(settings, timeout_s=_BROKER_WAIT_S):
+        print(f"ttsflow stage: no broker at {settings.bootstrap_servers} after {_BROKER_WAIT_S:.0f} s", file=sys.stderr)
+        return 1
 
     port = settings.metrics_port if ns.metrics_port is None else ns.metrics_port
     metrics = StageMetrics(port)

@@ -276,3 +276,18 @@ def test_a_stage_killed_before_its_first_commit_hands_every_record_to_the_agent(
         log = sup.procs["solo"].log_path.read_text(errors="replace")
     assert ids == {r for r, _, _ in first + second}, f"{400 - len(ids)} requests never segmented"
     assert "event=input_gap" not in log and "_stalled" not in log
+
+
+def test_a_stage_started_while_the_broker_is_away_waits_for_it(settings: Settings, tmp_path: Path) -> None:
+    """Started during a broker restart, the stage waits for it (faust alone exits at once)."""
+    from streams.kafka import wait_for_broker
+    from streams.procs import free_port
+
+    away = settings.replace(bootstrap_servers=f"127.0.0.1:{free_port()}", home=str(tmp_path / "home"))
+    assert wait_for_broker(away, timeout_s=1.0) is False
+    with Supervisor(tmp_path / "logs") as sup:
+        proc = sup.stage("early", away)
+        time.sleep(6)
+        assert proc.popen is not None and proc.popen.poll() is None, f"the stage exited:\n{proc.log_tail()}"
+        assert "event=waiting_for_broker" in proc.log_path.read_text(errors="replace")
+    assert wait_for_broker(settings, timeout_s=30.0) is True
