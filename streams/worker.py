@@ -48,7 +48,6 @@ Guarantees (DESIGN.md "Exactly-once, end to end"):
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import logging
@@ -106,6 +105,7 @@ _PART_FORMAT = "wav"        # parts are kept lossless at the engine's rate; requ
 _OP_TIMEOUT_S = 30.0
 # a transactional call still running this long past its own timeout is wedged (librdkafka#5456)
 _WEDGE_GRACE_S = 30.0
+_REWIND_TIMEOUT_S = 10.0  # one attempt at reading committed offsets; a failed rewind is retried by the loop
 _RELOAD_MAX_WAIT_S = 30.0  # a pending reload waits this long for the work in flight to drain
 
 
@@ -218,6 +218,7 @@ class Worker:
         self._io = ThreadPoolExecutor(4, thread_name_prefix="s3")
         self._assigned: set[int] = set()
         self._paused: set[int] = set()
+        self._rewind_pending: set[int] = set()               # dropped work: seek back before admitting more
         self._done: dict[int, dict[str, float]] = {}         # durable: request id -> answered at (epoch s)
         self._requests: dict[tuple[int, str], _Request] = {}
         self._seen: set[tuple[int, str, int]] = set()        # (partition, request_id, seq) in flight here
@@ -328,6 +329,9 @@ class Worker:
         now = self.clock()
 
         # 1) poll: no longer than the batcher's next deadline, briefly while work is in flight
+        #    (a rewind that could not finish is retried first; its partitions admit nothing until it does)
+        if self._rewind_pending & self._assigned:
+            self._rewind(self._rewind_pending & self._assigned)
         self._apply_backpressure()
         timeout = 0.2
         deadline = self.batcher.next_deadline()
@@ -448,7 +452,7 @@ class Worker:
     # -- 2) decode and drop ----------------------------------------------------------
     def _admit(self, msg: Any) -> _Seg | None:
         p, off = msg.partition(), msg.offset()
-        if p not in self._assigned:  # a late message of a partition just revoked
+        if p not in self._assigned or p in self._rewind_pending:  # just revoked, or to be re-read from committed
             return None
         self.tracker.add(p, off)
         self.metrics.consumed()
@@ -917,17 +921,33 @@ class Worker:
         _log.info("event=s3_recovered")
 
     def _rewind(self, partitions: set[int]) -> None:
-        """Seek each partition back to its committed offset (the start if none)."""
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        """Seek each partition back to its committed offset (the start if none).
+
+        One attempt, not a retry loop: right after a broker restart the group's offsets can
+        be unreadable until the consumer has polled (a lost session is served by poll), so
+        a partition whose rewind fails stays pending: :meth:`step` polls, admits nothing
+        from it, and tries again."""
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
         if not partitions:
             return
+        self._rewind_pending |= partitions
         topic = self.settings.topic_segments
-        committed = self._retry("committed", lambda: self._consumer.committed(
-            [TopicPartition(topic, p) for p in sorted(partitions)], _OP_TIMEOUT_S))
-        for tp in committed:
-            target = TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-            self._retry("seek", functools.partial(self._consumer.seek, target))
+        try:
+            committed = self._consumer.committed([TopicPartition(topic, p) for p in sorted(partitions)],
+                                                 _REWIND_TIMEOUT_S)
+            for tp in committed:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+                target = TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+                self._consumer.seek(target)
+        except KafkaException as e:
+            exc = classify(e, during="")
+            if isinstance(exc, FatalError):
+                raise exc from e
+            _log.warning("event=rewind_pending partitions=%s error=%s", sorted(partitions), e)
+            return
+        self._rewind_pending -= partitions
         _log.info("event=rewound partitions=%s", sorted(partitions))
 
     def _drop_all(self) -> None:
@@ -1005,6 +1025,7 @@ class Worker:
             self._gen[p] = self._gen.get(p, 0) + 1
         self._assigned -= gone
         self._paused -= gone
+        self._rewind_pending -= gone  # the next owner (maybe this worker again) starts from the committed offset
         for p in gone:
             self._done.pop(p, None)
         self.tracker.drop(gone)

@@ -28,6 +28,7 @@ from storage import AudioCache, AudioStore
 from streams.settings import Settings
 from streams.text import normalize, split_segments
 from tests.integration.conftest import drain_topic
+from tests.support.asr import SENTENCES as ASR_SENTENCES
 
 pytestmark = pytest.mark.integration
 
@@ -100,16 +101,7 @@ def check_audio(settings: Settings, c: Completion) -> tuple[Any, int]:
     return samples, sr
 
 
-SENTENCES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Please call me back as soon as you get this message.",
-    "The weather today is sunny with a light breeze from the west.",
-    "Can you tell me where the nearest train station is?",
-    "She opened the window and looked out at the garden.",
-    "We will meet at the library on Monday morning.",
-    "The children played in the park until it got dark.",
-    "Thank you very much for your help yesterday.",
-]
+SENTENCES = list(ASR_SENTENCES[:8])  # short, distinct, recognizable English
 
 
 # -- in-process worker --------------------------------------------------------------------

@@ -674,3 +674,38 @@ def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkey
         wedged.release.set()
     time.sleep(0.1)  # the abandoned call ends (fenced) on its own thread; nothing more is written
     assert Counter(c.request_id for c in rig.completions()) == Counter({"w": 1, "v": 1})
+
+
+class SlowOffsetsConsumer(FakeConsumer):
+    """committed() times out the first ``fail`` times (the group's offsets unreadable right
+    after a broker restart, until the consumer has polled)."""
+
+    def __init__(self, broker: Broker, fail: int) -> None:
+        super().__init__(broker)
+        self.fail = fail
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        if self.fail > 0:
+            self.fail -= 1
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get committed offsets", retriable=True))
+        return super().committed(tps, timeout)
+
+
+def test_a_rewind_that_cannot_read_offsets_stays_pending_and_admits_nothing_until_done(rig: Rig) -> None:
+    rig.worker.close()
+    rig.consumer = SlowOffsetsConsumer(rig.broker, fail=3)
+    rig.producer = FakeProducer(rig.broker)
+    rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._STATE, "boom", txn_requires_abort=True))]
+    rig.worker = Worker(rig.settings, Engine(rig.backend, max_batch=rig.settings.max_batch), rig.store, rig.cache,
+                        rig.metrics, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker),
+                        overlap=False, clock=lambda: rig.now)
+    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    rig.publish(0, segments("p", "u1", ["Aborted, then re-read."]))
+    rig.run(steps=2)  # the commit aborts; the rewind cannot read offsets
+    assert rig.worker._rewind_pending == {0, 1}
+    rig.publish(0, segments("q", "u1", ["Published while the rewind waits."]))
+    rig.run(steps=1)
+    assert rig.worker._rewind_pending and rig.consumer.seeks == [], "seeked without knowing the committed offset"
+    rig.run()
+    assert not rig.worker._rewind_pending
+    assert Counter(c.request_id for c in rig.completions()) == Counter({"p": 1, "q": 1})
