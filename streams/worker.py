@@ -757,6 +757,7 @@ class Worker:
                 self.tracker.mark_done(a.partition, off)
         offsets = {p: o for p, o in self.tracker.to_commit().items() if p in self._assigned}
         topic = self.settings.topic_segments
+        t0 = time.perf_counter()
         try:
             self._producer.begin_transaction()
             self._in_txn = True
@@ -782,7 +783,7 @@ class Worker:
             raise exc from e
         self._last_commit = self.clock()
         self.tracker.committed(offsets)
-        self.metrics.transaction(True)
+        self.metrics.transaction(True, time.perf_counter() - t0)
         for a in answers:
             self._done.setdefault(a.partition, {})[a.request_id] = time.time()
             self.metrics.completion(a.completion.status, a.e2e_s)

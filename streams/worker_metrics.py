@@ -47,6 +47,9 @@ class WorkerMetrics(ProbedMetrics):
         self._aborts = Counter("ttsflow_worker_transaction_aborts_total", "Kafka transactions aborted.", registry=r)
         self._replaced = Counter("ttsflow_worker_producer_replacements_total",
                                  "Transactional producers replaced after a call ignored its timeout.", registry=r)
+        self._txn_s = Histogram("ttsflow_worker_transaction_seconds",
+                                "Wall time of a committed transaction, begin to commit (the loop waits for it).",
+                                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
         self._commits = Counter("ttsflow_worker_transactions_total", "Kafka transactions committed.", registry=r)
         self._completions = Counter("ttsflow_worker_completions_total", "Completions committed, by status.",
                                     ["status"], registry=r)
@@ -93,8 +96,10 @@ class WorkerMetrics(ProbedMetrics):
     def redis_error(self, op: str = "", err: BaseException | None = None) -> None:
         self._redis_errors.inc()
 
-    def transaction(self, committed: bool) -> None:
+    def transaction(self, committed: bool, seconds: float | None = None) -> None:
         (self._commits if committed else self._aborts).inc()
+        if seconds is not None:
+            self._txn_s.observe(seconds)
 
     def producer_replaced(self) -> None:
         self._replaced.inc()
