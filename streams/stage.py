@@ -633,15 +633,14 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         for tp in tps:
             committed = consumer._committed_offset.get(tp)
             last = last_offset.get(tp.partition)
-            reason = watch.check(tp.partition, committed=committed,
-                                 processed_next=None if last is None else last[1] + 1,
+            processed_next = None if last is None else last[1] + 1
+            reason = watch.check(tp.partition, committed=committed, processed_next=processed_next,
                                  end=ends.get(tp), acked_waiting=bool(consumer._acked.get(tp)), now=now)
             if reason is None:
                 continue
             _log.error("event=%s partition=%d committed=%s processed_next=%s end=%s paused=%s fetch_state=%s; "
                        "restarting to re-read from the committed offset", reason, tp.partition, committed,
-                       None if last is None else last[1] + 1, ends.get(tp), tp in consumer._paused_partitions,
-                       _fetch_state(consumer, tp))
+                       processed_next, ends.get(tp), tp in consumer._paused_partitions, _fetch_state(consumer, tp))
             metrics.ready(False)
             metrics.close()
             logging.shutdown()
@@ -671,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     for noisy in ("aiokafka", "faust", "mode"):
-        logging.getLogger(noisy).setLevel(1 if os.environ.get("TTS_DEBUG_FAUST") else max(logging.WARNING, logging.getLevelName(settings.log_level)))
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(settings.log_level)))
 
     from faust import Worker
 
