@@ -84,10 +84,10 @@ def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     }
 
 
-def wait_for_broker(settings: Settings, *, timeout_s: float, should_stop: Any = None) -> bool:
-    """Wait until the cluster answers a metadata request; False after ``timeout_s`` (or when
-    ``should_stop()`` turns true). A process started while the broker restarts waits for it
-    instead of exiting into its orchestrator's crash-loop back-off."""
+def wait_for_broker(settings: Settings, *, timeout_s: float) -> bool:
+    """Wait until the cluster answers a metadata request; False after ``timeout_s``. A process
+    started while the broker restarts waits for it instead of exiting into its
+    orchestrator's crash-loop back-off."""
     import time
 
     from confluent_kafka import KafkaException
@@ -103,7 +103,7 @@ def wait_for_broker(settings: Settings, *, timeout_s: float, should_stop: Any = 
                 _log.info("event=broker_reachable bootstrap=%s", settings.bootstrap_servers)
             return True
         except KafkaException as e:
-            if time.monotonic() >= deadline or (should_stop is not None and should_stop()):
+            if time.monotonic() >= deadline:
                 return False
             if not logged:
                 _log.warning("event=waiting_for_broker bootstrap=%s error=%s", settings.bootstrap_servers, e)

@@ -770,11 +770,10 @@ class Worker:
             if offsets:
                 tps = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
                 meta = self._consumer.consumer_group_metadata()
-                self._retry("send_offsets_to_transaction", lambda: self._txn(
-                    "send_offsets_to_transaction",
-                    lambda: self._producer.send_offsets_to_transaction(tps, meta, _OP_TIMEOUT_S)), in_txn=True)
-            self._retry("commit_transaction", lambda: self._txn(
-                "commit_transaction", lambda: self._producer.commit_transaction(_OP_TIMEOUT_S)), in_txn=True)
+                self._txn_retry("send_offsets_to_transaction",
+                                lambda: self._producer.send_offsets_to_transaction(tps, meta, _OP_TIMEOUT_S),
+                                in_txn=True)
+            self._txn_retry("commit_transaction", lambda: self._producer.commit_transaction(_OP_TIMEOUT_S), in_txn=True)
             self._in_txn = False
         except KafkaException as e:
             exc = classify(e, during="transaction")
@@ -815,13 +814,16 @@ class Worker:
                     raise ProducerWedged(f"{what} still running {self.wedge_grace_s:.0f} s past its "
                                          f"{_OP_TIMEOUT_S:.0f} s timeout") from None
 
+    def _txn_retry(self, what: str, fn: Callable[[], Any], *, in_txn: bool = False) -> Any:
+        """:meth:`_txn` (bounded, on the txn thread) under :meth:`_retry` (retriable errors backed off)."""
+        return self._retry(what, lambda: self._txn(what, fn), in_txn=in_txn)
+
     def _init_transactions(self) -> None:
         """init_transactions on the current producer (fences older instances of this transactional.id
         and aborts their open transaction); a wedged one is replaced by a fresh producer."""
         while True:
             try:
-                self._retry("init_transactions", lambda: self._txn(
-                    "init_transactions", lambda: self._producer.init_transactions(_OP_TIMEOUT_S)))
+                self._txn_retry("init_transactions", lambda: self._producer.init_transactions(_OP_TIMEOUT_S))
                 return
             except ProducerWedged as e:
                 if self._stop.is_set():
@@ -886,8 +888,7 @@ class Worker:
         self.metrics.transaction(False)
         if self._in_txn:
             try:
-                self._retry("abort_transaction", lambda: self._txn(
-                    "abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S)))
+                self._txn_retry("abort_transaction", lambda: self._producer.abort_transaction(_OP_TIMEOUT_S))
             except ProducerWedged as e:
                 self._replace_producer(e)
                 return
