@@ -413,7 +413,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
         sys.path.insert(0, str(ROOT))  # bench/ is not part of the installed package
     from streams import stack
     from streams.corpus import bench_texts
-    from streams.harness import delete_run_topics, isolated, new_run_id
+    from streams.harness import cleanup_run_topics, isolated, new_run_id
     from streams.procs import Supervisor
     from streams.settings import load_settings
 
@@ -539,10 +539,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
             with contextlib.suppress(Exception):
                 sysm.close()
         sup.stop_all()
-        try:
-            delete_run_topics(s)
-        except Exception as e:  # cleanup must not hide the run's result or error
-            _say(f"cleanup failed: {e}")
+        cleanup_run_topics(s, _say)
     report["logs"] = str(log_dir / "logs")
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     return report

@@ -143,7 +143,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
     from schemas import Request
     from streams import stack
     from streams.corpus import bench_texts
-    from streams.harness import delete_run_topics, isolated, new_run_id
+    from streams.harness import cleanup_run_topics, isolated, new_run_id
     from streams.procs import Supervisor
     from streams.settings import load_settings
 
@@ -218,10 +218,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
         if driver is not None:
             driver.close()
         sup.stop_all()
-        try:
-            delete_run_topics(s)
-        except Exception as e:  # cleanup must not hide the run's result or error
-            _say(f"cleanup failed: {e}")
+        cleanup_run_topics(s, _say)
     return report
 
 

@@ -34,7 +34,7 @@ _kafka_log.addHandler(logging.NullHandler())
 _kafka_log.propagate = False
 
 __all__ = [
-    "Publisher", "Record", "TopicReader", "delete_run_topics", "isolated", "new_run_id", "percentile", "s3_client", "sha256_hex",
+    "Publisher", "Record", "TopicReader", "cleanup_run_topics", "delete_run_topics", "isolated", "new_run_id", "percentile", "s3_client", "sha256_hex",
     "wait_for",
 ]
 
@@ -232,6 +232,15 @@ def wait_for(pred: Callable[[], bool], *, timeout: float, interval: float = 0.2,
         time.sleep(interval)
     return time.monotonic() - t0
 
+
+
+def cleanup_run_topics(s: Settings, say: Callable[[str], None]) -> None:
+    """:func:`delete_run_topics`, reporting a failure through ``say`` instead of raising: a
+    benchmark's cleanup must not hide the run's result or error."""
+    try:
+        delete_run_topics(s)
+    except Exception as e:
+        say(f"cleanup failed: {e}")
 
 
 def delete_run_topics(s: Settings) -> None:
