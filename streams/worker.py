@@ -454,7 +454,11 @@ class Worker:
         p, off = msg.partition(), msg.offset()
         if p not in self._assigned or p in self._rewind_pending:  # just revoked, or to be re-read from committed
             return None
-        self.tracker.add(p, off)
+        try:
+            self.tracker.add(p, off)
+        except ValueError as e:  # the consumer's position went back without a rebalance (librdkafka
+            # reset it, seen right after a broker restart): redo from the committed offsets
+            raise AbortableError(f"partition {p} went back to offset {off}: {e}") from e
         self.metrics.consumed()
         raw = msg.value()
         try:

@@ -709,3 +709,13 @@ def test_a_rewind_that_cannot_read_offsets_stays_pending_and_admits_nothing_unti
     rig.run()
     assert not rig.worker._rewind_pending
     assert Counter(c.request_id for c in rig.completions()) == Counter({"p": 1, "q": 1})
+
+
+def test_a_consumer_that_goes_back_without_a_rebalance_aborts_and_answers_once(rig: Rig) -> None:
+    # librdkafka reset a partition's position after a broker restart: offsets come again
+    rig.publish(0, segments("a", "u1", ["First request.", "Its second part."]))
+    rig.publish(0, segments("b", "u1", ["Second request."]))
+    rig.run(steps=1)
+    rig.consumer.pos[0] = 0
+    rig.run()
+    assert Counter(c.request_id for c in rig.completions()) == Counter({"a": 1, "b": 1})
