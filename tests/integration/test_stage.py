@@ -287,7 +287,12 @@ def test_a_stage_started_while_the_broker_is_away_waits_for_it(settings: Setting
     assert wait_for_broker(away, timeout_s=1.0) is False
     with Supervisor(tmp_path / "logs") as sup:
         proc = sup.stage("early", away)
-        time.sleep(6)
-        assert proc.popen is not None and proc.popen.poll() is None, f"the stage exited:\n{proc.log_tail()}"
-        assert "event=waiting_for_broker" in proc.log_path.read_text(errors="replace")
+        # its first metadata request times out after 5 s; a loaded machine adds seconds of imports
+        deadline = time.monotonic() + 60
+        while "event=waiting_for_broker" not in proc.log_path.read_text(errors="replace"):
+            assert proc.popen is not None and proc.popen.poll() is None, f"the stage exited:\n{proc.log_tail()}"
+            assert time.monotonic() < deadline, f"the stage never said it waits:\n{proc.log_tail()}"
+            time.sleep(0.5)
+        time.sleep(3)
+        assert proc.popen is not None and proc.popen.poll() is None, f"the stage exited while waiting:\n{proc.log_tail()}"
     assert wait_for_broker(settings, timeout_s=30.0) is True
