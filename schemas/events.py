@@ -4,7 +4,7 @@
 topic                  key         value
 =====================  ==========  ===========================================
 ``tts.requests``       user id     :class:`Request`
-``tts.segments``       user id     :class:`Segment` (one per segment)
+``tts.segments``       user id     :class:`Segment` (one per segment) or :class:`Rejection`
 ``tts.completed``      user id     :class:`Completion` (``ok`` or ``failed``)
 ``tts.requests.dlq``   raw key     :class:`DeadLetter`
 =====================  ==========  ===========================================
@@ -37,6 +37,7 @@ __all__ = [
     "DeadLetter",
     "ErrorInfo",
     "ModelInfo",
+    "Rejection",
     "Request",
     "Segment",
     "Timings",
@@ -45,6 +46,7 @@ __all__ = [
     "decode_dead_letter",
     "decode_request",
     "decode_segment",
+    "decode_segment_event",
     "encode",
     "peek_request_id",
     "request_hash",
@@ -164,9 +166,37 @@ class Completion(_Event, frozen=True, kw_only=True):
     schema_version: Literal[1] = 1
 
 
-class DeadLetter(_Event, frozen=True, kw_only=True):
-    """A request that could not be answered (no readable ``request_id``)."""
+class Rejection(_Event, frozen=True, kw_only=True):
+    """The stage's verdict on a request with a readable id but bad content, on ``tts.segments``
+    (same key and partition number as the request, so it keeps the user's order).
 
+    The stage never writes ``tts.completed``: a worker turns a rejection into the request's
+    failed completion inside its transaction and records it in its done set, so a
+    rejection re-sent by a restarted stage produces no second answer. ``type`` tells it
+    apart from a :class:`Segment` on the same topic.
+    """
+
+    type: Literal["rejection"] = "rejection"
+    request_id: RequestId
+    user_id: str
+    error: ErrorInfo
+    source_partition: int
+    source_offset: int
+    created_at: datetime | None = None
+    enqueued_at: datetime | None = None
+    schema_version: Literal[1] = 1
+
+
+class DeadLetter(_Event, frozen=True, kw_only=True):
+    """A record that could not be answered (no readable ``request_id``).
+
+    Dead letters are at-least-once: a stage killed after sending one and before its input
+    offset is committed sends it again. ``id`` (``<topic>:<partition>:<offset>`` of the
+    source record; also the ``ttsflow-dead-letter-id`` header) is the same on every copy,
+    so an operator or a compacted store tells a re-sent dead letter from a new one.
+    """
+
+    id: str = ""
     reason: str
     message: str
     source_topic: str
@@ -228,6 +258,25 @@ def decode_segment(raw: bytes | str) -> Segment:
 
 def decode_completion(raw: bytes | str) -> Completion:
     return _decode(raw, Completion)
+
+
+class _Kind(msgspec.Struct):
+    type: str = "segment"
+
+
+_kind_decoder = msgspec.json.Decoder(_Kind)
+
+
+def decode_segment_event(raw: bytes | str) -> Segment | Rejection:
+    """Decode a record of ``tts.segments``: a :class:`Rejection` when its ``type`` says so,
+    else a :class:`Segment`. Raises :class:`SchemaError` like the others."""
+    try:
+        kind = _kind_decoder.decode(raw).type
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        kind = "segment"  # let the Segment decoder name what is wrong
+    if kind == "rejection":
+        return _decode(raw, Rejection)
+    return _decode(raw, Segment)
 
 
 def decode_dead_letter(raw: bytes | str) -> DeadLetter:

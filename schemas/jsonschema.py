@@ -12,13 +12,14 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import Completion, DeadLetter, Request, Segment
+from schemas.events import Completion, DeadLetter, Rejection, Request, Segment
 
 __all__ = ["SCHEMAS", "render", "write_all"]
 
 SCHEMAS: dict[str, type] = {
     "request.v1": Request,
     "segment.v1": Segment,
+    "rejection.v1": Rejection,
     "completion.v1": Completion,
     "dead_letter.v1": DeadLetter,
 }

@@ -51,6 +51,8 @@ class Settings:
     stage_guarantee: str = _f("at_least_once", "faust processing guarantee of the stage; exactly_once is faust's, measured broken under SIGKILL (see streams/stage.py).",
                               choices=("exactly_once", "at_least_once"))
     stage_commit_interval_ms: int = _f(200, "How often the stage commits offsets (its transactions under exactly_once): bounds request-to-segment latency.", lo=10, hi=60_000)
+    stage_store: str = _f("memory", "Where the stage keeps its dedup table (one entry per user and request id, rebuilt from its changelog): memory, or rocksdb (on disk under TTS_HOME, for windows holding millions of ids).",
+                          choices=("memory", "rocksdb"))
     worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
     transactional_id: str = _f("", "Stable transactional.id of this worker; empty means ttsflow-worker-<hostname>-<lowest slot free on this host> (side-by-side workers never fence each other; a restarted one takes its predecessor's id).")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)

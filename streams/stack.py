@@ -436,47 +436,17 @@ _LOGS: dict[str, Callable[[StackPaths], Path]] = {
 
 # --- topics and bucket -------------------------------------------------------------------------
 
-def _topic_specs(settings: Settings) -> list[tuple[str, dict[str, str]]]:
-    return [(settings.topic_requests, {}), (settings.topic_segments, {}), (settings.topic_completed, {}),
-            (settings.topic_dlq, {}), (settings.topic_done, {"cleanup.policy": "compact"})]
-
-
 def ensure_topics(settings: Settings, *, partitions: int | None = None, timeout: float = 30.0) -> list[str]:
-    """Create the five ttsflow topics of ``settings`` if absent (``topic_done`` compacted).
+    """Create every ttsflow topic of ``settings`` that is missing (:func:`streams.kafka.ensure_topics`:
+    the pipeline's five and the stage's changelog and leader topics). Returns the names created now."""
+    from confluent_kafka import KafkaException
 
-    Returns the names created now. Existing topics are left as they are.
-    """
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import NewTopic
+    from streams.kafka import ensure_topics as _ensure
 
-    admin = _admin(settings)
-    specs = [NewTopic(name, num_partitions=partitions or settings.partitions,
-                      replication_factor=settings.replication_factor, config=cfg)
-             for name, cfg in _topic_specs(settings)]
-    created = []
-    for name, fut in admin.create_topics(specs, operation_timeout=timeout, request_timeout=timeout).items():
-        try:
-            fut.result(timeout)
-            created.append(name)
-        except Exception as e:  # KafkaException wrapping a KafkaError
-            err = e.args[0] if e.args else None
-            if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise StackError(f"could not create topic {name}: {e}") from None
-    _wait_topics_visible(admin, [n for n, _ in _topic_specs(settings)], timeout)
-    return created
-
-
-def _wait_topics_visible(admin: Any, names: list[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        md = admin.list_topics(timeout=5)
-        missing = [n for n in names if n not in md.topics or md.topics[n].error is not None
-                   or any(pm.leader < 0 for pm in md.topics[n].partitions.values())]
-        if not missing:
-            return
-        if time.monotonic() > deadline:
-            raise StackError(f"topics without a leader after {timeout:.0f}s: {', '.join(missing)}")
-        time.sleep(0.1)
+    try:
+        return _ensure(settings, partitions=partitions, timeout=timeout)
+    except KafkaException as e:
+        raise StackError(f"could not create topics: {e}") from None
 
 
 def delete_topics(settings: Settings, names: Sequence[str], *, timeout: float = 30.0) -> None:

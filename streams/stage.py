@@ -93,16 +93,16 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from schemas import (
-    Completion,
     DeadLetter,
     ErrorInfo,
+    Rejection,
     SchemaError,
     Segment,
     check_content,
@@ -113,6 +113,7 @@ from schemas import (
     segment_hash,
 )
 from streams.settings import Settings, SettingsError, load_settings
+from streams.stage_dedup import SeenIndex, UserSeen, dedup_table_name
 from streams.text import normalize, split_segments
 
 __all__ = ["InputWatch", "Outcome", "Record", "StageCore", "backend_voices", "main"]
@@ -120,6 +121,7 @@ __all__ = ["InputWatch", "Outcome", "Record", "StageCore", "backend_voices", "ma
 _log = logging.getLogger("ttsflow.stage")
 
 Kind = Literal["segments", "failed", "dead_letter", "duplicate"]
+DEAD_LETTER_ID_HEADER = "ttsflow-dead-letter-id"
 
 
 # --- voices without loading a model ---------------------------------------------------
@@ -146,6 +148,13 @@ def backend_voices(backend: str) -> tuple[str, ...] | None:
 
 # --- the pure per-record logic ------------------------------------------------------
 
+class SeenIds(Protocol):
+    """One record key's seen request ids: ``get(request_id)`` is when it was first seen
+    (epoch seconds) or None (a dict works; the stage passes a view of its table)."""
+
+    def get(self, request_id: str, /) -> float | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     """One record to produce."""
@@ -153,6 +162,8 @@ class Record:
     topic: str
     key: bytes | None
     value: bytes
+    partition: int | None = None  # None: by the key (murmur2)
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,18 +210,13 @@ class StageCore:
         self.default_voice = settings.voice or (voices[0] if voices else settings.backend)
         self.clock = clock
 
-    def is_duplicate(self, request_id: str, seen: Mapping[str, float], now: float) -> bool:
+    def is_duplicate(self, request_id: str, seen: SeenIds, now: float) -> bool:
+        """``seen`` maps the user's request ids to when they were first seen (epoch seconds)."""
         t = seen.get(request_id)
         return t is not None and now - t < self.s.dedup_window_s
 
-    def remembered(self, seen: Mapping[str, float], request_id: str, now: float) -> dict[str, float]:
-        """The user's seen-ids entry after recording ``request_id``, pruned to the window."""
-        out = {rid: t for rid, t in seen.items() if now - t < self.s.dedup_window_s}
-        out[request_id] = now
-        return out
-
     def handle(self, key: bytes | None, value: bytes | None, *, partition: int, offset: int,
-               timestamp_ms: int | None, seen: Mapping[str, float]) -> Outcome:
+               timestamp_ms: int | None, seen: SeenIds) -> Outcome:
         """Everything the stage does with one record, as data. Never raises."""
         now = self.clock()
         rid = peek_request_id(value)
@@ -220,14 +226,15 @@ class StageCore:
             if self.is_duplicate(rid, seen, now):
                 return Outcome("duplicate", request_id=rid)
             assert value is not None
-            return self._request(key, value, rid, now, timestamp_ms)
+            return self._request(key, value, rid, now, timestamp_ms, partition, offset)
         except Exception as e:  # a bug must not stop the partition: answer it visibly
             _log.error("event=stage_error request_id=%s partition=%d offset=%d error=%r\n%s", rid, partition,
                        offset, e, traceback.format_exc())
             if rid is None:
                 return self._dead_letter(key, value, partition, offset, timestamp_ms,
                                          reason="stage_error", message=repr(e))
-            return self._failed(key, value, rid, "internal_error", f"stage error: {e!r}", now)
+            return self._failed(key, value, rid, "internal_error", f"stage error: {e!r}", now, partition=partition,
+                                offset=offset, timestamp_ms=timestamp_ms)
 
     def _dead_letter(self, key: bytes | None, value: bytes | None, partition: int, offset: int,
                      timestamp_ms: int | None, *, reason: str | None = None, message: str | None = None) -> Outcome:
@@ -239,29 +246,36 @@ class StageCore:
             else:
                 reason, message = "no_request_id", "request_id is missing or does not match " \
                                                    "^[A-Za-z0-9._:-]{1,128}$"
-        dl = DeadLetter(reason=reason, message=message or reason, source_topic=self.s.topic_requests,
+        dl_id = f"{self.s.topic_requests}:{partition}:{offset}"
+        dl = DeadLetter(id=dl_id, reason=reason, message=message or reason, source_topic=self.s.topic_requests,
                         source_partition=partition, source_offset=offset, key_b64=_b64(key),
                         value_b64=_b64(value or b"") or "", timestamp_ms=timestamp_ms)
-        return Outcome("dead_letter", (Record(self.s.topic_dlq, key, encode(dl)),), code=reason)
+        return Outcome("dead_letter", (Record(self.s.topic_dlq, key, encode(dl),
+                                              headers=((DEAD_LETTER_ID_HEADER, dl_id.encode()),)),), code=reason)
 
-    def _failed(self, key: bytes | None, value: bytes | None, rid: str, code: str, message: str, now: float) -> Outcome:
+    def _failed(self, key: bytes | None, value: bytes | None, rid: str, code: str, message: str, now: float,
+                *, partition: int, offset: int, timestamp_ms: int | None = None) -> Outcome:
+        """A rejection on the segments topic, in the request's partition number (by its key, or
+        explicitly when it has none); a worker answers it in its transaction."""
         uid = _peek_user_id(value)
-        c = Completion(request_id=rid, user_id=uid or (key or b"").decode("utf-8", "replace"), status="failed",
-                       error=ErrorInfo(code=code, message=message),
-                       completed_at=datetime.fromtimestamp(now, UTC))
-        out_key = uid.encode() if uid is not None else key
-        return Outcome("failed", (Record(self.s.topic_completed, out_key, encode(c)),), request_id=rid, code=code,
-                       remember=rid)
+        enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
+        r = Rejection(request_id=rid, user_id=uid or (key or b"").decode("utf-8", "replace") or "unknown",
+                      error=ErrorInfo(code=code, message=message), source_partition=partition,
+                      source_offset=offset, enqueued_at=enqueued)
+        out_key = key if key else (uid.encode() if uid is not None else None)
+        rec = Record(self.s.topic_segments, out_key, encode(r), partition=None if out_key else partition)
+        return Outcome("failed", (rec,), request_id=rid, code=code, remember=rid)
 
     def _request(self, key: bytes | None, value: bytes, rid: str, now: float,
-                 timestamp_ms: int | None) -> Outcome:
+                 timestamp_ms: int | None, partition: int, offset: int) -> Outcome:
         s = self.s
         try:
             req = decode_request(value)
             text = normalize(req.text)
             check_content(req, max_text_chars=s.max_text_chars, voices=self.voices, text=text)
         except SchemaError as e:
-            return self._failed(key, value, rid, e.code, e.message, now)
+            return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
+                                timestamp_ms=timestamp_ms)
         voice = req.voice or self.default_voice
         pieces = split_segments(text, s.max_segment_chars)
         hashes = [segment_hash(p, voice=voice, model=s.backend, model_version=s.model_version, speed=req.speed,
@@ -354,6 +368,7 @@ def _stage_app_class() -> type:
 
 
 _STALL_S = 30.0
+_FRESH_STALL_S = 8.0
 _BROKER_WAIT_S = 120.0
 
 
@@ -373,13 +388,18 @@ class InputWatch:
       committed offset and the agent's position stood still).
 
     Either, unchanged for ``stall_s``, returns a reason; the stage then re-executes itself
-    and reads again from the committed offset (the worker drops repeated segments). One
-    record past what is done is not counted as waiting: a transactional producer's commit
-    marker ends a partition with an offset no consumer is ever handed.
+    and reads again from the committed offset (the worker drops repeated segments). A
+    partition that has records waiting and has not handed the agent a single one since it
+    was assigned (``delivered`` false) is given only ``fresh_stall_s``: a healthy fetch
+    delivers within a second, and the first stage on a fresh cluster once sat 35 s on such
+    a partition. The caller does not check while tables recover. One record past what is
+    done is not counted as waiting: a transactional producer's commit marker ends a
+    partition with an offset no consumer is ever handed.
     """
 
-    def __init__(self, stall_s: float = _STALL_S) -> None:
+    def __init__(self, stall_s: float = _STALL_S, fresh_stall_s: float = _FRESH_STALL_S) -> None:
         self.stall_s = stall_s
+        self.fresh_stall_s = fresh_stall_s
         self._commit: dict[int, tuple[int | None, float]] = {}
         self._input: dict[int, tuple[tuple[int | None, int | None], float]] = {}
 
@@ -390,10 +410,11 @@ class InputWatch:
                 del d[p]
 
     def check(self, partition: int, *, committed: int | None, processed_next: int | None, end: int | None,
-              acked_waiting: bool, now: float) -> str | None:
+              acked_waiting: bool, now: float, delivered: bool = True) -> str | None:
         """``committed``: the group's committed offset; ``processed_next``: one past the last
         offset the agent processed; ``end``: the partition's end offset (None: unknown);
-        ``acked_waiting``: processed records wait to be committed."""
+        ``acked_waiting``: processed records wait to be committed; ``delivered``: the agent
+        was handed a record of the partition since its assignment."""
         if acked_waiting:
             prev_c = self._commit.get(partition)
             if prev_c is None or prev_c[0] != committed:
@@ -410,7 +431,7 @@ class InputWatch:
         prev_i = self._input.get(partition)
         if prev_i is None or prev_i[0] != key:
             self._input[partition] = (key, now)
-        elif now - prev_i[1] > self.stall_s:
+        elif now - prev_i[1] > (self.stall_s if delivered else self.fresh_stall_s):
             return "input_stalled"
         return None
 
@@ -505,6 +526,35 @@ def _fetch_state(consumer: Any, tp: Any) -> str:
         return f"unknown({e!r})"
 
 
+async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int = 10_000) -> int:
+    """Drop expired dedup entries from faust's local store (memory dict, or one RocksDB per
+    partition, whose keys sort by bucket), yielding to the loop every ``chunk`` keys."""
+    n = 0
+    dbs = getattr(store, "_dbs", None)
+    if dbs is not None:  # faust.stores.rocksdb.Store
+        for db in list(dbs.values()):
+            doomed = []
+            for key in db.keys():
+                if not index.expired(key, now):
+                    break  # sorted by bucket: the rest is live
+                doomed.append(key)
+            for i, key in enumerate(doomed):
+                del db[key]
+                if i % chunk == chunk - 1:
+                    await asyncio.sleep(0)
+            n += len(doomed)
+        return n
+    data = store.data  # faust.stores.memory.Store
+    keys = list(data.keys())
+    for i, key in enumerate(keys):
+        if index.expired(key, now):
+            data.pop(key, None)
+            n += 1
+        if i % chunk == chunk - 1:
+            await asyncio.sleep(0)
+    return n
+
+
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
     """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
     _StageApp = _stage_app_class()
@@ -519,7 +569,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         key_serializer="raw",
         value_serializer="raw",
         processing_guarantee=settings.stage_guarantee,
-        store="memory://",
+        store="rocksdb://" if settings.stage_store == "rocksdb" else "memory://",
         web_enabled=False,
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
@@ -534,13 +584,15 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     )
     requests = app.topic(settings.topic_requests, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")
-    # Raw bytes in and out of the table (the app's serializers): the key is the record key,
-    # the value the JSON of {request_id: first seen}.
+    # Raw bytes in and out of the table (the app's serializers): one entry per (record key,
+    # request id) in a time bucket, the value its first-seen time (streams/stage_dedup.py).
     # One changelog per guarantee: a changelog written in transactions ends in commit
     # markers, and faust's non-transactional recovery waits forever for an event at the
     # marker's offset (seen when a stage switched from exactly_once to at_least_once).
     # Switching modes therefore starts with an empty dedup table.
-    seen = app.Table("dedup-eos" if eos else "dedup", default=bytes, partitions=settings.partitions, key_type=bytes, value_type=bytes)
+    seen = app.Table(dedup_table_name(settings), default=None, partitions=settings.partitions, key_type=bytes,
+                     value_type=bytes)
+    index = SeenIndex(settings.dedup_window_s)
     source_topic = settings.topic_requests
     # faust checks on the first table write that the changelog has as many partitions as the
     # source topic; right after a start the consumer may not know the changelog yet ("has 0
@@ -550,12 +602,14 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     app.guard_acks(source_topic)
 
     async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
+        headers = list(rec.headers) or None
         if eos:
             # The transaction of the *source* partition: its offsets commit with these records.
             group = app.assignor.group_for_topic(source_topic)
             tid = f"{app.conf.id}-{group}-{src_partition}"
-            return await app.producer.send(rec.topic, rec.key, rec.value, None, None, None, transactional_id=tid)
-        return await app.producer.send(rec.topic, rec.key, rec.value, None, None, None)
+            return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers,
+                                           transactional_id=tid)
+        return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers)
 
     # (consumer generation, last offset processed) per input partition: a jump within one
     # generation is a hole in what the agent was handed (transaction markers, or records
@@ -578,17 +632,17 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             t0 = time.perf_counter()
             metrics.consumed()
             k = msg.key or b""
-            raw_entry = seen[k]
-            entry: dict[str, float] = json.loads(raw_entry) if raw_entry else {}
+            user_seen = UserSeen(index, seen.get, k, core.clock())
             outcome = core.handle(msg.key, msg.value, partition=msg.partition, offset=msg.offset,
-                                  timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=entry)
+                                  timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=user_seen)
             metrics.processed(time.perf_counter() - t0)
             futs = [await send(r, msg.partition) for r in outcome.records]
             if outcome.remember is not None:
                 if not eos and futs:
                     for f in futs:
                         await f  # delivered before the id is recorded: a crash repeats, never loses
-                seen[k] = json.dumps(core.remembered(entry, outcome.remember, core.clock())).encode()
+                entry_key, entry_value = index.entry(k, outcome.remember, core.clock())
+                seen[entry_key] = entry_value
             if outcome.kind == "segments":
                 metrics.segments(len(outcome.records))
                 if msg.timestamp:
@@ -612,14 +666,35 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     async def beat() -> None:
         metrics.heartbeat()
 
+    # Entries of buckets older than the previous one can never match again: drop them from
+    # the local store (no tombstones: the changelog deletes them by retention). Checked once
+    # a minute, done when the bucket has moved on since the last sweep.
+    swept: list[int] = []
+
+    @app.timer(60.0)
+    async def expire_seen() -> None:
+        if app.in_recovery or app.rebalancing:
+            return
+        now = core.clock()
+        b = index.bucket(now)
+        if swept and swept[-1] == b:
+            return
+        n = await _sweep_expired(seen.data, index, now)
+        swept[:] = [b]
+        if n:
+            _log.info("event=dedup_expired entries=%d", n)
+
     # faust can leave an assigned input partition unserved (see InputWatch): the stage then
     # restarts itself in place (same PID, same command line) and reads again from the
     # committed offset; duplicates are dropped by the worker.
     watch = InputWatch()
 
-    @app.timer(5.0)
+    @app.timer(2.0)
     async def input_watchdog() -> None:
         if eos:
+            return
+        if app.in_recovery or app.rebalancing:  # tables are being rebuilt: nothing is fetched yet
+            watch.forget(set())
             return
         consumer = app.consumer
         try:
@@ -634,8 +709,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             committed = consumer._committed_offset.get(tp)
             last = last_offset.get(tp.partition)
             processed_next = None if last is None else last[1] + 1
+            delivered = last is not None and last[0] == app.consumer_generation_id
             reason = watch.check(tp.partition, committed=committed, processed_next=processed_next,
-                                 end=ends.get(tp), acked_waiting=bool(consumer._acked.get(tp)), now=now)
+                                 end=ends.get(tp), acked_waiting=bool(consumer._acked.get(tp)), now=now,
+                                 delivered=delivered)
             if reason is None:
                 continue
             _log.error("event=%s partition=%d committed=%s processed_next=%s end=%s paused=%s fetch_state=%s; "
@@ -654,6 +731,30 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
 
     app.stage_agent = stage  # type: ignore[attr-defined]
     return app
+
+
+def _prepare_topics(settings: Settings) -> Settings:
+    """Create every topic the stage uses (its changelog and leader topic included) before faust
+    starts, with as many partitions as the requests topic really has. Where the stage may not
+    create topics (ACLs) they must exist already: logged, and faust is left to try."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from streams.kafka import ensure_topics
+
+    try:
+        md = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3}).list_topics(
+            settings.topic_requests, timeout=10)
+        t = md.topics.get(settings.topic_requests)
+        if t is not None and t.error is None and t.partitions and len(t.partitions) != settings.partitions:
+            _log.warning("event=partitions_from_topic topic=%s partitions=%d setting=%d", settings.topic_requests,
+                         len(t.partitions), settings.partitions)
+            settings = settings.replace(partitions=len(t.partitions))
+        created = ensure_topics(settings)
+        _log.info("event=topics_ready created=%s", ",".join(created) or "-")
+    except KafkaException as e:
+        _log.warning("event=topics_not_prepared error=%s", e)
+    return settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -683,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ttsflow stage: no broker at {settings.bootstrap_servers} after {_BROKER_WAIT_S:.0f} s", file=sys.stderr)
         return 1
 
+    settings = _prepare_topics(settings)
     port = settings.metrics_port if ns.metrics_port is None else ns.metrics_port
     metrics = StageMetrics(port)
     try:

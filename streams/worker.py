@@ -75,10 +75,11 @@ from schemas import (
     Completion,
     ErrorInfo,
     ModelInfo,
+    Rejection,
     SchemaError,
     Segment,
     Timings,
-    decode_segment,
+    decode_segment_event,
     encode,
     peek_request_id,
     request_hash,
@@ -150,6 +151,7 @@ class _Request:
     parts: dict[int, _Part] = field(default_factory=dict)  # ready (in S3)
     last: Segment | None = None
     failure: ErrorInfo | None = None
+    start: datetime | None = None  # when the request was made (e2e latency), if known
     finalizing: bool = False
     synth_s: float = 0.0
     queue_s: float = 0.0
@@ -462,9 +464,12 @@ class Worker:
         self.metrics.consumed()
         raw = msg.value()
         try:
-            seg = decode_segment(raw if raw is not None else b"")
+            seg = decode_segment_event(raw if raw is not None else b"")
         except SchemaError as e:
             self._bad_segment(p, off, msg, e)
+            return None
+        if isinstance(seg, Rejection):
+            self._admit_rejection(p, off, seg)
             return None
         if self._is_done(p, seg.request_id):
             self.metrics.skipped("request_done")
@@ -487,6 +492,25 @@ class Worker:
         if req.failure is not None:  # answered soon; nothing more to synthesize for it
             return None
         return _Seg(p, gen, off, seg, self.part_id(seg.hash), self.clock())
+
+    def _admit_rejection(self, p: int, off: int, rej: Rejection) -> None:
+        """The stage refused the request: answer it, failed with the stage's code, in the next
+        transaction. A rejection repeated by a restarted stage finds the request done (or
+        already being answered here) and produces nothing."""
+        if self._is_done(p, rej.request_id):
+            self.metrics.skipped("request_done")
+            self.tracker.mark_done(p, off)
+            return
+        req = self._requests.get((p, rej.request_id))
+        if req is not None:  # a copy while the first is in flight here: answered with it
+            self.metrics.skipped("duplicate")
+            req.offsets.append(off)
+            req.failure = req.failure or rej.error
+            return
+        req = self._requests[(p, rej.request_id)] = _Request(p, self._gen.get(p, 0), rej.request_id, rej.user_id,
+                                                               0, None, start=rej.enqueued_at)
+        req.offsets.append(off)
+        req.failure = rej.error
 
     def _bad_segment(self, p: int, off: int, msg: Any, err: SchemaError) -> None:
         self.metrics.bad_segment()
@@ -731,7 +755,7 @@ class Worker:
                 error: ErrorInfo | None = None) -> None:
         """Build the completion; it is produced and its offsets committed in step 8."""
         now = _now_utc()
-        start = (req.first.created_at or req.first.enqueued_at) if req.first is not None else None
+        start = (req.first.created_at or req.first.enqueued_at) if req.first is not None else req.start
         e2e_s = (now - start).total_seconds() if start is not None else None
         cached = sum(1 for p in req.parts.values() if p.cached)
         c = Completion(

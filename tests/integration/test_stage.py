@@ -2,9 +2,10 @@
 """The stage on the real broker: two ``ttsflow stage`` processes, four partitions.
 
 What a user would notice: every user's segments arrive in order and in the partition
-of the user's requests; every bad input is answered (dead letter or failed completion
-with the right code); a repeated request id yields one set of segments; a stage
-SIGKILLed mid-run and restarted loses no request.
+of the user's requests; every bad input is answered (dead letter, or a rejection on the
+segments topic with the right code, which a worker turns into the failed completion; the
+stage itself never writes completions); a repeated request id yields one set of segments;
+a stage SIGKILLed mid-run and restarted loses no request.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Message, Producer
 
-from schemas import decode_completion, decode_dead_letter, decode_segment
+from schemas import Rejection, decode_dead_letter, decode_segment, decode_segment_event
 from streams.procs import Supervisor
 from streams.settings import Settings
+from streams.stage import DEAD_LETTER_ID_HEADER
 from streams.text import normalize, split_segments
 from tests.integration.conftest import drain_topic, producer_conf
 
@@ -116,10 +118,13 @@ def test_two_stages_keep_order_answer_bad_input_and_drop_duplicates(stages: tupl
 
     request_parts = _produce(s, records)
     want = sum(len(_expected(t, s)) for _, t in good.values())
-    segs = drain_topic(s.bootstrap_servers, s.topic_segments, count=want, timeout=90)
-    done = drain_topic(s.bootstrap_servers, s.topic_completed, count=len(bad_failed), timeout=30)
+    out = drain_topic(s.bootstrap_servers, s.topic_segments, count=want + len(bad_failed), timeout=90)
     dlq = drain_topic(s.bootstrap_servers, s.topic_dlq, count=len(bad_dlq), timeout=30)
     sup.check_alive()
+    assert drain_topic(s.bootstrap_servers, s.topic_completed, timeout=3) == []  # only workers answer
+    decoded = [(m, decode_segment_event(m.value())) for m in out]
+    segs = [m for m, e in decoded if not isinstance(e, Rejection)]
+    rejections = [(m, e) for m, e in decoded if isinstance(e, Rejection)]
 
     # 1. one set of segments per request, nothing lost or repeated, texts as split
     events = [(m.partition(), m.offset(), m.key(), decode_segment(m.value())) for m in segs]
@@ -145,19 +150,22 @@ def test_two_stages_keep_order_answer_bad_input_and_drop_duplicates(stages: tupl
     for user, seq in order.items():
         assert seq == sorted(seq), f"{user}'s segments out of order: {seq}"
 
-    # 3. every bad input answered, once, with its code
-    failed = [decode_completion(m.value()) for m in done]
-    assert Counter(c.request_id for c in failed) == Counter(list(bad_failed))
-    for c in failed:
-        assert c.status == "failed" and c.error is not None
-        assert c.error.code == bad_failed[c.request_id][2], (c.request_id, c.error)
-    assert next(c for c in failed if c.request_id == "bad-speed").error.message.startswith("speed")  # type: ignore[union-attr]
-    letters = [(m.key(), decode_dead_letter(m.value())) for m in dlq]
-    assert sorted(dl.reason for _, dl in letters) == sorted(["invalid_json", "no_request_id", "empty_value",
-                                                             "invalid_json"])
-    for key, dl in letters:
+    # 3. every bad input answered, once, with its code, in the partition of the user's requests
+    assert Counter(r.request_id for _, r in rejections) == Counter(list(bad_failed))
+    for m, r in rejections:
+        user, _, code = bad_failed[r.request_id]
+        assert r.error.code == code, (r.request_id, r.error)
+        assert m.key() == user.encode() and r.user_id == user
+        assert request_parts[m.key()] == {m.partition()} and r.source_partition == m.partition()
+    assert next(r for _, r in rejections if r.request_id == "bad-speed").error.message.startswith("speed")
+    letters = [(m.key(), dict(m.headers() or []), decode_dead_letter(m.value())) for m in dlq]
+    assert sorted(dl.reason for *_, dl in letters) == sorted(["invalid_json", "no_request_id", "empty_value",
+                                                              "invalid_json"])
+    for key, headers, dl in letters:
         assert dl.source_topic == s.topic_requests and dl.source_offset >= 0
         assert (key, dl.source_partition) in {(k, p) for k, ps in request_parts.items() for p in ps}
+        assert dl.id == f"{s.topic_requests}:{dl.source_partition}:{dl.source_offset}"
+        assert headers[DEAD_LETTER_ID_HEADER] == dl.id.encode()
 
     # 4. and the operator sees it on /metrics, summed over both stages
     def metric(name: str) -> float:

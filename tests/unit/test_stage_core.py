@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 import streams.stage as stage_mod
-from schemas import decode_completion, decode_dead_letter, decode_segment, request_hash, segment_hash
+from schemas import Rejection, decode_dead_letter, decode_segment, decode_segment_event, request_hash, segment_hash
 from streams.settings import Settings
-from streams.stage import Outcome, StageCore, backend_voices
+from streams.stage import DEAD_LETTER_ID_HEADER, Outcome, StageCore, backend_voices
+from streams.stage_dedup import SeenIndex, UserSeen
 from streams.text import normalize, split_segments
 
 S = Settings(max_segment_chars=40, max_text_chars=500, dedup_window_s=100)
@@ -68,6 +69,12 @@ def test_hash_depends_on_voice_speed_format_and_model_version() -> None:
     assert decode_segment(run(core(), req(text="  Hi. ")).records[0].value).hash == base  # normalized first
 
 
+def rejection(value: bytes) -> Rejection:
+    r = decode_segment_event(value)
+    assert isinstance(r, Rejection)
+    return r
+
+
 @pytest.mark.parametrize(
     ("value", "code", "field"),
     [
@@ -82,23 +89,34 @@ def test_hash_depends_on_voice_speed_format_and_model_version() -> None:
         (req(format="mp3"), "unsupported_format", None),
     ],
 )
-def test_bad_content_gets_one_failed_completion_with_a_stable_code(value: bytes, code: str, field: str | None) -> None:
+def test_bad_content_gets_one_rejection_on_the_segments_topic_with_a_stable_code(
+        value: bytes, code: str, field: str | None) -> None:
     out = run(core(), value)
     assert out.kind == "failed" and out.code == code and out.remember == "r-1"
     (rec,) = out.records
-    assert rec.topic == S.topic_completed and rec.key == b"alice"
-    c = decode_completion(rec.value)
-    assert c.status == "failed" and c.request_id == "r-1" and c.user_id == "alice"
-    assert c.error is not None and c.error.code == code and c.error.message
+    # never tts.completed: only the worker's transaction writes answers
+    assert rec.topic == S.topic_segments and rec.key == b"alice" and rec.partition is None
+    r = rejection(rec.value)
+    assert r.type == "rejection" and r.request_id == "r-1" and r.user_id == "alice"
+    assert (r.source_partition, r.source_offset) == (3, 42)
+    assert r.error.code == code and r.error.message
+    assert r.enqueued_at is not None and r.enqueued_at.timestamp() == pytest.approx(1_699_999_999.0)
     if field is not None:
-        assert c.error.message.startswith(field + ":")
+        assert r.error.message.startswith(field + ":")
 
 
-def test_failed_completion_is_keyed_by_the_raw_key_when_user_id_is_unreadable() -> None:
+def test_rejection_is_keyed_by_the_raw_key_when_user_id_is_unreadable() -> None:
     out = run(core(), req(user_id=123), key=b"k-raw")
     (rec,) = out.records
     assert out.code == "invalid_field" and rec.key == b"k-raw"
-    assert decode_completion(rec.value).user_id == "k-raw"
+    assert rejection(rec.value).user_id == "k-raw"
+
+
+def test_rejection_without_a_key_goes_to_the_request_partition_number() -> None:
+    (rec,) = run(core(), req(text=""), key=None).records
+    assert rec.key == b"alice" and rec.partition is None  # by the user id it names
+    (rec,) = run(core(), req(text="", user_id=5), key=None).records
+    assert rec.key is None and rec.partition == 3  # nothing to key by: the source partition
 
 
 def test_text_length_is_checked_after_normalization() -> None:
@@ -128,6 +146,15 @@ def test_unreadable_request_id_goes_to_the_dead_letter_topic(value: bytes | None
     assert (dl.source_partition, dl.source_offset) == (3, 42)
     assert base64.b64decode(dl.value_b64) == (value or b"")
     assert dl.key_b64 is not None and base64.b64decode(dl.key_b64) == b"alice"
+    assert dl.id == f"{S.topic_requests}:3:42" and rec.headers == ((DEAD_LETTER_ID_HEADER, dl.id.encode()),)
+
+
+def test_a_dead_letter_sent_again_carries_the_same_identity() -> None:
+    first = decode_dead_letter(run(core(), b"garbage").records[0].value)
+    again = decode_dead_letter(run(core(), b"garbage").records[0].value)
+    other = decode_dead_letter(core().handle(b"alice", b"garbage", partition=3, offset=43, timestamp_ms=None,
+                                             seen={}).records[0].value)
+    assert first.id == again.id != other.id
 
 
 def test_dead_letter_without_key() -> None:
@@ -135,26 +162,63 @@ def test_dead_letter_without_key() -> None:
     assert out.records[0].key is None and decode_dead_letter(out.records[0].value).key_b64 is None
 
 
+def table_with(*entries: tuple[bytes, str, float]) -> dict[bytes, bytes]:
+    index = SeenIndex(S.dedup_window_s)
+    return dict(index.entry(k, rid, t) for k, rid, t in entries)
+
+
+def seen_view(table: dict[bytes, bytes], key: bytes = b"alice", now: float = NOW) -> UserSeen:
+    return UserSeen(SeenIndex(S.dedup_window_s), table.get, key, now)
+
+
 def test_repeated_id_within_the_window_is_dropped_and_after_it_served() -> None:
     c = core()
-    seen = c.remembered({}, "r-1", NOW - 50)
-    assert run(c, req(), seen=seen).kind == "duplicate"
-    assert run(c, req(request_id="r-2"), seen=seen).kind == "segments"
-    old = {"r-1": NOW - 101}
-    assert run(c, req(), seen=old).kind == "segments"
+    table = table_with((b"alice", "r-1", NOW - 50))
+    assert run(c, req(), seen=seen_view(table)).kind == "duplicate"
+    assert run(c, req(request_id="r-2"), seen=seen_view(table)).kind == "segments"
+    assert run(c, req(), key=b"bob", seen=seen_view(table, b"bob")).kind == "segments"  # ids are per user
+    assert run(c, req(), seen=seen_view(table_with((b"alice", "r-1", NOW - 101)))).kind == "segments"
 
 
-def test_remembered_prunes_entries_older_than_the_window() -> None:
-    c = core()
-    seen = {"old": NOW - 500, "recent": NOW - 10}
-    assert c.remembered(seen, "new", NOW) == {"recent": NOW - 10, "new": NOW}
+def test_an_id_seen_in_the_previous_bucket_is_still_within_the_window() -> None:
+    index = SeenIndex(100)
+    t0 = 1_000_099.0  # the last second of a bucket
+    table = dict([index.entry(b"u", "r", t0)])
+    assert index.bucket(t0 + 2) == index.bucket(t0) + 1
+    assert index.first_seen(table.get, b"u", "r", t0 + 2) == pytest.approx(t0)
+    assert index.first_seen(table.get, b"u", "r", t0 + 99) == pytest.approx(t0)
+    assert index.first_seen(table.get, b"u", "r", t0 + 100) is None
+
+
+def test_entries_expire_a_whole_bucket_at_a_time() -> None:
+    index = SeenIndex(100)
+    k_old, _ = index.entry(b"u", "a", 1_000.0)   # bucket 10
+    k_prev, _ = index.entry(b"u", "b", 1_150.0)  # bucket 11
+    k_now, _ = index.entry(b"u", "c", 1_250.0)   # bucket 12
+    assert [index.expired(k, 1_250.0) for k in (k_old, k_prev, k_now)] == [True, False, False]
+    assert index.expired(b"not-a-key", 1_250.0)
+    # keys sort by bucket (RocksDB keeps them sorted: the sweep stops at the first live key)
+    assert sorted([k_now, k_old, k_prev]) == [k_old, k_prev, k_now]
+
+
+def test_keys_of_any_user_key_and_request_id_are_distinct() -> None:
+    index = SeenIndex(100)
+    keys = {index.key(u, r, 7) for u in (b"", b"a", b"a\x00b", b"a\x00") for r in ("b", "x", "b.x")}
+    assert len(keys) == 12
+    assert all(index.bucket_of(k) == 7 for k in keys)
+
+
+def test_a_users_entries_cost_the_same_whatever_their_history() -> None:
+    index = SeenIndex(86_400)
+    sizes = {len(b"".join(index.entry(b"service-account", f"{'x' * 120}-{i}", NOW))) for i in range(10_000, 99_999, 997)}
+    assert max(sizes) - min(sizes) <= 1  # one entry per id, never a growing map
 
 
 def test_a_repeated_bad_request_is_answered_once() -> None:
     c = core()
     first = run(c, req(text=""))
     assert first.kind == "failed" and first.remember == "r-1"
-    assert run(c, req(text=""), seen=c.remembered({}, "r-1", NOW)).kind == "duplicate"
+    assert run(c, req(text=""), seen=seen_view(table_with((b"alice", "r-1", NOW)))).kind == "duplicate"
 
 
 def test_an_unexpected_error_is_answered_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,7 +228,7 @@ def test_an_unexpected_error_is_answered_not_raised(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(stage_mod, "split_segments", boom)
     out = run(core(), req())
     assert out.kind == "failed" and out.code == "internal_error"
-    assert "splitter bug" in (decode_completion(out.records[0].value).error.message)  # type: ignore[union-attr]
+    assert "splitter bug" in rejection(out.records[0].value).error.message
 
 
 def test_default_voice_and_backend_voices() -> None:

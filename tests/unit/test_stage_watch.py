@@ -58,3 +58,16 @@ def test_a_revoked_partition_starts_afresh_when_assigned_again() -> None:
     assert run(w, [(0, {"end": 500}), (20, {"end": 500})]) == [None, None]
     w.forget(set())
     assert run(w, [(40, {"end": 500}), (60, {"end": 500}), (71, {"end": 500})]) == [None, None, "input_stalled"]
+
+
+def test_a_partition_that_never_delivered_since_assignment_restarts_within_seconds() -> None:
+    # fresh cluster, first stage: records waiting, nothing handed to the agent since assignment
+    w = InputWatch(stall_s=30, fresh_stall_s=8)
+    fresh = {"end": 5, "committed": None, "processed_next": None, "delivered": False}
+    assert run(w, [(0, fresh), (4, fresh), (7, fresh), (9, fresh)]) == [None, None, None, "input_stalled"]
+
+
+def test_a_partition_that_delivered_keeps_the_long_stall_time() -> None:
+    w = InputWatch(stall_s=30, fresh_stall_s=8)
+    moving = {"end": 500, "processed_next": 40, "delivered": True}
+    assert run(w, [(0, moving), (9, moving), (20, moving), (31, moving)]) == [None, None, None, "input_stalled"]

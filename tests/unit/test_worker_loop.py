@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.engine import Engine
 from engine.errors import ItemError
-from schemas import Segment, decode_completion, encode, request_hash, segment_hash
+from schemas import ErrorInfo, Rejection, Segment, decode_completion, encode, request_hash, segment_hash
 from storage.errors import ObjectMissing, S3Unavailable
 from storage.s3 import content_key
 from streams.errors import FatalError
@@ -410,6 +410,39 @@ def test_engine_failure_fails_only_its_request(rig: Rig) -> None:
     assert got["ok1"].status == got["ok2"].status == "ok"
     assert got["bad"].status == "failed" and got["bad"].error.code == "synthesis_failed"  # type: ignore[union-attr]
     assert rig.broker.committed[0] == 4
+
+
+def rejection(rid: str, user: str, code: str = "empty_text") -> Rejection:
+    return Rejection(request_id=rid, user_id=user, error=ErrorInfo(code=code, message=f"{code}: bad"),
+                     source_partition=0, source_offset=7, enqueued_at=datetime.now(UTC))
+
+
+def test_a_rejection_is_answered_once_in_order_with_the_stages_code(rig: Rig) -> None:
+    rig.publish(0, segments("before", "u1", ["Fine text."]))
+    rig.broker.append(SEG, 0, b"u1", encode(rejection("bad", "u1", "unknown_voice")))
+    rig.broker.append(SEG, 0, b"u1", encode(rejection("bad", "u1", "unknown_voice")))  # a restarted stage's copy
+    rig.publish(0, segments("after", "u1", ["More fine text."]))
+    rig.run()
+    got = rig.completions()
+    assert Counter(c.request_id for c in got) == Counter({"before": 1, "bad": 1, "after": 1})
+    bad = next(c for c in got if c.request_id == "bad")
+    assert bad.status == "failed" and bad.error is not None and bad.error.code == "unknown_voice"
+    assert bad.user_id == "u1" and bad.segments == 0 and bad.timings is not None
+    assert rig.broker.committed[0] == 4
+    assert (0, b"bad") in {(m.partition(), m.key()) for m in rig.broker.read(DONE)}
+
+
+def test_a_rejection_repeated_after_its_answer_or_a_restart_produces_nothing(rig: Rig) -> None:
+    rig.broker.append(SEG, 1, b"u2", encode(rejection("bad", "u2")))
+    rig.run()
+    rig.broker.append(SEG, 1, b"u2", encode(rejection("bad", "u2")))  # after the answer committed
+    rig.run()
+    rig.close()
+    rig.new_worker()  # reads the done topic back
+    rig.broker.append(SEG, 1, b"u2", encode(rejection("bad", "u2")))
+    rig.run()
+    assert [c.request_id for c in rig.completions()] == ["bad"]
+    assert rig.broker.committed[1] == 3
 
 
 def test_duplicates_and_done_requests_are_dropped(rig: Rig) -> None:
