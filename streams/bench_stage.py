@@ -16,6 +16,11 @@ One run measures, side by side on the same machine:
    reader; p50 and p99. Under exactly-once this includes waiting for the transaction
    to commit (``TTS_STAGE_COMMIT_INTERVAL_MS``).
 
+``--users`` compares one heavy user with many: the same backlog of short requests with
+long (``--id-chars``) request ids, once from a single user id and once spread over
+``--spread-users``, each through a fresh stage pinned to one CPU; the ratio of the two
+rates is the price of one user's volume (it was 0.17x with one dedup map per user).
+
 ``--kill`` runs the exactly-once check instead: two stage processes on four partitions,
 requests at a steady rate, a stage SIGKILLed (and restarted at once) every few seconds,
 then a ``read_committed`` reader counts lost and duplicated segments by
@@ -152,43 +157,8 @@ def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: floa
     try:
         # 2. throughput: a backlog first, then one stage on one CPU
         pub = Publisher(s)
-        for i, t in enumerate(texts):
-            pub.publish(s.topic_requests, f"user-{i % 97}".encode(),
-                        encode(Request(request_id=f"t{i}", user_id=f"user-{i % 97}", text=t)))
-        pub.flush()
-        want = {f"t{i}" for i in range(len(texts))}
         with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
-            proc = sup.stage("stage", s)
-            res["stage_pinned_to_one_cpu"] = _pin(proc.pid, cpu=(os.cpu_count() or 1) - 1)
-            done: set[str] = set()
-            segs = 0
-            t_first = t_last = None
-            cpu_first = cpu_last = 0.0
-            deadline = time.monotonic() + 300
-            while done != want and time.monotonic() < deadline:
-                sup.check_alive()
-                got = reader.poll(0.5, 2000)
-                if got:
-                    cpu = _cpu_seconds(proc.pid)
-                    cpu_first = cpu_first or cpu
-                    cpu_last = cpu
-                for r in got:
-                    seg = decode_segment(r.value)
-                    segs += 1
-                    t_first = t_first or r.received
-                    t_last = r.received
-                    if seg.last:
-                        done.add(seg.request_id)
-            if t_first is None or t_last is None or done != want:
-                raise RuntimeError(f"stage finished {len(done)} of {len(want)} backlog requests; see {home}/logs")
-            span = max(t_last - t_first, 1e-6)
-            res.update(stage_requests_per_s=round(len(want) / span, 1), stage_segments_per_s=round(segs / span, 1),
-                       backlog_requests=len(want), backlog_span_s=round(span, 2),
-                       stage_cpu_s=round(cpu_last - cpu_first, 2))
-            if cpu_last > cpu_first:
-                # CPU seconds the stage process used between its first and last segment:
-                # a rate per CPU-second does not depend on how loaded the machine was
-                res["stage_requests_per_cpu_s"] = round(len(want) / (cpu_last - cpu_first), 1)
+            res.update(_backlog_throughput(s, sup, reader, pub, texts, users=97))
 
             # 3. latency at a steady rate, stage warm
             lat_last: list[float] = []
@@ -223,6 +193,85 @@ def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: floa
     finally:
         delete_run_topics(s)
     return res
+
+
+def _backlog_throughput(s: Settings, sup: Any, reader: TopicReader, pub: Publisher, texts: list[str], *,
+                        users: int, id_chars: int = 0, timeout_s: float = 900) -> dict[str, Any]:
+    """Publish ``texts`` as a backlog from ``users`` user ids, then start one stage pinned to one
+    CPU and time it from its first segment to its last (``id_chars`` pads the request ids)."""
+    rids = [f"t{i}".rjust(id_chars, "x") for i in range(len(texts))]
+    for i, (rid, t) in enumerate(zip(rids, texts, strict=True)):
+        user = f"user-{i % users}"
+        pub.publish(s.topic_requests, user.encode(), encode(Request(request_id=rid, user_id=user, text=t)))
+    pub.flush()
+    want = set(rids)
+    proc = sup.stage("stage", s)
+    res: dict[str, Any] = {"stage_pinned_to_one_cpu": _pin(proc.pid, cpu=(os.cpu_count() or 1) - 1)}
+    done: set[str] = set()
+    segs = 0
+    t_first = t_last = None
+    cpu_first = cpu_last = 0.0
+    deadline = time.monotonic() + timeout_s
+    while done != want and time.monotonic() < deadline:
+        sup.check_alive()
+        got = reader.poll(0.5, 2000)
+        if got:
+            cpu = _cpu_seconds(proc.pid)
+            cpu_first = cpu_first or cpu
+            cpu_last = cpu
+        for r in got:
+            seg = decode_segment(r.value)
+            segs += 1
+            t_first = t_first or r.received
+            t_last = r.received
+            if seg.last:
+                done.add(seg.request_id)
+    if t_first is None or t_last is None or done != want:
+        raise RuntimeError(f"stage finished {len(done)} of {len(want)} backlog requests; see {s.home}/logs")
+    span = max(t_last - t_first, 1e-6)
+    res.update(stage_requests_per_s=round(len(want) / span, 1), stage_segments_per_s=round(segs / span, 1),
+               backlog_requests=len(want), backlog_users=users, backlog_span_s=round(span, 2),
+               stage_cpu_s=round(cpu_last - cpu_first, 2), stage_peak_rss_mib=_peak_rss_mib(proc.pid))
+    if cpu_last > cpu_first:
+        # CPU seconds the stage process used between its first and last segment:
+        # a rate per CPU-second does not depend on how loaded the machine was
+        res["stage_requests_per_cpu_s"] = round(len(want) / (cpu_last - cpu_first), 1)
+    return res
+
+
+def _users_run(base: Settings, *, requests: int, spread_users: int, id_chars: int, seed: int) -> dict[str, Any]:
+    """The same backlog from ONE user id and from ``spread_users``, each through a fresh stage."""
+    from streams.procs import Supervisor
+
+    texts = make_texts(requests, seed=seed, target=40)  # about one segment each: the stage's own cost shows
+    res: dict[str, Any] = {"mode": "users", "requests": requests, "id_chars": id_chars,
+                           "segments_per_request": round(sum(len(split_segments(normalize(t), base.max_segment_chars))
+                                                             for t in texts) / len(texts), 2)}
+    for label, users in (("one_user", 1), ("spread", spread_users)):
+        home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-users-")
+        s = _prepare(base, "bsu", home=home, log_level="WARNING")
+        try:
+            with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
+                r = _backlog_throughput(s, sup, reader, Publisher(s), texts, users=users, id_chars=id_chars)
+            res[label] = {k: r[k] for k in ("stage_requests_per_s", "backlog_span_s", "stage_requests_per_cpu_s",
+                                            "stage_peak_rss_mib", "backlog_users") if k in r}
+        finally:
+            delete_run_topics(s)
+    res["one_user_vs_spread"] = round(res["one_user"]["stage_requests_per_s"] / res["spread"]["stage_requests_per_s"], 3)
+    if "stage_requests_per_cpu_s" in res["one_user"] and "stage_requests_per_cpu_s" in res["spread"]:
+        res["one_user_vs_spread_per_cpu_s"] = round(
+            res["one_user"]["stage_requests_per_cpu_s"] / res["spread"]["stage_requests_per_cpu_s"], 3)
+    return res
+
+
+def _peak_rss_mib(pid: int | None) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _cpu_seconds(pid: int | None) -> float:
@@ -369,12 +418,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--stages", type=int, default=2, help="stage processes of the --kill run")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--pure-only", action="store_true", help="only the in-process text/core measurement")
+    ap.add_argument("--users", action="store_true",
+                    help="one user id vs many: the same backlog (--requests) through a fresh stage each")
+    ap.add_argument("--spread-users", type=int, default=500, help="user ids of the spread run of --users")
+    ap.add_argument("--id-chars", type=int, default=128, help="request id length of the --users runs")
     ns = ap.parse_args(argv)
     base = load_settings()
     guarantee = ns.guarantee or base.stage_guarantee
     commit_ms = ns.commit_interval_ms or base.stage_commit_interval_ms
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    if ns.kill:
+    if ns.users:
+        res = _users_run(base, requests=ns.requests, spread_users=ns.spread_users, id_chars=ns.id_chars, seed=ns.seed)
+    elif ns.kill:
         res = _kill_run(base, requests=ns.requests, rate=ns.rate, kills=ns.kills, guarantee=guarantee,
                         commit_ms=commit_ms, seed=ns.seed, stages=ns.stages)
     else:

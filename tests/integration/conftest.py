@@ -20,6 +20,9 @@ Helpers (fixtures):
   read from the beginning of every partition until the end (and at least ``count``
   messages) or the deadline. :func:`drain_topic` is the same as a plain function.
 * ``s3`` (boto3 client), ``redis_client``, ``unique`` (a fresh suffix string).
+* ``private_stack``: settings of a stack of the test's OWN (home in a temp dir, free ports,
+  Kafka jars shared with the main stack's home), fresh and empty, taken down after the test:
+  for tests that restart the broker or need a cluster nobody has used.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +43,30 @@ from streams.stack import delete_topics, ensure_topics
 from tests.support.stack import require_stack
 
 TEST_PARTITIONS = 4
+_STACK_UP_S = 420.0  # a KRaft broker on a loaded 2-core machine has taken over 3 minutes to start
+
+
+@pytest.fixture
+def private_stack(tmp_path: Path) -> Iterator[Settings]:
+    from streams import stack
+    from streams.procs import free_port
+    from streams.settings import load_settings
+
+    base = load_settings()
+    home = tmp_path / "stack"
+    home.mkdir()
+    shared_jars = Path(base.home).expanduser().resolve() / "jars"
+    if shared_jars.is_dir():
+        (home / "jars").symlink_to(shared_jars)
+    kp, cp, sp, rp = (free_port() for _ in range(4))
+    s = base.replace(home=str(home), kafka_port=kp, kafka_controller_port=cp, s3_port=sp, redis_port=rp,
+                     bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
+                     redis_url=f"redis://127.0.0.1:{rp}/0", model_dir=str(base.effective_model_dir))
+    try:
+        stack.stack_up(s, quiet=True, timeout=_STACK_UP_S)
+        yield s
+    finally:
+        stack.stack_down(s)
 
 
 @pytest.fixture(scope="session")

@@ -19,14 +19,13 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from streams import stack
-from streams.procs import Supervisor, free_port
-from streams.settings import Settings, load_settings
+from streams.procs import Supervisor
+from streams.settings import Settings
 from tests.integration.test_worker import by_request, check_audio, completions
 from tests.integration.test_worker_kill import _corpus
 
@@ -37,28 +36,15 @@ _STACK_UP_S = 420.0  # a KRaft broker on a loaded 2-core machine has taken over 
 
 
 @pytest.fixture
-def private(tmp_path: Path, unique: str) -> Iterator[Settings]:
-    """Settings of a stack of this test's own (home in tmp_path, free ports), taken down after it."""
-    base = load_settings()
-    home = tmp_path / "stack"
-    home.mkdir()
-    shared_jars = Path(base.home).expanduser().resolve() / "jars"
-    if shared_jars.is_dir():
-        (home / "jars").symlink_to(shared_jars)
-    kp, cp, sp, rp = (free_port() for _ in range(4))
-    s = base.replace(home=str(home), kafka_port=kp, kafka_controller_port=cp, s3_port=sp, redis_port=rp,
-                     bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
-                     redis_url=f"redis://127.0.0.1:{rp}/0", partitions=2,
-                     topic_segments=f"{base.topic_segments}.{unique}", topic_completed=f"{base.topic_completed}.{unique}",
-                     topic_done=f"{base.topic_done}.{unique}", worker_group=f"{base.worker_group}-{unique}",
-                     s3_prefix=f"test/{unique}/", max_wait_ms=20, transaction_timeout_ms=20_000,
-                     model_dir=str(base.effective_model_dir))
-    try:
-        stack.stack_up(s, quiet=True, timeout=_STACK_UP_S)
-        stack.ensure_topics(s, partitions=2)
-        yield s
-    finally:
-        stack.stack_down(s)
+def private(private_stack: Settings, unique: str) -> Settings:
+    """A stack of this test's own (see ``private_stack``), 2 partitions, this test's topics."""
+    base = private_stack
+    s = base.replace(partitions=2, topic_segments=f"{base.topic_segments}.{unique}",
+                     topic_completed=f"{base.topic_completed}.{unique}", topic_done=f"{base.topic_done}.{unique}",
+                     worker_group=f"{base.worker_group}-{unique}", s3_prefix=f"test/{unique}/", max_wait_ms=20,
+                     transaction_timeout_ms=20_000)
+    stack.ensure_topics(s, partitions=2)
+    return s
 
 
 def _publish(settings: Settings, segments: list) -> None:  # type: ignore[type-arg]
