@@ -21,6 +21,10 @@ long (``--id-chars``) request ids, once from a single user id and once spread ov
 ``--spread-users``, each through a fresh stage pinned to one CPU; the ratio of the two
 rates is the price of one user's volume (it was 0.17x with one dedup map per user).
 
+``--restore`` measures the dedup table: a stage's RSS and restore time with ``--ids`` ids in
+its changelog against an empty one (and, with ``--store rocksdb``, after a SIGTERM and a
+SIGKILL restart, which read the table from disk).
+
 ``--kill`` runs the exactly-once check instead: two stage processes on four partitions,
 requests at a steady rate, a stage SIGKILLed (and restarted at once) every few seconds,
 then a ``read_committed`` reader counts lost and duplicated segments by
@@ -264,6 +268,109 @@ def _users_run(base: Settings, *, requests: int, spread_users: int, id_chars: in
     return res
 
 
+def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, ...] = ("SIGTERM", "SIGKILL"),
+                 seed: int = 7) -> dict[str, Any]:
+    """Memory and restore time of the dedup table holding ``ids`` request ids.
+
+    The ids are written straight into the table's changelog (the stage's own key format,
+    spread over the four partitions), then a stage starts; its restore time is from its
+    start to the first segment of a probe request published at that moment; its RSS is read
+    once the probe is through. A repeated id published before the probe must be dropped.
+    With ``store=rocksdb`` the stage is restarted (SIGTERM, then SIGKILL) and timed again:
+    RocksDB keeps the table and the changelog offset on disk."""
+    from confluent_kafka import Producer
+
+    from streams.procs import Supervisor
+    from streams.stage_dedup import SeenIndex, dedup_table_name
+
+    home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-restore-")
+    s = _prepare(base, "bsr", home=home, stage_store=store, log_level="WARNING")
+    index = SeenIndex(s.dedup_window_s)
+    changelog = f"{s.stage_app_id}-{dedup_table_name(s)}-changelog"
+    now = time.time()
+    users = 1000
+    res: dict[str, Any] = {"mode": "restore", "store": store, "ids": ids, "partitions": 4}
+
+    def user(i: int) -> bytes:
+        return f"user-{i % users}".encode()
+
+    def rid(i: int) -> str:
+        return f"r-{i:034d}"  # 36 characters, like a UUID
+
+    try:
+        if ids:
+            # each user's entries in that user's partition, as the stage writes them: learn the
+            # murmur2 partition of every user id from a scratch topic of the run's own
+            part_of: dict[int, int] = {}
+            probe_p = Producer({"bootstrap.servers": s.bootstrap_servers, "partitioner": "murmur2_random"})
+            def learned(u: int) -> Any:
+                return lambda err, m: part_of.__setitem__(u, m.partition())
+
+            for u in range(users):
+                probe_p.produce(s.topic_dlq, key=user(u), value=b"", on_delivery=learned(u))
+            probe_p.flush(60)
+            p = Producer({"bootstrap.servers": s.bootstrap_servers, "linger.ms": 50, "batch.num.messages": 10000,
+                          "queue.buffering.max.messages": 1_000_000})
+            t0 = time.monotonic()
+            for i in range(ids):
+                k, v = index.entry(user(i), rid(i), now - (i % 3600))
+                while True:
+                    try:
+                        p.produce(changelog, key=k, value=v, partition=part_of[i % users])
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+                if i % 10000 == 0:
+                    p.poll(0)
+            p.flush(300)
+            res["changelog_write_s"] = round(time.monotonic() - t0, 1)
+        pub = Publisher(s)
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
+            runs: list[dict[str, Any]] = []
+            for attempt, how in enumerate(("start", *(restarts if store == "rocksdb" else ()))):
+                t0 = time.monotonic()
+                if how == "start":
+                    proc = sup.stage("stage", s)
+                else:
+                    proc = sup.restart("stage", sig=getattr(signal, how))
+                probe_user = user(7).decode()
+                if ids:  # a retry of an id the table holds: must produce nothing
+                    pub.publish(s.topic_requests, probe_user.encode(),
+                                encode(Request(request_id=rid(7), user_id=probe_user, text="A repeated request.")))
+                probe = f"probe-{attempt}"
+                pub.publish(s.topic_requests, probe_user.encode(),
+                            encode(Request(request_id=probe, user_id=probe_user, text="A new request.")))
+                pub.flush()
+                got_dup = False
+                deadline = time.monotonic() + 900
+                seen_probe = False
+                while not seen_probe and time.monotonic() < deadline:
+                    sup.check_alive()
+                    for r in reader.poll(0.2, 1000):
+                        seg = decode_segment(r.value)
+                        got_dup |= seg.request_id == rid(7)
+                        seen_probe |= seg.request_id == probe
+                if not seen_probe:
+                    raise RuntimeError(f"the probe never came through; see {home}/logs")
+                runs.append({"how": how, "restore_s": round(time.monotonic() - t0, 2),
+                             "rss_mib": _rss_mib(proc.pid), "repeated_id_dropped": not got_dup})
+            res["runs"] = runs
+            res["disk_mib"] = round(sum(f.stat().st_size for f in Path(home).rglob("*") if f.is_file()) / 2**20, 1)
+    finally:
+        delete_run_topics(s)
+    return res
+
+
+def _rss_mib(pid: int | None) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _peak_rss_mib(pid: int | None) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -422,12 +529,25 @@ def main(argv: list[str]) -> int:
                     help="one user id vs many: the same backlog (--requests) through a fresh stage each")
     ap.add_argument("--spread-users", type=int, default=500, help="user ids of the spread run of --users")
     ap.add_argument("--id-chars", type=int, default=128, help="request id length of the --users runs")
+    ap.add_argument("--restore", action="store_true",
+                    help="memory and restore time of a dedup table of --ids ids (0 and --ids, side by side)")
+    ap.add_argument("--ids", type=int, default=1_000_000, help="request ids in the table of --restore")
+    ap.add_argument("--store", choices=("memory", "rocksdb"), default=None, help="dedup store of --restore")
     ns = ap.parse_args(argv)
     base = load_settings()
     guarantee = ns.guarantee or base.stage_guarantee
     commit_ms = ns.commit_interval_ms or base.stage_commit_interval_ms
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    if ns.users:
+    if ns.restore:
+        store = ns.store or base.stage_store
+        empty = _restore_run(base, ids=0, store=store, restarts=())
+        full = _restore_run(base, ids=ns.ids, store=store)
+        res = {"mode": "restore", "store": store, "ids": ns.ids, "empty": empty["runs"], "full": full["runs"],
+               "changelog_write_s": full.get("changelog_write_s"), "disk_mib": full.get("disk_mib")}
+        e, f = empty["runs"][0].get("rss_mib"), full["runs"][0].get("rss_mib")
+        if e is not None and f is not None and ns.ids:
+            res["rss_mib_per_million_ids"] = round((f - e) * 1e6 / ns.ids, 1)
+    elif ns.users:
         res = _users_run(base, requests=ns.requests, spread_users=ns.spread_users, id_chars=ns.id_chars, seed=ns.seed)
     elif ns.kill:
         res = _kill_run(base, requests=ns.requests, rate=ns.rate, kills=ns.kills, guarantee=guarantee,

@@ -10,6 +10,10 @@ own (a fenced producer exits non-zero by design) is restarted, as an orchestrato
 and counted; so is one whose ``/healthz`` keeps failing for 30 s (a liveness probe). When every request is answered (or ``--timeout`` passes) everything is
 stopped and ``tts.completed`` is read again from the beginning with ``read_committed``.
 
+A share of the requests (``--bad-share``, 0.2) carry a readable id with bad content (empty
+text, unknown voice, format ``mp9``, speed 99): each must get exactly one ``failed``
+completion with the stage's code (``bad_content_wrong`` counts any other answer).
+
 What it checks, per request id: exactly one completion (``lost``: none, ``duplicates``:
 completions beyond the first); for each ok completion, that its S3 object exists, has the
 announced ``bytes`` and ``sha256``, decodes, is not silent and lasts a plausible time for
@@ -219,6 +223,7 @@ class ChaosConfig:
     out_dir: Path = Path("out/chaos")
     keep: bool = False  # keep the run's topics (and private stack) for inspection
     liveness_grace_s: float = 30.0  # restart a process whose /healthz fails this long
+    bad_share: float = 0.2  # share of requests with a readable id and bad content (answered failed, once)
 
 
 @dataclass(slots=True)
@@ -276,7 +281,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     """Run the pipeline under disruption; the report (also the command's JSON line)."""
     from schemas import SchemaError, decode_completion
     from streams import stack
-    from streams.corpus import chaos_requests, encode_request
+    from streams.corpus import bad_content_request, chaos_requests, encode_request
     from streams.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, s3_client
     from streams.procs import Supervisor
     from streams.settings import load_settings
@@ -306,6 +311,11 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     stack.ensure_bucket(s)
     reqs = chaos_requests(cfg.requests, seed=seed, run_id=run_id)
     by_id = {r.request_id: r for r in reqs}
+    # every k-th request carries bad content: its answer must be one failed completion with the code
+    every = max(1, round(1 / cfg.bad_share)) if cfg.bad_share > 0 else 0
+    bad: dict[str, tuple[bytes, str]] = {
+        r.request_id: bad_content_request(r.request_id, r.user_id, j)
+        for j, r in enumerate(reqs[every - 1::every] if every else [])}
     publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 10.0)
     events = plan_events(seed, publish_s, kill_workers=cfg.kill_workers, kill_stage=cfg.kill_stage,
                          restart_broker=cfg.restart_broker, workers=cfg.workers)
@@ -344,7 +354,8 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
             now = time.monotonic() - t_pub
             while i < len(reqs) and i * publish_s / len(reqs) <= now:
                 r = reqs[i]
-                pub.publish(s.topic_requests, r.user_id.encode(), encode_request(r))
+                raw = bad[r.request_id][0] if r.request_id in bad else encode_request(r)
+                pub.publish(s.topic_requests, r.user_id.encode(), raw)
                 i += 1
             answered = len(progress.seen) / len(reqs)
             for ev in [e for e in pending if (e.at <= now if e.by == "time" else e.at <= answered)]:
@@ -421,7 +432,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         checked = 0
         for rid, cs in completions.items():
             for c in cs:
-                if c.status != "ok" or rid not in by_id:
+                if c.status != "ok" or rid not in by_id or rid in bad:
                     continue
                 if c.audio is None:
                     bad_audio[rid] = ["ok completion without audio"]
@@ -439,11 +450,20 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         timings["total_s"] = round(time.monotonic() - t_start, 1)
         failed_codes = Counter(c.error.code for cs in completions.values() for c in cs[:1]
                                if c.status != "ok" and c.error is not None)
+        # bad content: the first answer must be failed with the stage's code; a valid request must not fail
+        wrong = {rid: (cs[0].status, cs[0].error.code if cs[0].error else None) for rid, cs in completions.items()
+                 if rid in bad and (cs[0].status != "failed" or cs[0].error is None
+                                    or cs[0].error.code != bad[rid][1])}
+        valid_failed = sum(1 for rid, cs in completions.items()
+                           if rid in by_id and rid not in bad and cs[0].status != "ok")
         return {
             "run_id": run_id, "seed": seed, "workers": cfg.workers,
             **{k: v for k, v in asdict(t).items() if k not in ("lost_ids", "duplicate_ids")},
             "bad_audio": len(bad_audio), "audio_checked": checked, "undecodable_completions": undecodable,
-            "failed_codes": dict(failed_codes),
+            "failed_codes": dict(failed_codes), "bad_content": len(bad),
+            "bad_content_answered": sum(1 for rid in bad if rid in completions),
+            "bad_content_wrong": len(wrong), "bad_content_wrong_sample": dict(list(wrong.items())[:5]),
+            "valid_failed": valid_failed,
             "kills": {"worker": sum(1 for f in fired if f["action"] == "kill_worker"),
                       "stage": sum(1 for f in fired if f["action"] == "kill_stage"),
                       "broker_restarts": len(broker_log)},
@@ -497,15 +517,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="seed of texts and event moments (default: random)")
     ap.add_argument("--publish-seconds", type=float, default=None, help="spread publishing over this many seconds")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds after the last publish to wait for answers")
+    ap.add_argument("--bad-share", type=float, default=0.2,
+                    help="share of requests with a readable id and bad content (0 for none)")
     ap.add_argument("--keep", action="store_true", help="keep the run's topics / private stack")
     ap.add_argument("--json", action="store_true", help="print only the JSON report on stdout")
     ns = ap.parse_args(argv)
-    if ns.requests < 1 or ns.workers < 1 or min(ns.kill_workers, ns.kill_stage, ns.restart_broker) < 0:
-        print("ttsflow chaos: --requests and --workers must be >= 1, counts >= 0", file=sys.stderr)
+    if ns.requests < 1 or ns.workers < 1 or min(ns.kill_workers, ns.kill_stage, ns.restart_broker) < 0 \
+            or not 0 <= ns.bad_share <= 1:
+        print("ttsflow chaos: --requests and --workers must be >= 1, counts >= 0, --bad-share in [0, 1]",
+              file=sys.stderr)
         return 2
     cfg = ChaosConfig(requests=ns.requests, kill_workers=ns.kill_workers, kill_stage=ns.kill_stage,
                       restart_broker=ns.restart_broker, workers=ns.workers, seed=ns.seed,
-                      publish_s=ns.publish_seconds, timeout_s=ns.timeout, keep=ns.keep)
+                      publish_s=ns.publish_seconds, timeout_s=ns.timeout, keep=ns.keep, bad_share=ns.bad_share)
     try:
         report = run_chaos(cfg)
     except Exception as e:
@@ -514,7 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.json:
         print(f"requests {report['requests']}  completed {report['completed']}  lost {report['lost']}  "
               f"duplicates {report['duplicates']}  bad_audio {report['bad_audio']}  failed {report['failed']}  "
+              f"bad_content {report['bad_content_answered']}/{report['bad_content']} "
+              f"(wrong {report['bad_content_wrong']})  "
               f"in {report['timings']['total_s']}s")
     print(json.dumps(report))
-    ok = report["lost"] == 0 and report["duplicates"] == 0 and report["bad_audio"] == 0
+    ok = (report["lost"] == 0 and report["duplicates"] == 0 and report["bad_audio"] == 0
+          and report["bad_content_wrong"] == 0)
     return 0 if ok else 1

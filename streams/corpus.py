@@ -18,6 +18,7 @@ Pure: no Kafka, no I/O. Building the bytes of a request is :func:`encode_request
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -213,6 +214,23 @@ def chaos_requests(n: int, *, seed: int, run_id: str, users: int = 16) -> list[R
         Request(request_id=f"chaos-{run_id}-{i:06d}", user_id=f"user-{rng.randrange(users):03d}", text=next(gen))
         for i in range(n)
     ]
+
+
+# Readable ids with bad content, and the code the stage must answer them with.
+BAD_CONTENT: tuple[tuple[dict[str, object], str], ...] = (
+    ({"text": "\u200b \t"}, "empty_text"),
+    ({"text": "Hello.", "voice": "nobody"}, "unknown_voice"),
+    ({"text": "Hello.", "format": "mp9"}, "unsupported_format"),
+    ({"text": "Hello.", "speed": 99}, "invalid_field"),
+)
+
+
+def bad_content_request(rid: str, user_id: str, i: int) -> tuple[bytes, str]:
+    """Raw bytes of a request with a readable id and bad content (variant ``i``), and its code."""
+    extra, code = BAD_CONTENT[i % len(BAD_CONTENT)]
+    body = {"request_id": rid, "user_id": user_id, **extra,
+            "created_at": datetime.now(UTC).isoformat()}
+    return json.dumps(body).encode(), code
 
 
 def bench_texts(n: int, *, seed: int, per_text: tuple[int, int] = (1, 3)) -> list[str]:
