@@ -131,10 +131,13 @@ class AudioRef(_Event, frozen=True, kw_only=True):
 
 
 class ModelInfo(_Event, frozen=True, kw_only=True):
+    """The model that answered; ``voice`` is the voice that spoke (absent in older events)."""
+
     name: str
     version: str
     precision: str
     provider: str
+    voice: Voice | None = None
 
 
 class Timings(_Event, frozen=True, kw_only=True):
