@@ -87,9 +87,9 @@ def check_audio(samples: np.ndarray, sample_rate: int, text: str, *, speed: floa
         return Refusal("empty", "the voice returned no audio")
     duration, voiced, loudest = audio_stats(samples, sample_rate, active_dbfs=active_dbfs)
     if loudest < min_dbfs:
-        return Refusal("silent", f"near-silent audio: its loudest frame is at {loudest:.0f} dBFS, below "
-                       f"{min_dbfs:.0f} dBFS ({duration:.2f} s for {len(text)} characters of text); the voice "
-                       "likely cannot speak this text")
+        level = "is all zeros" if math.isinf(loudest) else f"reaches only {loudest:.0f} dBFS (loudest 5 ms)"
+        return Refusal("silent", f"near-silent audio: {duration:.2f} s for {len(text)} characters of text "
+                       f"{level}, below {min_dbfs:.0f} dBFS; the voice likely cannot speak this text")
     chars = spoken_chars(text)
     need = chars / (max_chars_per_s * speed)
     if voiced < need:
