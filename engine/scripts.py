@@ -108,7 +108,7 @@ def script_of(ch: str) -> str | None:
     if o >= 0x3400 and "IDEOGRAPH" in name:
         return "Han"  # extension blocks
     if name.startswith("MODIFIER LETTER") or not name:
-        return None  # spacing modifiers (ʼ, ˈ) and unnamed: neutral
+        return None  # spacing modifiers (U+02BC, U+02C8) and unnamed: neutral
     return name.split(" ", 1)[0].title()  # another script: its own name (e.g. "Tifinagh")
 
 

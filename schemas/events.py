@@ -137,7 +137,7 @@ class ModelInfo(_Event, frozen=True, kw_only=True):
     version: str
     precision: str
     provider: str
-    voice: Voice | None = None
+    voice: Annotated[str, msgspec.Meta(min_length=1, max_length=64, description="The voice that spoke")] | None = None
 
 
 class Timings(_Event, frozen=True, kw_only=True):
@@ -146,8 +146,15 @@ class Timings(_Event, frozen=True, kw_only=True):
     queue_ms: NonNegFloat | None = None
 
 
+ErrorCode = Annotated[str, msgspec.Meta(description=(
+    "Stable code. From the stage: invalid_json, invalid_field, empty_text, text_too_long, unknown_voice, "
+    "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak). From the "
+    "worker: synthesis_failed (including audio refused as near-silent or far shorter than its text), "
+    "engine_error, part_missing."))]
+
+
 class ErrorInfo(_Event, frozen=True, kw_only=True):
-    code: str
+    code: ErrorCode
     message: str
 
 

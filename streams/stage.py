@@ -107,6 +107,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from engine import voices as engine_voices
+from engine.voices import VoiceInfo
 from schemas import (
     Completion,
     DeadLetter,
@@ -120,8 +122,6 @@ from schemas import (
     request_hash,
     segment_hash,
 )
-from engine import voices as engine_voices
-from engine.voices import VoiceInfo
 from schemas.errors import ContentError
 from streams.settings import Settings, SettingsError, load_settings
 from streams.text import normalize, split_segments

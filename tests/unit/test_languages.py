@@ -16,6 +16,7 @@ from engine.scripts import census, runs, script_of, strip
 from engine.voices import (
     DEFAULT_MAX_CHARS_PER_S,
     VOICES,
+    VoiceInfo,
     backend_voices,
     choose,
     installed_voices,
@@ -28,8 +29,14 @@ from streams.stage import StageCore
 from streams.stage_metrics import StageMetrics
 from streams.text import normalize
 
-HEART = voice_info("heart")
-assert HEART is not None
+
+def _voice(name: str) -> VoiceInfo:
+    v = voice_info(name)
+    assert v is not None, name
+    return v
+
+
+HEART = _voice("heart")
 S = Settings(max_segment_chars=80, max_text_chars=5000, dedup_window_s=100)
 
 CASES = {  # name: (text, the script the English voice cannot speak)
@@ -125,13 +132,12 @@ def test_registry_is_data_known_without_a_model() -> None:
 
 
 def test_choose_takes_another_served_voice_only_when_none_is_named() -> None:
-    served = (voice_info("heart"), voice_info("chattts"))
-    assert all(served)
+    served = (_voice("heart"), _voice("chattts"))
     zh = CASES["chinese"][0]
-    assert choose(zh, None, "heart", served).voice.voice == "chattts"  # type: ignore[arg-type]
-    named = choose(zh, "heart", "heart", served)  # type: ignore[arg-type]
+    assert choose(zh, None, "heart", served).voice.voice == "chattts"
+    named = choose(zh, "heart", "heart", served)
     assert named.voice.voice == "heart" and not named.speakable
-    assert choose("Hello.", None, "heart", served).voice.voice == "heart"  # type: ignore[arg-type]
+    assert choose("Hello.", None, "heart", served).voice.voice == "heart"
 
 
 # -- the stage ---------------------------------------------------------------------------
