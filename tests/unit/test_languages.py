@@ -53,7 +53,7 @@ CASES = {  # name: (text, the script the English voice cannot speak)
     ("カ", "Katakana"), ("ｶ", "Katakana"), ("ー", "Katakana"), ("한", "Hangul"), ("ж", "Cyrillic"),
     ("ب", "Arabic"), ("λ", "Greek"), ("ש", "Hebrew"), ("क", "Devanagari"), ("ก", "Thai"), ("😀", "Emoji"),
     ("🇫", "Emoji"), ("★", "Emoji"), ("7", None), ("٣", None), (".", None), ("°", None), ("©", None), ("€", None),
-    (" ", None), ("\u0301", "M"), ("\ufe0f", "M"), ("\u200d", "M"),
+    (" ", None), ("µ", None), ("ª", None), ("ⴰ", "Tifinagh"), ("\u0301", "M"), ("\ufe0f", "M"), ("\u200d", "M"),
 ])
 def test_script_of_each_kind_of_character(ch: str, script: str | None) -> None:
     assert script_of(ch) == script
@@ -191,3 +191,12 @@ def test_stage_does_not_judge_voices_it_has_no_data_for() -> None:
     assert _handle(c, _req(CASES["chinese"][0])).kind == "segments"
     c = StageCore(S, voices=None, clock=lambda: 1.0)
     assert _handle(c, _req(CASES["korean"][0], voice="whatever")).kind == "segments"
+
+
+def test_latin_fast_path_agrees_with_the_slow_path() -> None:
+    from engine.scripts import latin_only
+
+    text = "Crème brûlée costs €5 — “really” ½ price… Ångström, Łódź, naïve façade."
+    assert latin_only(text) and judge(text, HEART).text == text
+    assert set(census(text)) == {"Latin"}
+    assert not latin_only("Hello 😀") and not latin_only("Hello 中")
