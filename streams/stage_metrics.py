@@ -2,7 +2,7 @@
 prometheus_client.
 
 The stage calls small hooks (``consumed``, ``segments``, ``failed``, ``dead_letter``,
-``duplicate``, ``processed``) and never touches a metric object. The metrics live in
+``duplicate``, ``processed``, ``foreign_dropped``) and never touches a metric object. The metrics live in
 their own registry and are served with ``/healthz`` (the event loop went round within
 ``stall_s``) and ``/readyz`` (the faust app has partitions assigned or is waiting for
 them after start) on the port given (``settings.metrics_port`` unless ``ttsflow stage
@@ -31,6 +31,10 @@ class StageMetrics(ProbedMetrics):
                             ["reason"], registry=r)
         self._dups = Counter("ttsflow_stage_duplicates_total", "Requests dropped as repeated request ids.",
                              registry=r)
+        self._foreign = Counter("ttsflow_stage_foreign_units_dropped_total",
+                                "Spoken units (words; characters of syllabic scripts; emoji) cut from accepted "
+                                "requests because their voice cannot speak that script, by script.",
+                                ["script"], registry=r)
         self._seconds = Histogram("ttsflow_stage_processing_seconds",
                                   "Time to validate, normalize, split and hash one request.",
                                   buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1),
@@ -55,6 +59,9 @@ class StageMetrics(ProbedMetrics):
 
     def dead_letter(self, reason: str) -> None:
         self._dlq.labels(reason).inc()
+
+    def foreign_dropped(self, script: str, units: int) -> None:
+        self._foreign.labels(script).inc(units)
 
     def duplicate(self) -> None:
         self._dups.inc()

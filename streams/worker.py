@@ -35,6 +35,10 @@ Guarantees (DESIGN.md "Exactly-once, end to end"):
   answers again. Redis unreachable -> cache bypass, counted.
 * An engine failure on one item fails that request (failed completion with the code),
   not the batch's other requests and not the process.
+* Audio is checked before it is called ok (:func:`engine.quality.check_audio`, about
+  10 microseconds a part): a near-silent part, or one far shorter than its text implies at
+  its voice's measured speaking rate, fails its request with ``synthesis_failed`` and the
+  reason. A completion's ``model.voice`` names the voice that spoke.
 * Hot reload (hibari, piper: the engine is an ``engine.reload.ModelManager``): SIGHUP only
   sets a flag; the swap happens at the top of a loop turn when nothing is in flight (no
   batched, synthesizing, joining or unfinished request), so every part of a request is made
@@ -64,12 +68,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from engine import audio as audio_codec
+from engine import voices as engine_voices
 from engine.base import Audio, Failure, Prepared, SynthItem
 from engine.engine import Engine
 from engine.errors import EngineError, ItemError
+from engine.quality import check_audio
 from schemas import (
     AudioRef,
     Completion,
@@ -591,6 +598,7 @@ class Worker:
         """Pool thread: DSP, encode, upload every part of one model call (uploads in parallel)."""
         t0 = time.perf_counter()
         results = self.engine.postprocess_many(raw, prepared)
+        results = [self._checked(s, r) for s, r in zip(segs, results, strict=True)]
         synth_s = infer_s + (time.perf_counter() - t0)
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.settings.max_batch, synth_s, audio_s, waits)
@@ -612,6 +620,19 @@ class Worker:
                 up.result()  # raises S3Unavailable into the loop
             out.append((s, r, key, share))
         return out
+
+    def _checked(self, s: _Seg, r: Audio | Failure) -> Audio | Failure:
+        """A part is an answer only if it sounds like its text (:func:`engine.quality.check_audio`):
+        near-silent or far too short audio becomes a ``synthesis_failed`` of its request."""
+        if not isinstance(r, Audio):
+            return r
+        info = engine_voices.voice_info(s.seg.voice)
+        limit = info.max_chars_per_s if info is not None else engine_voices.DEFAULT_MAX_CHARS_PER_S
+        refused = check_audio(r.samples, r.sample_rate, s.seg.text, speed=s.seg.speed, max_chars_per_s=limit)
+        if refused is None:
+            return r
+        self.metrics.audio_refused(refused.reason)
+        return Failure("synthesis_failed", f"voice {s.seg.voice!r}: {refused.message}")
 
     # -- 6) collect parts ------------------------------------------------------------
     def _collect_parts(self) -> None:
@@ -760,7 +781,7 @@ class Worker:
         cached = sum(1 for p in req.parts.values() if p.cached)
         c = Completion(
             request_id=req.request_id, user_id=req.user_id, status=status,  # type: ignore[arg-type]
-            audio=audio, segments=req.total, cached_segments=cached, model=self.model_info,
+            audio=audio, segments=req.total, cached_segments=cached, model=self._spoken_by(req),
             timings=Timings(e2e_ms=round(max(0.0, e2e_s or 0.0) * 1000, 3), synth_ms=round(req.synth_s * 1000, 3),
                             queue_ms=round(req.queue_s * 1000, 3)),
             error=error, completed_at=now)
@@ -770,6 +791,13 @@ class Worker:
         log = _log.warning if status == "failed" else _log.info
         log("event=completion request_id=%s user_id=%s status=%s segments=%d cached=%d code=%s",
             req.request_id, req.user_id, status, req.total, cached, error.code if error else "-")
+
+    def _spoken_by(self, req: _Request) -> ModelInfo:
+        """The serving model's info, naming the voice that spoke the request."""
+        seg = req.last or req.first
+        if seg is None:
+            return self.model_info
+        return msgspec.structs.replace(self.model_info, voice=seg.voice)
 
     # -- 8) transaction --------------------------------------------------------------
     def _commit(self, *, force: bool = False) -> None:

@@ -29,6 +29,9 @@ class WorkerMetrics(ProbedMetrics):
                                 "Segments dropped as already done, by reason.", ["reason"], registry=r)
         self._bad = Counter("ttsflow_worker_bad_segments_total", "Segment events that could not be decoded.",
                             registry=r)
+        self._refused = Counter("ttsflow_worker_audio_refused_total",
+                                "Synthesized parts refused by the audio check (empty, silent, too_short); each "
+                                "fails its request.", ["reason"], registry=r)
         self._batches = Counter("ttsflow_worker_batches_total", "Engine batches run.", registry=r)
         self._fill = Histogram("ttsflow_worker_batch_fill", "Batch size divided by max_batch.",
                                buckets=_FILL_BUCKETS, registry=r)
@@ -86,6 +89,9 @@ class WorkerMetrics(ProbedMetrics):
         if audio_s > 0:
             self._rtf.observe(synth_s / audio_s)
             self._audio.inc(audio_s)
+
+    def audio_refused(self, reason: str) -> None:
+        self._refused.labels(reason).inc()
 
     def cache(self, hit: bool) -> None:
         (self._hits if hit else self._misses).inc()

@@ -50,9 +50,11 @@ def _expected(text: str, s: Settings) -> list[str]:
 
 @pytest.fixture
 def stages(settings: Settings, tmp_path: Path) -> Iterator[tuple[Supervisor, Settings]]:
-    # the stage's default guarantee (at_least_once; see streams/stage.py for why)
+    # the stage's default guarantee (at_least_once; see streams/stage.py for why); a backend
+    # whose voice speaks Chinese and English, so the mixed texts are split, not refused or cut
+    # (the stage loads no model; language checks: tests/integration/test_languages_pipeline.py)
     s = settings.replace(home=str(tmp_path / "home"), max_segment_chars=60,
-                         max_text_chars=2000, log_level="INFO")
+                         max_text_chars=2000, log_level="INFO", backend="chattts", voice="")
     with Supervisor(tmp_path / "logs") as sup:
         for name in ("stage-a", "stage-b"):
             sup.stage(name, s)

