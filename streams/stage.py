@@ -5,21 +5,16 @@ in partition order:
 
 1. **Validate.** No readable ``request_id`` (not JSON, not an object, id missing or not
    matching the v1 pattern): a :class:`~schemas.DeadLetter` with the raw key and value
-   (base64), source topic/partition/offset and a reason (``empty_value``,
+   (base64), source topic/partition/offset, its identity ``id`` (the same on a re-sent
+   copy; also the ``ttsflow-dead-letter-id`` header) and a reason (``empty_value``,
    ``invalid_json``, ``no_request_id``) goes to ``settings.topic_dlq``, keyed like the
-   original. A readable id with bad content: a **failed** :class:`~schemas.Completion` on
-   ``settings.topic_completed`` with a stable ``error.code`` (``invalid_json``,
+   original. A readable id with bad content: a :class:`~schemas.Rejection` on
+   ``settings.topic_segments`` with a stable ``error.code`` (``invalid_json``,
    ``invalid_field`` whose message starts with the field name, ``empty_text``,
-   ``text_too_long``, ``unknown_voice``, ``unsupported_format``, ``unsupported_language``),
-   keyed by the user id read from the JSON if there is one, else by the record's key.
-   **Language.** The text is checked against its voice (:mod:`engine.voices`, scripts by
-   :mod:`engine.scripts`): mostly in scripts the voice cannot speak (Chinese, Japanese,
-   Korean, Cyrillic, emoji only... to an English voice) is ``unsupported_language``, whose
-   message names the script and the installed voices that speak it. A request naming no
-   voice gets another served voice that speaks its text if the default cannot
-   (:func:`engine.voices.choose`). A few foreign words in a text the voice speaks (a brand
-   name, an emoji) are cut before splitting and counted
-   (``ttsflow_stage_foreign_units_dropped_total``).
+   ``text_too_long``, ``unknown_voice``, ``unsupported_format``,
+   ``unsupported_language``), keyed like the request (by the user id it names when the
+   record has no key; to the source partition when it names none either). The stage never
+   writes ``tts.completed``: a worker answers the rejection in its transaction, once.
 2. **Normalize, split, hash** (:mod:`streams.text`, :func:`schemas.segment_hash` over the
    normalized segment text, voice, model = ``settings.backend``, ``settings.model_version``,
    speed, sample rate and format; :func:`schemas.request_hash` over the parts).
@@ -34,18 +29,18 @@ answered like bad content (failed completion ``internal_error`` or dead letter
 ``stage_error``) and counted, so the next record is processed. Kafka errors are not
 swallowed: they crash the worker, which exits non-zero for the orchestrator to restart.
 
-**Duplicates.** A faust Table ``dedup`` (``dedup-eos`` under exactly_once: a changelog
-written in transactions hangs faust's non-transactional recovery) (in memory, rebuilt from its compacted
-changelog topic on start and on rebalance) maps the record key (the user id) to
-``{request_id: first seen, epoch seconds}``. A Table's changelog record is written to the
-partition of the event being processed, so a user's entry lives in the same partition
-as the user's requests and moves with it. A request id seen for the same key within
-``settings.dedup_window_s`` produces nothing (counted); entries older than the window are
-pruned whenever the user's entry is written. Failed requests are recorded too, so every
-readable request id gets exactly one answer from the stage. Cost: a user's entry grows
-with the user's requests in the window and is rewritten whole on each request (fine
-for people; a key publishing tens of thousands of requests a day would want a windowed
-table instead). Ids are per user: the same id from two users is two requests.
+**Duplicates.** A faust Table ``seen`` (``seen-eos`` under exactly_once: a changelog
+written in transactions hangs faust's non-transactional recovery), rebuilt from its
+compacted changelog on start and on rebalance (``TTS_STAGE_STORE``: in memory, or in
+RocksDB on disk, which restarts from its own files), holds one entry per (record key,
+request id) in a time bucket one window wide (:mod:`streams.stage_dedup`): a request's
+cost never grows with its user's history. A Table's changelog record is written to the
+partition of the event being processed, so a user's entries live in the same partition
+as the user's requests and move with it. A request id seen for the same key within
+``settings.dedup_window_s`` produces nothing (counted); buckets older than the previous
+one are dropped from the local store and expire from the changelog by retention. Failed
+requests are recorded too, so every readable request id gets exactly one verdict from
+the stage. Ids are per user: the same id from two users is two requests.
 
 **Guarantee** (``settings.stage_guarantee``, default ``at_least_once``). What a
 ``read_committed`` reader of the segments topic saw in ``ttsflow bench stage --kill``
