@@ -51,8 +51,10 @@ class Settings:
     stage_guarantee: str = _f("at_least_once", "faust processing guarantee of the stage; exactly_once is faust's, measured broken under SIGKILL (see streams/stage.py).",
                               choices=("exactly_once", "at_least_once"))
     stage_commit_interval_ms: int = _f(200, "How often the stage commits offsets (its transactions under exactly_once): bounds request-to-segment latency.", lo=10, hi=60_000)
+    stage_instance_id: str = _f("", "Static group member id (group.instance.id) of this stage process; empty means <stage_app_id>-<hostname>-<lowest slot free on this host for this cluster and app id>. A restarted stage takes its predecessor's partitions back without a rebalance; never give two processes the same one.")
     worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
-    transactional_id: str = _f("", "Stable transactional.id of this worker; empty means ttsflow-worker-<hostname>-<lowest slot free on this host> (side-by-side workers never fence each other; a restarted one takes its predecessor's id).")
+    transactional_id_prefix: str = _f("", "Prefix of the default transactional ids of this worker group (grant the group TransactionalId by PREFIXED pattern <prefix>-); empty means the worker group.")
+    transactional_id: str = _f("", "Stable transactional.id of this worker, used as given; empty means <transactional_id_prefix>-<hostname>-<lowest slot free on this host for this cluster and prefix> (side-by-side workers never fence each other, a restarted one takes its predecessor's id).")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
     # --- S3 ----------------------------------------------------------------------
     s3_endpoint: str = _f("http://127.0.0.1:9000", "S3-compatible endpoint URL.")
@@ -119,8 +121,14 @@ class Settings:
             raise SettingsError(f"TTS_LENGTH_BUCKETS={self.length_buckets!r}: {e}") from None
 
     @property
+    def effective_transactional_id_prefix(self) -> str:
+        return self.transactional_id_prefix or self.worker_group
+
+    @property
     def effective_transactional_id(self) -> str:
-        return self.transactional_id or f"ttsflow-worker-{socket.gethostname()}"
+        """The id a worker uses: given, or claimed at start (``streams.worker.claim_transactional_id``);
+        before the claim, the prefix and host without a slot."""
+        return self.transactional_id or f"{self.effective_transactional_id_prefix}-{socket.gethostname()}"
 
     @property
     def effective_model_dir(self) -> Path:

@@ -92,7 +92,9 @@ def test_derived_values() -> None:
     assert s.effective_model_dir == Path("/srv/tts/models")
     assert load_settings({"TTS_MODEL_DIR": "/m"}).effective_model_dir == Path("/m")
     assert load_settings({"TTS_TRANSACTIONAL_ID": "w-1"}).effective_transactional_id == "w-1"
-    assert load_settings({}).effective_transactional_id.startswith("ttsflow-worker-")
+    assert load_settings({}).effective_transactional_id.startswith("ttsflow-workers-")
+    assert load_settings({"TTS_TRANSACTIONAL_ID_PREFIX": "acme"}).effective_transactional_id.startswith("acme-")
+    assert load_settings({"TTS_WORKER_GROUP": "g"}).effective_transactional_id_prefix == "g"
 
 
 def test_every_field_is_described() -> None:
