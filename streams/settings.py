@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Settings", "SettingsError", "load_settings"]
+__all__ = ["Settings", "SettingsError", "load_settings", "settings_table", "with_settings_table"]
 
 _PREFIX = "TTS_"
 
@@ -193,3 +193,30 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     if unknown:
         raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
     return Settings(**values)
+
+
+def settings_table() -> str:
+    """The README's configuration table, one row per field; :func:`with_settings_table` puts it
+    in place (``tests/unit/test_settings.py`` checks the README holds exactly this)."""
+    def cell(text: str) -> str:  # a literal "<name>" would vanish as an HTML tag when rendered
+        return text.replace("|", "\\|").replace("<", "\\<")
+
+    home = _default_home()
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for env, default, doc in Settings.describe():
+        shown = "~/.local/share/ttsflow" if default == home else default
+        lines.append(f"| `{env}` | `{shown}` | {cell(doc)} |")
+    return "\n".join(lines)
+
+
+def with_settings_table(readme: str) -> str:
+    """``readme`` with its configuration table (the one headed ``| variable | default | meaning |``)
+    replaced by :func:`settings_table`. Regenerate with ``python -c "from pathlib import Path;
+    from streams.settings import with_settings_table as w; p = Path('README.md');
+    p.write_text(w(p.read_text()))"``."""
+    lines = readme.split("\n")
+    start = lines.index("| variable | default | meaning |")
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join([*lines[:start], settings_table(), *lines[end:]])
