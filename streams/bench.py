@@ -21,7 +21,11 @@ _KINDS = {
 
 
 def main(argv: list[str]) -> int:
+    usage = f"usage: ttsflow bench {{{','.join(_KINDS)}}} [--json] [ARGS...]; ttsflow bench KIND --help for its options"
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
     if not argv or argv[0] not in _KINDS:
-        print(f"usage: ttsflow bench {{{','.join(_KINDS)}}} [--json] [ARGS...]", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     return int(importlib.import_module(_KINDS[argv[0]]).main(argv[1:]) or 0)

@@ -31,6 +31,14 @@ then a ``read_committed`` reader counts lost and duplicated segments by
 ``(request_id, seq)``, and a ``read_uncommitted`` reader counts what aborted
 transactions left in the log.
 
+``--stall`` measures how long the stage group processes nothing after a SIGKILL: two stage
+processes on four partitions, one-segment requests at a steady rate from users spread
+over every partition, and episodes of a stage SIGKILLed and restarted at once (the last
+one killed again ``--second-kill-s`` after its restart, while it is still starting). For
+each episode, per partition, the longest time between two segments a reader saw,
+counted from the kill; the episode's stall is the longest over the partitions, and
+``all_back_s`` the time from the kill until the last stalled partition produced again.
+
 The last line printed is one JSON object. The machine is shared: compare the ratios.
 """
 
@@ -53,7 +61,7 @@ from streams.harness import Publisher, TopicReader, delete_run_topics, isolated,
 from streams.settings import Settings, load_settings
 from streams.text import normalize, split_segments
 
-__all__ = ["main", "make_texts"]
+__all__ = ["main", "make_texts", "partition_stalls"]
 
 _EN = [
     "Dr. Smith said the results were ready by 3.30 p.m. yesterday.",
@@ -467,6 +475,91 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
     return res
 
 
+def partition_stalls(seen: dict[int, list[float]], episodes: list[float], end: float, *,
+                     min_gap_s: float = 1.0) -> list[dict[str, Any]]:
+    """Per episode (its start, epoch seconds), the longest gap in output per partition.
+
+    ``seen``: per partition, the sorted times a segment of it was read. An episode's window
+    runs from its start to the next episode's (or ``end``); a partition's gap counts from
+    the window's start to its first record, between records, and from its last record to
+    the window's end (a partition that never came back in the window). ``all_back_s``: from
+    the start until the last gap longer than ``min_gap_s`` ended (0: no partition stopped). Pure.
+    """
+    out = []
+    for i, start in enumerate(episodes):
+        stop = episodes[i + 1] if i + 1 < len(episodes) else end
+        per: dict[int, tuple[float, float]] = {}  # partition -> (gap, time the gap ended)
+        for p, times in seen.items():
+            prev, best = start, (0.0, start)
+            for t in (x for x in times if start <= x < stop):
+                if t - prev > best[0]:
+                    best = (t - prev, t)
+                prev = t
+            if stop - prev > best[0]:
+                best = (stop - prev, stop)
+            per[p] = best
+        out.append({"stall_s": round(max((g for g, _ in per.values()), default=0.0), 2),
+                    "all_back_s": round(max((t for g, t in per.values() if g > min_gap_s), default=start) - start, 2),
+                    "per_partition_s": {str(p): round(g, 2) for p, (g, _) in sorted(per.items())}})
+    return out
+
+
+def _stall_run(base: Settings, *, rate: float, episodes: int, gap_s: float, second_kill_s: float,
+               stages: int = 2) -> dict[str, Any]:
+    from streams.procs import Supervisor
+
+    home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-stall-")
+    s = _prepare(base, "bss", home=home, stage_guarantee="at_least_once", log_level="INFO")
+    names = tuple(f"stage-{chr(ord('a') + i)}" for i in range(stages))
+    warmup_s = 8.0
+    # episode i starts at warmup + i * gap_s; the last one kills its victim a second time
+    plan = [(warmup_s + i * gap_s, names[i % stages]) for i in range(episodes)]
+    kills = [*plan, (plan[-1][0] + second_kill_s, plan[-1][1])] if second_kill_s > 0 else list(plan)
+    kills.sort()
+    duration = warmup_s + episodes * gap_s
+    res: dict[str, Any] = {"mode": "stall", "stages": stages, "partitions": 4, "rate_per_s": rate,
+                           "second_kill_s": second_kill_s}
+    seen: dict[int, list[float]] = {p: [] for p in range(4)}
+    try:
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
+            for name in names:
+                sup.stage(name, s)
+            sup.wait_group(s, s.stage_app_id, stages, timeout=180)
+            pub = Publisher(s)
+            t0 = time.monotonic()
+            wall0 = time.time()
+            fired: list[dict[str, Any]] = []
+            starts: list[float] = []
+            sent = 0
+            todo = list(kills)
+            while (now := time.monotonic() - t0) < duration:
+                while todo and now >= todo[0][0]:
+                    at, victim = todo.pop(0)
+                    t_kill = time.time()
+                    sup.restart(victim, sig=signal.SIGKILL)
+                    fired.append({"at_s": round(t_kill - wall0, 2), "stage": victim})
+                    if any(abs(at - e) < 1e-9 for e, _ in plan):
+                        starts.append(t_kill)
+                while now >= sent / rate:
+                    uid = f"user-{sent % 211}"
+                    pub.publish(s.topic_requests, uid.encode(),
+                                encode(Request(request_id=f"s{sent}", user_id=uid, text=f"Request number {sent}.")))
+                    sent += 1
+                for r in reader.poll(0.005, 2000):
+                    seen.setdefault(r.partition, []).append(r.received)
+            pub.flush()
+            end = time.time()
+            warm = partition_stalls(seen, [wall0 + 2.0], starts[0] if starts else end)[0]
+            res.update(requests=sent, kills=fired, warmup_longest_gap_s=warm["stall_s"],
+                       episodes=partition_stalls(seen, starts, end),
+                       stage_starts={n: p.starts for n, p in sup.procs.items()},
+                       stage_started_lines={n: p.log_path.read_text(errors="replace").count("event=stage_started")
+                                            for n, p in sup.procs.items()})
+    finally:
+        delete_run_topics(s)
+    return res
+
+
 def _revive(sup: Any) -> int:
     """Restart stages that exited on their own (an orchestrator would); how many."""
     n = 0
@@ -516,13 +609,19 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow bench stage", description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--json", action="store_true", help="print only the JSON result line")
     ap.add_argument("--requests", type=int, default=3000, help="backlog size (or requests of the --kill run)")
-    ap.add_argument("--rate", type=float, default=100.0, help="requests per second in the latency (or --kill) run")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="requests per second in the latency (or --kill) run, default 100; 40 for --stall")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--guarantee", choices=("exactly_once", "at_least_once"), default=None)
     ap.add_argument("--commit-interval-ms", type=int, default=None)
     ap.add_argument("--kill", action="store_true", help="run the SIGKILL exactly-once check instead")
     ap.add_argument("--kills", type=int, default=4)
     ap.add_argument("--stages", type=int, default=2, help="stage processes of the --kill run")
+    ap.add_argument("--stall", action="store_true", help="measure the group's stall after a SIGKILL instead")
+    ap.add_argument("--episodes", type=int, default=3, help="kill episodes of the --stall run")
+    ap.add_argument("--episode-s", type=float, default=25.0, help="seconds between kill episodes (--stall)")
+    ap.add_argument("--second-kill-s", type=float, default=4.0,
+                    help="the last --stall episode kills its stage again this long after the restart (0: never)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--pure-only", action="store_true", help="only the in-process text/core measurement")
     ap.add_argument("--users", action="store_true",
@@ -551,8 +650,11 @@ def main(argv: list[str]) -> int:
             res["rss_mib_per_million_ids"] = round((f - e) * 1e6 / ns.ids, 1)
     elif ns.users:
         res = _users_run(base, requests=ns.requests, spread_users=ns.spread_users, id_chars=ns.id_chars, seed=ns.seed)
+    elif ns.stall:
+        res = _stall_run(base, rate=ns.rate or 40.0, episodes=ns.episodes,
+                         gap_s=ns.episode_s, second_kill_s=ns.second_kill_s, stages=ns.stages)
     elif ns.kill:
-        res = _kill_run(base, requests=ns.requests, rate=ns.rate, kills=ns.kills, guarantee=guarantee,
+        res = _kill_run(base, requests=ns.requests, rate=ns.rate or 100.0, kills=ns.kills, guarantee=guarantee,
                         commit_ms=commit_ms, seed=ns.seed, stages=ns.stages)
     else:
         texts = make_texts(ns.requests, seed=ns.seed)
@@ -564,9 +666,9 @@ def main(argv: list[str]) -> int:
         res.update(_pure(pure_texts, base))
         if not ns.pure_only:
             if not ns.json:
-                print(f"stage: backlog of {len(texts)}, then {ns.rate}/s for {ns.latency_seconds}s...",
+                print(f"stage: backlog of {len(texts)}, then {ns.rate or 100.0}/s for {ns.latency_seconds}s...",
                       file=sys.stderr)
-            res.update(_stage_run(base, texts, rate=ns.rate, latency_s=ns.latency_seconds, guarantee=guarantee,
+            res.update(_stage_run(base, texts, rate=ns.rate or 100.0, latency_s=ns.latency_seconds, guarantee=guarantee,
                                   commit_ms=commit_ms))
             res["stage_vs_pure_text"] = round(res["stage_requests_per_s"] / res["pure_text_requests_per_s"], 4)
             res["stage_vs_stage_core"] = round(res["stage_requests_per_s"] / res["stage_core_requests_per_s"], 4)

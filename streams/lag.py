@@ -48,7 +48,7 @@ from typing import Any
 from streams.scale import KedaRule, keda_desired_replicas, partition_lag
 from streams.settings import Settings, load_settings
 
-__all__ = ["GroupLag", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "main", "serve"]
+__all__ = ["GroupLag", "GroupMember", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "main", "serve"]
 
 STATUSES = ("OK", "WARN", "REWIND", "STALL", "STOP")  # ascending severity
 _MARKER_PROBE_MAX = 8  # a lag this short is read to see whether it is only transaction markers
@@ -69,6 +69,17 @@ class PartitionLag:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupMember:
+    """One live member as the coordinator describes it: for a worker ``client_id`` is its
+    transactional id, for a stage ``instance_id`` (and ``client_id``) its static member id."""
+
+    client_id: str
+    instance_id: str | None
+    host: str
+    partitions: list[int]
+
+
+@dataclass(frozen=True, slots=True)
 class GroupLag:
     group: str
     topic: str  # the input topic that caps replicas
@@ -82,6 +93,7 @@ class GroupLag:
     status: str
     sampled_at: float = field(default=0.0)
     records_waiting: int = 0  # sum of the partitions' ``records``: work actually waiting
+    member_ids: list[GroupMember] = field(default_factory=list)  # who holds what (ids from the coordinator)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -180,14 +192,24 @@ class LagReader:
 
     def describe(self, group: str) -> tuple[str, int]:
         """(state, member count); ('DEAD', 0) for a group the coordinator does not know."""
+        state, members = self.describe_members(group)
+        return state, len(members)
+
+    def describe_members(self, group: str, topic: str | None = None) -> tuple[str, list[GroupMember]]:
+        """(state, live members, ordered by client id, with their partitions of ``topic``, or of
+        every topic); ('DEAD', []) for an unknown group."""
         fut = self._admin.describe_consumer_groups([group], request_timeout=self.timeout)[group]
         try:
             d = fut.result(self.timeout)
         except Exception as e:  # a group with no metadata at all
             if "GROUP_ID_NOT_FOUND" in str(e):
-                return "DEAD", 0
+                return "DEAD", []
             raise
-        return str(getattr(d.state, "name", d.state)), len(d.members)
+        members = [GroupMember(m.client_id, getattr(m, "group_instance_id", None) or None, m.host,
+                               sorted(tp.partition for tp in (m.assignment.topic_partitions if m.assignment else [])
+                                      if topic is None or tp.topic == topic))
+                   for m in d.members]
+        return str(getattr(d.state, "name", d.state)), sorted(members, key=lambda m: (m.client_id, m.host))
 
     def _partitions(self, topic: str) -> list[int]:
         md = self._admin.list_topics(topic, timeout=self.timeout)
@@ -236,7 +258,8 @@ class LagReader:
         rule = rule or KedaRule(lag_threshold=self.settings.lag_threshold,
                                 activation_lag_threshold=self.settings.activation_lag_threshold)
         committed = self.committed(group)
-        state, members = self.describe(group)
+        state, member_ids = self.describe_members(group, topic)
+        members = len(member_ids)
         input_parts = self._partitions(topic)
         tps = {(topic, p) for p in input_parts} | set(committed)
         now = time.time()
@@ -259,7 +282,8 @@ class LagReader:
                         total_lag=sum(r.lag for r in rows if r.lag is not None), keda_lag=keda_lag,
                         input_partitions=len(input_parts), desired_replicas=desired,
                         status=_worst([r.status for r in rows]), sampled_at=now,
-                        records_waiting=sum(r.records if r.records is not None else r.end_offset for r in rows))
+                        records_waiting=sum(r.records if r.records is not None else r.end_offset for r in rows),
+                        member_ids=member_ids)
 
 
 # --- Prometheus exporter -------------------------------------------------------------------
@@ -321,6 +345,8 @@ def _print_table(groups: Sequence[GroupLag]) -> None:
         print(f"GROUP {g.group} ({g.state}, {g.members} members) status={g.status} total_lag={g.total_lag} "
               f"records_waiting={g.records_waiting} keda_lag={g.keda_lag} desired_replicas={g.desired_replicas} (input {g.topic}, "
               f"{g.input_partitions} partitions)")
+        for m in g.member_ids:
+            print(f"  member {m.instance_id or m.client_id} host={m.host} partitions={m.partitions}")
         print(f"  {'TOPIC':<32} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>8} "
               f"{'RECORDS':>8} STATUS")
         for r in g.partitions:

@@ -3,6 +3,8 @@
 :class:`ProbedMetrics` is the shared half of ``StageMetrics`` and ``WorkerMetrics``: a
 Prometheus registry served over HTTP with a liveness probe (the process's loop went round
 within ``stall_s``: ``heartbeat()``) and a readiness probe (``ready(True)`` and alive).
+``/readyz`` also names the process (``identify``: its group, transactional id or member
+id), one ``key=value`` line each after ``ready`` / ``not ready``.
 Port 0 collects but serves nothing.
 """
 
@@ -34,6 +36,7 @@ class ProbedMetrics:
         self.stall_s = stall_s
         self._last_beat = time.monotonic()
         self._is_ready = False
+        self._identity: dict[str, str] = {}
         self._server: ThreadingHTTPServer | None = None
         if not port:
             return
@@ -56,6 +59,14 @@ class ProbedMetrics:
 
     def heartbeat(self) -> None:
         self._last_beat = time.monotonic()
+
+    def identify(self, **names: str) -> None:
+        """What this process answers to (``transactional_id=...``, ``group=...``), for ``/readyz``."""
+        self._identity = {k: str(v) for k, v in names.items()}
+
+    def readyz_body(self, ok: bool) -> bytes:
+        head = "ready" if ok else "not ready"
+        return "".join([head + "\n", *(f"{k}={v}\n" for k, v in self._identity.items())]).encode()
 
     def ready(self, ok: bool) -> None:
         self._is_ready = ok
@@ -92,7 +103,7 @@ class ProbedMetrics:
                     self._send(200 if ok else 503, b"ok\n" if ok else b"stalled\n")
                 elif path == "/readyz":
                     ok = metrics.is_ready
-                    self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+                    self._send(200 if ok else 503, metrics.readyz_body(ok))
                 else:
                     self._send(404, b"not found\n")
 

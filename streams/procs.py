@@ -11,6 +11,8 @@ Guarantees:
 * Every child gets a distinct ``TTS_METRICS_PORT`` (a free port) and every worker a
   distinct, stable ``TTS_TRANSACTIONAL_ID``: a restarted worker reuses its id, so its
   first ``init_transactions`` fences the killed instance and aborts its open transaction.
+  ``worker(..., claim_id=True)`` leaves the id unset instead, so the worker claims its
+  default ``<prefix>-<host>-<slot>`` as in production (distinct and stable on restart too).
 * Children die with the supervisor (``PR_SET_PDEATHSIG``), and :meth:`Supervisor.stop_all`
   (also on ``with`` exit) stops everything still running: SIGTERM, then SIGKILL after a
   deadline.
@@ -171,12 +173,13 @@ class Supervisor:
         self.procs: dict[str, Proc] = {}
 
     # -- starting --------------------------------------------------------------------
-    def add(self, name: str, kind: Kind, settings: Settings, *, extra_env: Mapping[str, str] | None = None) -> Proc:
+    def add(self, name: str, kind: Kind, settings: Settings, *, extra_env: Mapping[str, str] | None = None,
+            claim_id: bool = False) -> Proc:
         """Register and start a process; ``settings.metrics_port`` is replaced by a free port."""
         if name in self.procs:
             raise ValueError(f"a process named {name!r} already exists")
         changes: dict[str, object] = {"metrics_port": free_port()}
-        if kind == "worker":
+        if kind == "worker" and not claim_id:
             changes["transactional_id"] = settings.transactional_id or f"ttsflow-worker-{name}-{os.getpid()}"
         s = settings.replace(**changes)
         proc = Proc(name, kind, s, _command(self.python, kind, s, extra_env or {}), self.log_dir / f"{name}.log")
@@ -187,8 +190,8 @@ class Supervisor:
     def stage(self, name: str, settings: Settings) -> Proc:
         return self.add(name, "stage", settings)
 
-    def worker(self, name: str, settings: Settings) -> Proc:
-        return self.add(name, "worker", settings)
+    def worker(self, name: str, settings: Settings, *, claim_id: bool = False) -> Proc:
+        return self.add(name, "worker", settings, claim_id=claim_id)
 
     def _spawn(self, proc: Proc) -> None:
         with open(proc.log_path, "ab") as log:

@@ -383,8 +383,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    usage = "usage: ttsflow scale simulate [--json] [--trace diurnal|burst] [...]; ttsflow scale simulate --help"
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
     if not argv or argv[0] != "simulate":
-        print("usage: ttsflow scale simulate [--json] [--trace diurnal|burst] [...]; see --help", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     a = _parser().parse_args(argv[1:])
     from streams.settings import load_settings

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Settings", "SettingsError", "load_settings"]
+__all__ = ["Settings", "SettingsError", "load_settings", "settings_table", "with_settings_table"]
 
 _PREFIX = "TTS_"
 
@@ -53,8 +53,10 @@ class Settings:
     stage_commit_interval_ms: int = _f(200, "How often the stage commits offsets (its transactions under exactly_once): bounds request-to-segment latency.", lo=10, hi=60_000)
     stage_store: str = _f("memory", "Where the stage keeps its dedup table (one entry per user and request id, rebuilt from its changelog): memory, or rocksdb (on disk under TTS_HOME, for windows holding millions of ids).",
                           choices=("memory", "rocksdb"))
+    stage_instance_id: str = _f("", "Static group member id (group.instance.id) of this stage process; empty means <stage_app_id>-<hostname>-<lowest slot free on this host for this cluster and app id>. A restarted stage takes its predecessor's partitions back without a rebalance; never give two processes the same one.")
     worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
-    transactional_id: str = _f("", "Stable transactional.id of this worker; empty means ttsflow-worker-<hostname>-<lowest slot free on this host> (side-by-side workers never fence each other; a restarted one takes its predecessor's id).")
+    transactional_id_prefix: str = _f("", "Prefix of the default transactional ids of this worker group (grant the group TransactionalId by PREFIXED pattern <prefix>-); empty means the worker group.")
+    transactional_id: str = _f("", "Stable transactional.id of this worker, used as given; empty means <transactional_id_prefix>-<hostname>-<lowest slot free on this host for this cluster and prefix> (side-by-side workers never fence each other, a restarted one takes its predecessor's id).")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
     # --- S3 ----------------------------------------------------------------------
     s3_endpoint: str = _f("http://127.0.0.1:9000", "S3-compatible endpoint URL.")
@@ -121,8 +123,14 @@ class Settings:
             raise SettingsError(f"TTS_LENGTH_BUCKETS={self.length_buckets!r}: {e}") from None
 
     @property
+    def effective_transactional_id_prefix(self) -> str:
+        return self.transactional_id_prefix or self.worker_group
+
+    @property
     def effective_transactional_id(self) -> str:
-        return self.transactional_id or f"ttsflow-worker-{socket.gethostname()}"
+        """The id a worker uses: given, or claimed at start (``streams.worker.claim_transactional_id``);
+        before the claim, the prefix and host without a slot."""
+        return self.transactional_id or f"{self.effective_transactional_id_prefix}-{socket.gethostname()}"
 
     @property
     def effective_model_dir(self) -> Path:
@@ -187,3 +195,30 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     if unknown:
         raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
     return Settings(**values)
+
+
+def settings_table() -> str:
+    """The README's configuration table, one row per field; :func:`with_settings_table` puts it
+    in place (``tests/unit/test_settings.py`` checks the README holds exactly this)."""
+    def cell(text: str) -> str:  # a literal "<name>" would vanish as an HTML tag when rendered
+        return text.replace("|", "\\|").replace("<", "\\<")
+
+    home = _default_home()
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for env, default, doc in Settings.describe():
+        shown = "~/.local/share/ttsflow" if default == home else default
+        lines.append(f"| `{env}` | `{shown}` | {cell(doc)} |")
+    return "\n".join(lines)
+
+
+def with_settings_table(readme: str) -> str:
+    """``readme`` with its configuration table (the one headed ``| variable | default | meaning |``)
+    replaced by :func:`settings_table`. Regenerate with ``python -c "from pathlib import Path;
+    from streams.settings import with_settings_table as w; p = Path('README.md');
+    p.write_text(w(p.read_text()))"``."""
+    lines = readme.split("\n")
+    start = lines.index("| variable | default | meaning |")
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join([*lines[:start], settings_table(), *lines[end:]])

@@ -545,6 +545,55 @@ def guard_consumer_acks(consumer: Any, topic: str, processed: Any) -> None:
     consumer._new_offset = guarded_new_offset
 
 
+def claim_stage_instance_id(settings: Settings) -> str:
+    """``<app id>-<hostname>-<slot>``: the lowest slot no live stage of this cluster and app id
+    holds on this host (:func:`streams.identity.claim_slot`, shared with the worker's
+    transactional id), held until exit; a stage restarted after a crash takes the dead
+    one's id, hence its static membership and its partitions."""
+    from streams.identity import claim_slot, host_name
+
+    slot = claim_slot("stage", settings.bootstrap_servers, settings.stage_app_id)
+    return f"{settings.stage_app_id}-{host_name()}-{slot}"
+
+
+def _leave_group_on_stop() -> None:
+    """Make a static member (``group.instance.id``) leave its group when it stops cleanly.
+
+    aiokafka 0.14's ``GroupCoordinator._maybe_leave_group`` sends no LeaveGroup when a
+    ``group_instance_id`` is set (as the Java client does): the broker keeps the member and
+    its partitions until its session times out, waiting for it to come back under the same
+    id. Right for a crash (SIGKILL, OOM, the input watchdog's re-exec, a container
+    restarted in its pod): the restart takes the partitions back at once. Wrong for a
+    clean stop (SIGTERM): a scale-down or a Deployment's rolling update replaces the pod
+    under a new name, and its partitions would sit idle for the session timeout. So here a
+    clean stop leaves as a dynamic member does (a LeaveGroup by member id removes a static
+    member too, and the group rebalances at once). Same body as aiokafka 0.14's, without the
+    static check; process-wide (the stage process runs only this app).
+    """
+    from aiokafka import errors as kafka_errors
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+    from aiokafka.protocol.group import LeaveGroupRequest
+
+    if getattr(GroupCoordinator, "_ttsflow_static_leave", False):
+        return
+
+    async def _maybe_leave_group(self: Any) -> None:
+        if self.generation > 0:
+            try:  # one attempt, as aiokafka's: the session timeout covers a lost request
+                resp = await self._send_req(LeaveGroupRequest(self.group_id, self.member_id))
+                err = kafka_errors.for_code(resp.error_code)
+                if err is not kafka_errors.NoError:
+                    raise err()
+            except kafka_errors.KafkaError as e:
+                _log.warning("event=leave_group_failed group=%s error=%r", self.group_id, e)
+            else:
+                _log.info("event=left_group group=%s instance_id=%s", self.group_id, self._group_instance_id)
+        self.reset_generation()
+
+    GroupCoordinator._maybe_leave_group = _maybe_leave_group  # type: ignore[method-assign]
+    GroupCoordinator._ttsflow_static_leave = True  # type: ignore[attr-defined]
+
+
 def _fetch_state(consumer: Any, tp: Any) -> str:
     """What aiokafka's fetcher holds for ``tp`` (position, paused, awaiting an offset reset),
     for the log line of a stalled partition; faust keeps none of it."""
@@ -596,6 +645,14 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     datadir = Path(settings.home) / "stage" / settings.stage_app_id
     datadir.mkdir(parents=True, exist_ok=True)
     brokers = [f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",") if b.strip()]
+    # Static membership (KIP-345): a stage restarted after a SIGKILL rejoins under the same
+    # group.instance.id and gets its partitions back without a rebalance, so the other
+    # stages never stop and it need not wait out the dead member's session (seen before:
+    # every stage idle ~10 s after each kill; one killed again within ~8 s of its restart
+    # never started). A clean stop still leaves the group at once (_leave_group_on_stop).
+    instance_id = settings.stage_instance_id or claim_stage_instance_id(settings)
+    _leave_group_on_stop()
+    metrics.identify(instance_id=instance_id, group=settings.stage_app_id)
     app = _StageApp(
         settings.stage_app_id,
         broker=brokers,
@@ -611,7 +668,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         producer_acks=-1,
         broker_commit_every=1000,
         broker_commit_interval=settings.stage_commit_interval_ms / 1000.0,
-        # a SIGKILLed member's partitions wait for its session to time out: keep that short
+        consumer_group_instance_id=instance_id,
+        broker_client_id=instance_id,  # what `ttsflow lag --json` and the broker's group view show
+        # a member that dies and does not come back (a pod replaced under a new name) holds its
+        # partitions until its session times out: keep that short
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
     )
@@ -759,8 +819,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     @app.task
     async def started() -> None:
         metrics.ready(True)
-        _log.info("event=stage_started app_id=%s guarantee=%s topic=%s", settings.stage_app_id,
-                  settings.stage_guarantee, settings.topic_requests)
+        _log.info("event=stage_started app_id=%s instance_id=%s guarantee=%s topic=%s", settings.stage_app_id,
+                  instance_id, settings.stage_guarantee, settings.topic_requests)
 
     app.stage_agent = stage  # type: ignore[attr-defined]
     return app

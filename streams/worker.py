@@ -1170,36 +1170,23 @@ def _done_future(fn: Callable[..., Any], *args: Any) -> Future[Any]:
 
 # -- command line -----------------------------------------------------------------------
 
-_slot_locks: list[Any] = []  # held for the life of the process
-
-
 def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, slots: int = 256) -> str:
-    """``ttsflow-worker-<hostname>-<slot>`` with the lowest slot no live worker on this host holds.
+    """``<prefix>-<hostname>-<slot>``: the lowest slot no live worker of this cluster and prefix
+    holds on this host (:func:`streams.identity.claim_slot`), held until exit.
 
     Workers started side by side on one machine must not share a transactional.id (each
     would fence the other, forever), yet a restarted worker should take its predecessor's
     id, so that its first ``init_transactions`` aborts the transaction the dead one left
     open instead of leaving ``read_committed`` readers stuck behind it until the transaction
-    timeout. An ``flock`` per slot gives both: the kernel drops a dead process's lock.
-    In Kubernetes set ``TTS_TRANSACTIONAL_ID`` to the pod name (the StatefulSet does).
+    timeout. The prefix (``TTS_TRANSACTIONAL_ID_PREFIX``, default the worker group) keeps
+    two groups on one host apart and lets a Kafka ACL grant a group its ids by prefix.
+    In Kubernetes the StatefulSet sets ``TTS_TRANSACTIONAL_ID`` to the prefix and pod name.
     """
-    import fcntl
-    import socket
-    import tempfile
+    from streams.identity import claim_slot, host_name
 
-    base = lock_dir or Path(tempfile.gettempdir()) / f"ttsflow-worker-slots-{os.getuid()}"
-    base.mkdir(parents=True, exist_ok=True)
-    group = "".join(c if c.isalnum() or c in "._-" else "_" for c in settings.worker_group)
-    for slot in range(slots):
-        f = open(base / f"{group}.{slot}.lock", "a+")  # held until exit
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
-            continue
-        _slot_locks.append(f)
-        return f"ttsflow-worker-{socket.gethostname()}-{slot}"
-    raise FatalError(f"no free worker slot among {slots} on this host; set TTS_TRANSACTIONAL_ID")
+    prefix = settings.effective_transactional_id_prefix
+    slot = claim_slot("worker", settings.bootstrap_servers, prefix, lock_dir=lock_dir, slots=slots)
+    return f"{prefix}-{host_name()}-{slot}"
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -1252,6 +1239,7 @@ def main(argv: list[str] | None = None) -> int:
     _log.info("event=engine_loaded model=%s provider=%s cold_start_s=%.2f", engine.info.name, engine.info.provider,
               engine.cold_start_s or 0.0)
     metrics = WorkerMetrics(settings.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
+    metrics.identify(transactional_id=settings.effective_transactional_id, group=settings.worker_group)
     store = AudioStore(settings.s3_endpoint, settings.s3_bucket, settings.s3_access_key, settings.s3_secret_key,
                        settings.s3_region, settings.s3_prefix)
     cache = AudioCache(settings.redis_url, settings.cache_ttl_s, namespace=cache_namespace(settings))

@@ -81,11 +81,32 @@ def test_configmap_and_secret_hold_only_settings_and_load_cleanly() -> None:
     assert s.metrics_port == 9108
 
 
+def _expand(value: str, known: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion, from the variables defined before (envFrom, earlier env)."""
+    def one(m: re.Match[str]) -> str:
+        assert m.group(1) in known, f"$({m.group(1)}) is not defined before it is used"
+        return known[m.group(1)]
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", one, value)
+
+
 def test_every_container_env_is_a_setting_and_comes_from_the_configmap_and_secret() -> None:
+    cm = _one("ConfigMap", "ttsflow-config")["data"]
     for w in _workloads():
         for c in _containers(w):
+            known = dict(cm)
+            helpers = set()
             for e in c.get("env", []):
+                if not e["name"].startswith("TTS_"):
+                    # a downward-API value only spelled into a setting below (ttsflow never reads it)
+                    assert "fieldRef" in e.get("valueFrom", {}), (w["metadata"]["name"], e["name"])
+                    helpers.add(e["name"])
+                    known[e["name"]] = f"<{e['name']}>"
+                    continue
                 assert e["name"] in SETTINGS_ENV, (w["metadata"]["name"], e["name"])
+                if "value" in e:
+                    known[e["name"]] = _expand(str(e["value"]), known)
+            used = {m for e in c.get("env", []) for m in re.findall(r"\$\((\w+)\)", str(e.get("value", "")))}
+            assert helpers <= used, f"{w['metadata']['name']}: {sorted(helpers - used)} set but never used"
             refs = {(k, v["name"]) for src in c.get("envFrom", []) for k, v in src.items()}
             assert ("configMapRef", "ttsflow-config") in refs, w["metadata"]["name"]
             if w["metadata"]["name"] in ("ttsflow-stage", "ttsflow-worker"):
@@ -116,7 +137,14 @@ def test_worker_is_a_statefulset_with_gpu_probes_and_stable_transactional_id() -
     assert int(res["limits"]["nvidia.com/gpu"]) >= 1
     assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"]
     env = {e["name"]: e for e in c["env"]}
-    assert env["TTS_TRANSACTIONAL_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # the group's prefix and the pod name (stable per replica): what an ACL grants by PREFIXED pattern
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["TTS_TRANSACTIONAL_ID"]["value"] == "$(TTS_TRANSACTIONAL_ID_PREFIX)-$(POD_NAME)"
+    cm = _one("ConfigMap", "ttsflow-config")["data"]
+    s = load_settings(env={**cm, "TTS_TRANSACTIONAL_ID": _expand(env["TTS_TRANSACTIONAL_ID"]["value"],
+                                                                   {**cm, "POD_NAME": "ttsflow-worker-0"})})
+    assert s.effective_transactional_id == f"{s.effective_transactional_id_prefix}-ttsflow-worker-0"
+    assert s.effective_transactional_id_prefix == s.worker_group
     served = _probe_paths([ROOT / "streams" / "worker_metrics.py", ROOT / "streams" / "worker.py",
                            ROOT / "streams" / "metrics_http.py"])
     _check_probes(w, served)

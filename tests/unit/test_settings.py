@@ -92,7 +92,9 @@ def test_derived_values() -> None:
     assert s.effective_model_dir == Path("/srv/tts/models")
     assert load_settings({"TTS_MODEL_DIR": "/m"}).effective_model_dir == Path("/m")
     assert load_settings({"TTS_TRANSACTIONAL_ID": "w-1"}).effective_transactional_id == "w-1"
-    assert load_settings({}).effective_transactional_id.startswith("ttsflow-worker-")
+    assert load_settings({}).effective_transactional_id.startswith("ttsflow-workers-")
+    assert load_settings({"TTS_TRANSACTIONAL_ID_PREFIX": "acme"}).effective_transactional_id.startswith("acme-")
+    assert load_settings({"TTS_WORKER_GROUP": "g"}).effective_transactional_id_prefix == "g"
 
 
 def test_every_field_is_described() -> None:
@@ -101,6 +103,14 @@ def test_every_field_is_described() -> None:
     for env, _default, doc in rows:
         assert re.fullmatch(r"TTS_[A-Z0-9_]+", env)
         assert doc.strip(), f"{env} has no description"
+
+
+def test_readme_configuration_table_is_generated_from_the_settings() -> None:
+    from streams.settings import with_settings_table
+
+    readme = (ROOT / "README.md").read_text()
+    assert readme == with_settings_table(readme), (
+        "README's configuration table differs from Settings; regenerate it: " + (with_settings_table.__doc__ or ""))
 
 
 # --- deploy files use the same names -----------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from confluent_kafka import KafkaError, KafkaException
 
 from streams.errors import AbortableError, FatalError, RetriableError, StreamError, classify
@@ -41,36 +39,6 @@ def test_one_root_and_the_kafka_error_is_kept() -> None:
 def test_unreachable_broker_is_retriable_even_unflagged() -> None:
     assert type(classify(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"))) is RetriableError
     assert type(classify(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))) is RetriableError
-
-
-def test_side_by_side_workers_get_distinct_ids_and_a_restart_reuses_the_freed_one(tmp_path: Path) -> None:
-    """Two workers on one host must never share a transactional.id (they would fence each other);
-    a worker started after one died takes the dead one's id (its open transaction is aborted)."""
-    import subprocess
-    import sys as _sys
-
-    code = ("import sys, time; from pathlib import Path; from streams.settings import load_settings; "
-            "from streams.worker import claim_transactional_id; "
-            "print(claim_transactional_id(load_settings(env={}), lock_dir=Path(sys.argv[1])), flush=True); "
-            "time.sleep(60)")
-    procs = [subprocess.Popen([_sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    try:
-        ids = [p.stdout.readline().strip() for p in procs if p.stdout]
-        assert len(set(ids)) == 2 and all(i.startswith("ttsflow-worker-") for i in ids)
-        slot0 = min(ids, key=lambda i: int(i.rsplit("-", 1)[1]))
-        dead = procs[ids.index(slot0)]
-        dead.kill()
-        dead.wait(10)
-        again = subprocess.Popen([_sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-        procs.append(again)
-        assert again.stdout is not None and again.stdout.readline().strip() == slot0
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait(10)
-            if p.stdout:
-                p.stdout.close()
 
 
 # -- offset look-ups right after a broker restart: unflagged by librdkafka, yet transient -------

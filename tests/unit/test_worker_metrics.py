@@ -77,6 +77,9 @@ def test_metrics_healthz_and_readyz_are_served() -> None:
         assert _get(port, "/readyz")[0] == 503  # not ready until the worker has subscribed
         m.ready(True)
         assert _get(port, "/readyz")[0] == 200
+        m.identify(transactional_id="ttsflow-workers-host-0", group="ttsflow-workers")
+        assert _get(port, "/readyz") == (200, b"ready\ntransactional_id=ttsflow-workers-host-0\n"
+                                              b"group=ttsflow-workers\n")
         m.stall_s = 0.0  # the loop stopped going round: not alive, not ready
         assert _get(port, "/healthz")[0] == 503
         assert _get(port, "/readyz")[0] == 503

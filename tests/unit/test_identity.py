@@ -1,0 +1,119 @@
+"""Default process names: ``<prefix>-<host>-<slot>``, a slot per (cluster, prefix) held by flock.
+
+Slots are claimed by real subprocesses (a lock is released only when its process dies),
+in a lock folder of the test's own.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streams.errors import FatalError
+from streams.identity import claim_slot
+from streams.settings import load_settings
+from streams.worker import claim_transactional_id
+
+HOST = socket.gethostname()
+
+# claims one id in a child process, prints it, then holds it until killed
+_WORKER = ("import json, sys, time; from pathlib import Path; from streams.settings import load_settings; "
+           "from streams.worker import claim_transactional_id; "
+           "print(claim_transactional_id(load_settings(env=json.loads(sys.argv[2])), lock_dir=Path(sys.argv[1])), "
+           "flush=True); time.sleep(120)")
+_STAGE = ("import json, sys, time; from pathlib import Path; import streams.identity as i; "
+          "i.slot_dir = lambda: Path(sys.argv[1]); from streams.settings import load_settings; "
+          "from streams.stage import claim_stage_instance_id; "
+          "print(claim_stage_instance_id(load_settings(env=json.loads(sys.argv[2]))), flush=True); time.sleep(120)")
+
+
+@pytest.fixture
+def claim(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+    """``claim(env, code=_WORKER) -> (id, process)``: a live process holding the id it claimed."""
+    import json
+
+    procs: list[subprocess.Popen[str]] = []
+
+    def run(env: dict[str, str], code: str = _WORKER) -> tuple[str, subprocess.Popen[str]]:
+        p = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), json.dumps(env)], stdout=subprocess.PIPE,
+                             text=True)
+        procs.append(p)
+        assert p.stdout is not None
+        line = p.stdout.readline().strip()
+        assert line, f"the child printed no id (exit {p.poll()})"
+        return line, p
+
+    yield run
+    for p in procs:
+        p.kill()
+        p.wait(10)
+        if p.stdout:
+            p.stdout.close()
+
+
+def test_default_id_names_the_group_host_and_slot(claim) -> None:  # type: ignore[no-untyped-def]
+    a, _ = claim({"TTS_WORKER_GROUP": "voices-en"})
+    assert a == f"voices-en-{HOST}-0"
+
+
+def test_two_groups_on_one_host_never_share_an_id(claim) -> None:  # type: ignore[no-untyped-def]
+    """The collision of issue 18: both groups got ttsflow-worker-<host>-0 and fenced each other."""
+    a, _ = claim({"TTS_WORKER_GROUP": "ttsflow-workers"})
+    b, _ = claim({"TTS_WORKER_GROUP": "ttsflow-workers-zh"})
+    assert a == f"ttsflow-workers-{HOST}-0"
+    assert b == f"ttsflow-workers-zh-{HOST}-0"
+
+
+def test_side_by_side_workers_of_one_group_get_distinct_ids_and_a_restart_takes_the_freed_one(
+        claim) -> None:  # type: ignore[no-untyped-def]
+    """A restarted worker takes the dead one's id: its init_transactions aborts what it left open."""
+    env = {"TTS_WORKER_GROUP": "g"}
+    (a, pa), (b, _) = claim(env), claim(env)
+    assert (a, b) == (f"g-{HOST}-0", f"g-{HOST}-1")
+    pa.kill()  # SIGKILL: the kernel drops its lock
+    pa.wait(10)
+    again, _ = claim(env)
+    assert again == a
+
+
+def test_other_clusters_and_other_groups_do_not_shift_the_slot(claim) -> None:  # type: ignore[no-untyped-def]
+    """An unrelated stack on the same host (another broker) or another group holds slots of its own."""
+    claim({"TTS_WORKER_GROUP": "g", "TTS_BOOTSTRAP_SERVERS": "127.0.0.1:19092"})
+    claim({"TTS_WORKER_GROUP": "other"})
+    mine, _ = claim({"TTS_WORKER_GROUP": "g"})
+    assert mine == f"g-{HOST}-0"
+    # the same cluster spelled with the servers in another order is the same scope
+    a, _ = claim({"TTS_WORKER_GROUP": "h", "TTS_BOOTSTRAP_SERVERS": "k1:9092,k2:9092"})
+    b, _ = claim({"TTS_WORKER_GROUP": "h", "TTS_BOOTSTRAP_SERVERS": "k2:9092, k1:9092"})
+    assert (a, b) == (f"h-{HOST}-0", f"h-{HOST}-1")
+
+
+def test_the_prefix_setting_names_the_ids_and_scopes_the_slots(claim) -> None:  # type: ignore[no-untyped-def]
+    """Two groups given one prefix share its slots, so their ids still differ."""
+    a, _ = claim({"TTS_WORKER_GROUP": "g1", "TTS_TRANSACTIONAL_ID_PREFIX": "acme-tts"})
+    b, _ = claim({"TTS_WORKER_GROUP": "g2", "TTS_TRANSACTIONAL_ID_PREFIX": "acme-tts"})
+    assert (a, b) == (f"acme-tts-{HOST}-0", f"acme-tts-{HOST}-1")
+
+
+def test_stage_instance_ids_use_the_same_slots_by_app_id(claim) -> None:  # type: ignore[no-untyped-def]
+    env = {"TTS_STAGE_APP_ID": "st", "TTS_WORKER_GROUP": "st"}
+    w, _ = claim(env)  # a worker group named like the stage app holds worker slots, not stage ones
+    (a, pa), (b, _) = claim(env, _STAGE), claim(env, _STAGE)
+    assert (w, a, b) == (f"st-{HOST}-0", f"st-{HOST}-0", f"st-{HOST}-1")
+    pa.kill()
+    pa.wait(10)
+    assert claim(env, _STAGE)[0] == a
+
+
+def test_all_slots_taken_is_a_clear_fatal_error(tmp_path: Path) -> None:
+    assert claim_slot("worker", "b:9092", "full", lock_dir=tmp_path, slots=1) == 0  # this process holds it
+    # flock is per open file: a second open of the same lock in this process conflicts too
+    with pytest.raises(FatalError, match="no free worker slot among 1 for 'full'"):
+        claim_slot("worker", "b:9092", "full", lock_dir=tmp_path, slots=1)
+    s = load_settings({"TTS_WORKER_GROUP": "full2"})
+    assert claim_transactional_id(s, lock_dir=tmp_path, slots=2) == f"full2-{HOST}-0"
