@@ -48,6 +48,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -269,6 +270,7 @@ def _users_run(base: Settings, *, requests: int, spread_users: int, id_chars: in
                                             "stage_peak_rss_mib", "backlog_users") if k in r}
         finally:
             delete_run_topics(s)
+            shutil.rmtree(home, ignore_errors=True)
     res["one_user_vs_spread"] = round(res["one_user"]["stage_requests_per_s"] / res["spread"]["stage_requests_per_s"], 3)
     if "stage_requests_per_cpu_s" in res["one_user"] and "stage_requests_per_cpu_s" in res["spread"]:
         res["one_user_vs_spread_per_cpu_s"] = round(
@@ -366,6 +368,7 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
             res["disk_mib"] = round(sum(f.stat().st_size for f in Path(home).rglob("*") if f.is_file()) / 2**20, 1)
     finally:
         delete_run_topics(s)
+        shutil.rmtree(home, ignore_errors=True)
     return res
 
 

@@ -642,8 +642,6 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     _StageApp = _stage_app_class()
     core = core or StageCore(settings, voices=backend_voices(settings.backend), on_dropped=metrics.foreign_dropped)
     eos = settings.stage_guarantee == "exactly_once"
-    datadir = Path(settings.home) / "stage" / settings.stage_app_id
-    datadir.mkdir(parents=True, exist_ok=True)
     brokers = [f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",") if b.strip()]
     # Static membership (KIP-345): a stage restarted after a SIGKILL rejoins under the same
     # group.instance.id and gets its partitions back without a rebalance, so the other
@@ -651,6 +649,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     # every stage idle ~10 s after each kill; one killed again within ~8 s of its restart
     # never started). A clean stop still leaves the group at once (_leave_group_on_stop).
     instance_id = settings.stage_instance_id or claim_stage_instance_id(settings)
+    # one data dir per stage identity: RocksDB locks its files, and a restarted stage with the
+    # same identity (same partitions back) finds its table where it left it
+    datadir = Path(settings.home) / "stage" / settings.stage_app_id / instance_id
+    datadir.mkdir(parents=True, exist_ok=True)
     _leave_group_on_stop()
     metrics.identify(instance_id=instance_id, group=settings.stage_app_id)
     app = _StageApp(

@@ -244,8 +244,8 @@ def test_the_dedup_table_survives_a_restart_of_every_stage(stages: tuple[Supervi
         for name in names:
             sup.kill(name, signal.SIGTERM)
         names = [f"{n}-{store}" for n in names]
-        for name in names:  # each with a disk of its own, as on two machines (RocksDB locks its files)
-            sup.stage(name, s.replace(home=f"{s.home}-{name}"))
+        for name in names:  # one TTS_HOME: each stage identity gets a data dir of its own
+            sup.stage(name, s)
         for name in names:
             sup.wait_ready(name, timeout=90)
         sup.wait_group(s, s.stage_app_id, 2, timeout=90)
