@@ -69,7 +69,7 @@ import numpy as np
 from engine import audio as audio_codec
 from engine.base import Audio, Failure, Prepared, SynthItem
 from engine.engine import Engine
-from engine.errors import EngineError, ItemError
+from engine.errors import EngineError
 from schemas import (
     AudioRef,
     Completion,
@@ -88,6 +88,7 @@ from storage.errors import ObjectMissing, S3Unavailable, StorageError
 from storage.s3 import AudioStore
 from streams.batcher import MicroBatcher
 from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, classify
+from streams.joiner import JoinSpec, join_upload
 from streams.offsets import OffsetTracker
 from streams.settings import Settings, SettingsError, load_settings
 
@@ -133,7 +134,7 @@ class _Seg:
 @dataclass(slots=True)
 class _Part:
     key: str
-    audio: np.ndarray | None  # None: fetch from S3 at join time
+    audio: np.ndarray | None  # None: fetch from S3 at join time (always beyond the request's join_memory_mb)
     cached: bool
 
 
@@ -153,6 +154,8 @@ class _Request:
     finalizing: bool = False
     synth_s: float = 0.0
     queue_s: float = 0.0
+    held_bytes: int = 0    # part samples kept in memory for the join (bounded by join_memory_mb)
+    audio_s: float = 0.0   # audio of the parts synthesized here so far (max_request_audio_s stops it early)
 
     @property
     def key(self) -> tuple[int, str]:
@@ -626,7 +629,7 @@ class Worker:
         if req is None:  # answered already (failed), or its partition was dropped
             self.tracker.mark_done(s.partition, s.offset)
             return
-        req.parts[s.seg.seq] = part
+        req.parts[s.seg.seq] = self._hold(req, part)
         if not s.seg.last:  # a last segment is done only with its completion
             self.tracker.mark_done(s.partition, s.offset)
 
@@ -666,35 +669,46 @@ class Worker:
             return [last.hash]
         return None  # without the list only parts seen here could be joined: not all of them
 
+    def _hold(self, req: _Request, part: _Part) -> _Part:
+        """The part as the request keeps it: its samples only while the request's share stays within
+        ``join_memory_mb`` (beyond it the join reads the part back from S3, so a long request's
+        audio never piles up here). A request whose audio passes ``max_request_audio_s`` fails now,
+        before the rest of it is synthesized."""
+        if part.audio is None:
+            return part
+        if not part.cached:
+            req.audio_s += len(part.audio) / self.engine.sample_rate
+            if req.audio_s > self.settings.max_request_audio_s and req.failure is None:
+                req.failure = ErrorInfo(code="audio_too_long", message=(
+                    f"the audio passed {self.settings.max_request_audio_s} s (TTS_MAX_REQUEST_AUDIO_S) after "
+                    f"{len(req.parts) + 1} of {req.total} segments; split the text into several requests"))
+        n = part.audio.nbytes
+        if req.held_bytes + n > self.settings.join_memory_mb * 1024 * 1024:
+            return _Part(part.key, None, part.cached)
+        req.held_bytes += n
+        return part
+
     def _join_upload(self, req: _Request, hashes: list[str], parts: dict[int, _Part]) -> AudioRef | ErrorInfo:
-        """Pool thread: fetch parts not in memory, join in order, resample, encode, upload."""
+        """Pool thread: stream the parts in order (memory, else S3) into the request's object
+        (streams/joiner.py: bounded memory, multipart upload, one failing object fails this request)."""
         sr = self.engine.sample_rate
-        arrays: list[np.ndarray] = []
-        for seq, h in enumerate(hashes):
-            part = parts.get(seq)
-            samples = part.audio if part is not None else None
-            if samples is None:
-                data = self._fetch_part(part.key if part is not None else None, h)
-                if data is None:
-                    return ErrorInfo(code="part_missing", message=f"audio of segment {seq} is not in the store")
-                samples, psr = audio_codec.decode(data)
-                if psr != sr:
-                    samples = audio_codec.resample(samples, psr, sr)
-            arrays.append(samples)
         last = req.last
         assert last is not None
-        joined = audio_codec.join(arrays, sr)
         out_sr = last.sample_rate or sr
-        if out_sr != sr:
-            joined = audio_codec.resample(joined, sr, out_sr)
-        try:
-            data = audio_codec.encode(joined, out_sr, last.format)
-        except ItemError as e:
-            return ErrorInfo(code="unsupported_format", message=str(e))
-        key = self.request_key(hashes, last.format, out_sr)
-        sha, size = self.store.put_if_absent(key, data, audio_codec.content_type(last.format))
-        return AudioRef(uri=self.store.uri(key), bucket=self.store.bucket, key=key, format=last.format,
-                        sample_rate=out_sr, duration_s=round(len(joined) / out_sr, 4), bytes=size, sha256=sha)
+        spec = JoinSpec(key=self.request_key(hashes, last.format, out_sr), fmt=last.format, sr_in=sr, sr_out=out_sr,
+                        max_audio_s=self.settings.max_request_audio_s, request_id=req.request_id)
+
+        def samples(seq: int) -> np.ndarray | None:
+            part = parts.get(seq)
+            if part is not None and part.audio is not None:
+                return part.audio
+            data = self._fetch_part(part.key if part is not None else None, hashes[seq])
+            if data is None:
+                return None
+            x, psr = audio_codec.decode(data)
+            return x if psr == sr else audio_codec.resample(x, psr, sr)
+
+        return join_upload(self.store, spec, len(hashes), samples)
 
     def _fetch_part(self, key: str | None, segment_hash: str) -> bytes | None:
         """A part's bytes: by its stored key, else by its content address under the serving model or,

@@ -219,6 +219,7 @@ class FakeStore:
         self.objects: dict[str, bytes] = {}
         self.down = False
         self.puts = 0
+        self.metadata: dict[str, dict[str, str]] = {}
 
     def key(self, kind: str, digest: str, ext: str) -> str:
         return content_key("a/", kind, digest, ext)
@@ -236,11 +237,12 @@ class FakeStore:
         self.objects[key] = data
         return hashlib.sha256(data).hexdigest()
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "") -> tuple[str, int]:
-        self._check()
-        if key in self.objects:
-            return hashlib.sha256(self.objects[key]).hexdigest(), len(self.objects[key])
-        return self.put(key, data), len(data)
+    def put_file(self, key: str, f: Any, content_type: str = "", *, metadata: dict[str, str] | None = None) -> tuple[str, int]:
+        f.seek(0)
+        data = f.read()
+        digest = self.put(key, data)
+        self.metadata[key] = {**(metadata or {}), "sha256": digest}
+        return digest, len(data)
 
     def get(self, key: str) -> bytes:
         self._check()
@@ -250,7 +252,10 @@ class FakeStore:
 
     def head(self, key: str) -> dict[str, Any] | None:
         self._check()
-        return {"bytes": len(self.objects[key])} if key in self.objects else None
+        if key not in self.objects:
+            return None
+        meta = self.metadata.get(key, {})
+        return {"bytes": len(self.objects[key]), "sha256": meta.get("sha256"), "metadata": meta}
 
     def ping(self) -> None:
         self._check()
