@@ -436,7 +436,8 @@ class Worker:
     def _apply_backpressure(self) -> None:
         """Past the prefetch cap pause only the partitions holding their share of it: one
         partition's long request must not keep the others' segments out (they wait for a
-        few batches, not for the whole request); the backlog stays under twice the cap."""
+        few batches, not for the whole request). Each unpaused partition adds at most about
+        two shares, so the backlog stays within about three times the cap (segments, not audio)."""
         if self._backlog() < self._cap:
             self._set_paused(set())
             return
