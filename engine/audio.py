@@ -5,18 +5,26 @@ and returns a complete file (``wav`` = 16-bit PCM, ``flac`` = 16-bit, ``ogg`` = 
 ``decode`` reads any of them back as float32 mono. ``resample`` is band-limited (FFT
 based) and keeps the duration to the nearest sample. ``join`` puts segments together
 with short fades at every edge and a pause between them, so a join never clicks.
+:class:`JoinWriter` does what ``join`` + ``resample`` + ``encode`` do, one segment at a
+time into a file, so a request's audio is never whole in memory: without resampling its
+file is byte for byte the one ``encode(join(parts))`` gives (wav, flac); with resampling
+each segment is resampled on its own onto the whole signal's output grid (the pauses are
+silence, so it differs from resampling the whole join only by the low-pass ringing that
+the whole-signal filter spreads into the pauses).
 """
 
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
+from typing import IO, Any
 
 import numpy as np
 
 from engine.errors import ItemError
 
-__all__ = ["FORMATS", "content_type", "decode", "encode", "join", "resample"]
+__all__ = ["FORMATS", "JoinWriter", "content_type", "decode", "encode", "join", "resample"]
 
 # format -> (soundfile format, subtype, MIME type)
 _FORMATS: dict[str, tuple[str, str, str]] = {
@@ -72,27 +80,38 @@ def resample(samples: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     """Band-limited resampling by FFT (ideal low-pass at the lower Nyquist).
 
     The signal is padded with 20 ms of silence on each side first so the FFT's implicit
-    wrap-around does not smear the end into the beginning.
+    wrap-around does not smear the end into the beginning; output sample k is the signal at
+    input time k * sr_in / sr_out exactly (see :func:`_resample_grid`).
     """
     x = _mono_float(samples)
     if sr_in == sr_out or len(x) == 0:
         return x.copy()
     if sr_in <= 0 or sr_out <= 0:
         raise ValueError(f"sample rates must be positive, got {sr_in} -> {sr_out}")
+    return _resample_grid(x, sr_in, sr_out, 0.0, round(len(x) * sr_out / sr_in))
+
+
+def _resample_grid(x: np.ndarray, sr_in: int, sr_out: int, offset: float, m: int) -> np.ndarray:
+    """``m`` samples of ``x``'s band-limited interpolation (``resample``'s ideal low-pass) at
+    input times ``offset + k * sr_in / sr_out``: one segment on the output grid of a longer
+    signal it is part of. The padded length is a multiple of ``sr_in / gcd`` so the grid is
+    exact, and the FFT's wrap-around falls in the 20 ms of padding."""
     pad = sr_in // 50
-    xp = np.concatenate([np.zeros(pad, np.float32), x, np.zeros(pad, np.float32)])
-    n_in = len(xp)
-    n_out = max(1, round(n_in * sr_out / sr_in))
-    spec = np.fft.rfft(xp.astype(np.float64))
+    q = sr_in // math.gcd(sr_in, sr_out)
+    n_in = len(x) + 2 * pad
+    n_in += -n_in % q
+    n_out = n_in * sr_out // sr_in
+    xp = np.zeros(n_in, np.float64)
+    xp[pad:pad + len(x)] = x
+    spec = np.fft.rfft(xp)
     keep = min(len(spec), n_out // 2 + 1)
     out_spec = np.zeros(n_out // 2 + 1, np.complex128)
     out_spec[:keep] = spec[:keep]
     if n_out < n_in and n_out % 2 == 0:
-        out_spec[-1] = out_spec[-1].real  # the new Nyquist bin must be real
+        out_spec[-1] = out_spec[-1].real
+    out_spec *= np.exp(2j * np.pi * np.arange(len(out_spec)) * (pad + offset) / n_in)  # x(t + pad + offset)
     y = np.fft.irfft(out_spec, n_out) * (n_out / n_in)
-    start = round(pad * sr_out / sr_in)
-    length = round(len(x) * sr_out / sr_in)
-    return y[start:start + length].astype(np.float32)
+    return y[:m].astype(np.float32)
 
 
 def _fade(x: np.ndarray, n: int) -> np.ndarray:
@@ -117,3 +136,63 @@ def join(parts: Sequence[np.ndarray], sample_rate: int, gap_ms: float = 150.0, f
             out.append(gap)
         out.append(_fade(_mono_float(p), fade))
     return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+class JoinWriter:
+    """Streams segments into one encoded file: ``join``'s fades and pauses, ``resample`` to
+    ``sr_out``, ``encode``'s clipping and format, one segment in memory at a time.
+
+    ``out`` is a seekable binary file (a wav or flac header is finished at :meth:`close`).
+    ``frames`` counts the samples written so far, so a caller can stop a request that grows
+    past its limit before the file does.
+    """
+
+    def __init__(self, out: IO[bytes], sr_in: int, sr_out: int, fmt: str = "wav", *, gap_ms: float = 150.0,
+                 fade_ms: float = 5.0) -> None:
+        import soundfile as sf
+
+        self.fmt = _check_format(fmt)
+        self.sr_in, self.sr_out = int(sr_in), int(sr_out)
+        self._fade = int(self.sr_in * fade_ms / 1000)
+        self._gap_in = int(self.sr_in * gap_ms / 1000)
+        self._pos_in = 0  # where the next segment starts in the joined signal at sr_in
+        container, subtype, _ = _FORMATS[self.fmt]
+        self._file: Any = sf.SoundFile(out, "w", samplerate=self.sr_out, channels=1, format=container,
+                                       subtype=subtype)
+        self.segments = 0
+        self.frames = 0
+
+    def add(self, samples: np.ndarray) -> None:
+        """Append one segment (float mono at ``sr_in``), after a pause if it is not the first."""
+        x = _fade(_mono_float(samples), self._fade)
+        if self.segments:
+            self._pos_in += self._gap_in
+        if self.sr_in == self.sr_out:
+            self._write(np.zeros(self._pos_in - self.frames, np.float32))
+            self._write(x)
+        else:
+            # the output samples whose times fall in this segment, on the whole signal's grid;
+            # those before it (the pause) are silence
+            a, b = self.sr_in, self.sr_out
+            j0 = -(-self._pos_in * b // a)
+            j1 = round((self._pos_in + len(x)) * b / a)  # the last one ends where resample(join) does
+            self._write(np.zeros(j0 - self.frames, np.float32))
+            if len(x) and j1 > j0:
+                self._write(_resample_grid(x, a, b, (j0 * a - self._pos_in * b) / b, j1 - j0))
+        self._pos_in += len(x)
+        self.segments += 1
+
+    def _write(self, x: np.ndarray) -> None:
+        if len(x) > 0:
+            self._file.write(np.clip(x, -1.0, 1.0))
+            self.frames += len(x)
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.sr_out
+
+    def close(self) -> None:
+        """Finish the file (its header); ``out`` stays open."""
+        if self.fmt == "ogg" and self.frames == 0:
+            self._write(np.zeros(1, np.float32))  # libvorbis cannot write an empty stream
+        self._file.close()

@@ -153,7 +153,8 @@ ErrorCode = Annotated[str, msgspec.Meta(description=(
     "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak), "
     "internal_error (a stage bug, answered instead of stopping the partition). From the "
     "worker: synthesis_failed (including audio refused as near-silent or far shorter than its text), "
-    "engine_error, part_missing."))]
+    "engine_error, part_missing, audio_too_long (past TTS_MAX_REQUEST_AUDIO_S), storage_failed (S3 answers "
+    "but keeps failing on this request's audio), join_failed (the joined audio could not be written locally)."))]
 
 
 class ErrorInfo(_Event, frozen=True, kw_only=True):

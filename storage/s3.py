@@ -7,7 +7,10 @@ Guarantees:
   at the same key: a retried or repeated upload writes the same bytes and needs no
   coordination.
 * :meth:`AudioStore.put` returns the SHA-256 of what it stored and only returns once S3
-  has acknowledged the object.
+  has acknowledged the object. :meth:`AudioStore.put_file` stores a file of any size with
+  at most one part (``part_bytes``, 8 MiB) in memory: multipart above one part, each part
+  retried on its own, an unfinished upload aborted; S3 never has to hold an object whole
+  in one request.
 * Failures are classified: unreachable endpoint, timeouts and 5xx raise
   :class:`S3Unavailable` (retriable); a missing object raises :class:`ObjectMissing`;
   access denied or a missing bucket raise :class:`StorageConfigError`.
@@ -21,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from typing import Any
+import time
+from typing import IO, Any
 
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 
@@ -30,6 +34,8 @@ __all__ = ["AudioStore", "content_key"]
 _HEX = re.compile(r"^[0-9a-f]{16,128}$")
 _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
 _CONFIG_CODES = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket"}
+PART_BYTES = 8 * 1024 * 1024  # multipart part size (S3: >= 5 MiB except the last, <= 10,000 parts)
+_PART_ATTEMPTS = 3            # tries per part (on top of botocore's own retry)
 
 
 def content_key(prefix: str, kind: str, digest: str, ext: str) -> str:
@@ -84,18 +90,58 @@ class AudioStore:
                    Metadata={"sha256": digest})
         return digest
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> tuple[str, int]:
-        """Store ``data`` unless ``key`` already holds an object of ours; (sha256, bytes) of what is there.
+    def put_file(self, key: str, f: IO[bytes], content_type: str = "application/octet-stream", *,
+                 metadata: dict[str, str] | None = None, part_bytes: int = PART_BYTES) -> tuple[str, int]:
+        """Store the seekable file ``f`` (from its start) at ``key``; (sha256, bytes) once S3 acknowledged it.
 
-        For encoders whose output differs run to run (Ogg picks a random stream serial):
-        the first upload of a content key wins and later ones reuse it, so a completion's
-        sha256 stays true after a retry or a repeat. Two first uploads racing can still
-        both write; the later one wins and the earlier completion's sha256 would be stale.
+        The digest is computed in a first pass (it goes into the object's metadata, which S3
+        takes at the start of an upload); then the file is sent in ``part_bytes`` pieces, one
+        in memory at a time: a single PUT when it fits in one, else a multipart upload whose
+        parts are retried ``_PART_ATTEMPTS`` times each and which is aborted if it fails.
         """
-        head = self.head(key)
-        if head is not None and head.get("sha256"):
-            return str(head["sha256"]), int(head["bytes"])
-        return self.put(key, data, content_type), len(data)
+        h = hashlib.sha256()
+        f.seek(0)
+        size = 0
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+        digest = h.hexdigest()
+        meta = {**(metadata or {}), "sha256": digest}
+        f.seek(0)
+        if size <= part_bytes:
+            self._call("put_object", Bucket=self.bucket, Key=key, Body=f.read(), ContentType=content_type,
+                       Metadata=meta)
+            return digest, size
+        upload_id = self._call("create_multipart_upload", Bucket=self.bucket, Key=key, ContentType=content_type,
+                               Metadata=meta)["UploadId"]
+        try:
+            parts = []
+            number = 1
+            while body := f.read(part_bytes):
+                etag = self._upload_part(key, upload_id, number, body)
+                parts.append({"PartNumber": number, "ETag": etag})
+                number += 1
+            self._call("complete_multipart_upload", Bucket=self.bucket, Key=key, UploadId=upload_id,
+                       MultipartUpload={"Parts": parts})
+        except BaseException:
+            try:
+                self._call("abort_multipart_upload", Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except StorageError:
+                pass  # S3 drops an upload left unfinished by its lifecycle rule; nothing is visible meanwhile
+            raise
+        return digest, size
+
+    def _upload_part(self, key: str, upload_id: str, number: int, body: bytes) -> str:
+        for attempt in range(_PART_ATTEMPTS):
+            try:
+                resp = self._call("upload_part", Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                  Body=body)
+                return str(resp["ETag"])
+            except S3Unavailable:
+                if attempt == _PART_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.5 * 2 ** attempt)
+        raise AssertionError("unreachable")
 
     def get(self, key: str) -> bytes:
         """The object's bytes; ``ObjectMissing`` if there is none."""
@@ -116,9 +162,9 @@ class AudioStore:
             resp = self._call("head_object", Bucket=self.bucket, Key=key)
         except ObjectMissing:
             return None
-        return {"bytes": int(resp.get("ContentLength", 0)),
-                "sha256": (resp.get("Metadata") or {}).get("sha256"),
-                "content_type": resp.get("ContentType")}
+        meta = resp.get("Metadata") or {}
+        return {"bytes": int(resp.get("ContentLength", 0)), "sha256": meta.get("sha256"),
+                "content_type": resp.get("ContentType"), "metadata": dict(meta)}
 
     def exists(self, key: str) -> bool:
         return self.head(key) is not None

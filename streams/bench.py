@@ -17,6 +17,7 @@ _KINDS = {
     "stage": "streams.bench_stage",
     "pipeline": "streams.bench_pipeline",
     "baseline": "streams.bench_baseline",
+    "bigrequest": "streams.bench_bigrequest",
 }
 
 

@@ -72,6 +72,8 @@ class Settings:
     max_text_chars: int = _f(100_000, "Longest accepted request text, in characters after normalization.", lo=1, hi=10_000_000)
     max_segment_chars: int = _f(300, "Longest segment the stage emits, in characters.", lo=16, hi=10_000)
     dedup_window_s: int = _f(24 * 3600, "Window in which a repeated request_id is dropped by the stage.", lo=1, hi=30 * 24 * 3600)
+    max_request_audio_s: int = _f(4 * 3600, "Longest audio one request may produce, seconds; a longer one fails with audio_too_long (split longer texts into several requests).", lo=1, hi=7 * 24 * 3600)
+    join_memory_mb: int = _f(32, "Synthesized audio (MiB of samples) a worker keeps in memory per request for its join; the parts beyond it are read back from S3 when the request is joined.", lo=0, hi=65_536)
     # --- Batching ----------------------------------------------------------------
     max_batch: int = _f(8, "Most segments in one engine batch.", lo=1, hi=1024)
     max_wait_ms: int = _f(20, "Longest a segment waits for its batch to fill, milliseconds.", lo=0, hi=60_000)

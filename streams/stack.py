@@ -73,6 +73,10 @@ KAFKA_TOOLS: dict[str, str] = {
 }
 
 _KAFKA_HEAP = ("-Xms256m", "-Xmx512m")
+# s3proxy buffers a PUT body on its heap: with 256 MiB a single PUT of 64 MiB passed and one of
+# 100 MiB (or a 2 h request's 330 MB wav) got 500 OutOfMemoryError. Nothing ttsflow stores goes in
+# one request above 8 MiB (AudioStore.put_file sends larger objects as 8 MiB multipart parts; a
+# 400 MiB object and 32 concurrent 8 MiB PUTs passed with this heap), so it is the largest object's need.
 _S3_HEAP = ("-Xms64m", "-Xmx256m")
 _TOOL_JVM = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
 

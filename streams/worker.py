@@ -75,7 +75,7 @@ from engine import audio as audio_codec
 from engine import voices as engine_voices
 from engine.base import Audio, Failure, Prepared, SynthItem
 from engine.engine import Engine
-from engine.errors import EngineError, ItemError
+from engine.errors import EngineError
 from engine.quality import check_audio
 from schemas import (
     AudioRef,
@@ -96,6 +96,7 @@ from storage.errors import ObjectMissing, S3Unavailable, StorageError
 from storage.s3 import AudioStore
 from streams.batcher import MicroBatcher
 from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, classify
+from streams.joiner import JoinSpec, join_upload
 from streams.offsets import OffsetTracker
 from streams.settings import Settings, SettingsError, load_settings
 
@@ -115,6 +116,12 @@ _OP_TIMEOUT_S = 30.0
 _WEDGE_GRACE_S = 30.0
 _REWIND_TIMEOUT_S = 10.0  # one attempt at reading committed offsets; a failed rewind is retried by the loop
 _RELOAD_MAX_WAIT_S = 30.0  # a pending reload waits this long for the work in flight to drain
+# librdkafka prefetches up to 1 MB per partition into one queue that consume() reads in order: a
+# long request's segments (one partition) fetched at once would be served before every other
+# partition's. Small per-partition fetches keep the queue interleaved, so other users' short
+# requests wait for a few batches, not for the long request (bench bigrequest measures it).
+_FAIR_FETCH = {"max.partition.fetch.bytes": 16 * 1024, "queued.min.messages": 16,
+               "queued.max.messages.kbytes": 1024}
 
 
 def _backoff(attempt: int) -> float:
@@ -141,7 +148,7 @@ class _Seg:
 @dataclass(slots=True)
 class _Part:
     key: str
-    audio: np.ndarray | None  # None: fetch from S3 at join time
+    audio: np.ndarray | None  # None: fetch from S3 at join time (always beyond the request's join_memory_mb)
     cached: bool
 
 
@@ -162,6 +169,8 @@ class _Request:
     finalizing: bool = False
     synth_s: float = 0.0
     queue_s: float = 0.0
+    held_bytes: int = 0    # part samples kept in memory for the join (bounded by join_memory_mb)
+    audio_s: float = 0.0   # audio of the parts synthesized here so far (max_request_audio_s stops it early)
 
     @property
     def key(self) -> tuple[int, str]:
@@ -210,7 +219,7 @@ class Worker:
         self._stop = threading.Event()
         self._closing = False
         self._consumer = consumer or Consumer(consumer_config(
-            settings, settings.worker_group, **{"client.id": settings.effective_transactional_id}))
+            settings, settings.worker_group, **{"client.id": settings.effective_transactional_id}, **_FAIR_FETCH))
         self._new_producer = producer_factory or (lambda: Producer(transactional_config(settings)))
         self._producer = producer or self._new_producer()
         # transactional calls run here, bounded (see _txn); a wedged one is abandoned with its thread
@@ -348,7 +357,7 @@ class Worker:
             timeout = min(timeout, max(0.0, deadline - now))
         if self._post_futs or self._final_futs:
             timeout = min(timeout, 0.005)
-        want = max(1, min(500, self._cap - self._backlog()))
+        want = max(1, min(500, self._cap - self._backlog()), self._cap // max(1, len(self._assigned)))
         msgs = self._consumer.consume(want, timeout)
 
         # 2) decode, drop what is done; 3) cache lookup; 4) batch the misses
@@ -434,8 +443,18 @@ class Worker:
         return partition in self._assigned and self._gen.get(partition) == gen
 
     def _apply_backpressure(self) -> None:
-        want_paused = self._assigned if self._backlog() >= self._cap else set()
-        self._set_paused(want_paused)
+        """Past the prefetch cap pause only the partitions holding their share of it: one
+        partition's long request must not keep the others' segments out (they wait for a
+        few batches, not for the whole request). Each unpaused partition adds at most about
+        two shares, so the backlog stays within about three times the cap (segments, not audio)."""
+        if self._backlog() < self._cap:
+            self._set_paused(set())
+            return
+        share = max(1, self._cap // max(1, len(self._assigned)))
+        held: dict[int, int] = {}
+        for s in self.batcher.items():
+            held[s.partition] = held.get(s.partition, 0) + 1
+        self._set_paused({p for p in self._assigned if held.get(p, 0) >= share})
 
     def _set_paused(self, want: set[int]) -> None:
         from confluent_kafka import TopicPartition
@@ -671,7 +690,7 @@ class Worker:
         if req is None:  # answered already (failed), or its partition was dropped
             self.tracker.mark_done(s.partition, s.offset)
             return
-        req.parts[s.seg.seq] = part
+        req.parts[s.seg.seq] = self._hold(req, part)
         if not s.seg.last:  # a last segment is done only with its completion
             self.tracker.mark_done(s.partition, s.offset)
 
@@ -711,35 +730,46 @@ class Worker:
             return [last.hash]
         return None  # without the list only parts seen here could be joined: not all of them
 
+    def _hold(self, req: _Request, part: _Part) -> _Part:
+        """The part as the request keeps it: its samples only while the request's share stays within
+        ``join_memory_mb`` (beyond it the join reads the part back from S3, so a long request's
+        audio never piles up here). A request whose audio passes ``max_request_audio_s`` fails now,
+        before the rest of it is synthesized."""
+        if part.audio is None:
+            return part
+        if not part.cached:
+            req.audio_s += len(part.audio) / self.engine.sample_rate
+            if req.audio_s > self.settings.max_request_audio_s and req.failure is None:
+                req.failure = ErrorInfo(code="audio_too_long", message=(
+                    f"the audio passed {self.settings.max_request_audio_s} s (TTS_MAX_REQUEST_AUDIO_S) after "
+                    f"{len(req.parts) + 1} of {req.total} segments; split the text into several requests"))
+        n = part.audio.nbytes
+        if req.held_bytes + n > self.settings.join_memory_mb * 1024 * 1024:
+            return _Part(part.key, None, part.cached)
+        req.held_bytes += n
+        return part
+
     def _join_upload(self, req: _Request, hashes: list[str], parts: dict[int, _Part]) -> AudioRef | ErrorInfo:
-        """Pool thread: fetch parts not in memory, join in order, resample, encode, upload."""
+        """Pool thread: stream the parts in order (memory, else S3) into the request's object
+        (streams/joiner.py: bounded memory, multipart upload, one failing object fails this request)."""
         sr = self.engine.sample_rate
-        arrays: list[np.ndarray] = []
-        for seq, h in enumerate(hashes):
-            part = parts.get(seq)
-            samples = part.audio if part is not None else None
-            if samples is None:
-                data = self._fetch_part(part.key if part is not None else None, h)
-                if data is None:
-                    return ErrorInfo(code="part_missing", message=f"audio of segment {seq} is not in the store")
-                samples, psr = audio_codec.decode(data)
-                if psr != sr:
-                    samples = audio_codec.resample(samples, psr, sr)
-            arrays.append(samples)
         last = req.last
         assert last is not None
-        joined = audio_codec.join(arrays, sr)
         out_sr = last.sample_rate or sr
-        if out_sr != sr:
-            joined = audio_codec.resample(joined, sr, out_sr)
-        try:
-            data = audio_codec.encode(joined, out_sr, last.format)
-        except ItemError as e:
-            return ErrorInfo(code="unsupported_format", message=str(e))
-        key = self.request_key(hashes, last.format, out_sr)
-        sha, size = self.store.put_if_absent(key, data, audio_codec.content_type(last.format))
-        return AudioRef(uri=self.store.uri(key), bucket=self.store.bucket, key=key, format=last.format,
-                        sample_rate=out_sr, duration_s=round(len(joined) / out_sr, 4), bytes=size, sha256=sha)
+        spec = JoinSpec(key=self.request_key(hashes, last.format, out_sr), fmt=last.format, sr_in=sr, sr_out=out_sr,
+                        max_audio_s=self.settings.max_request_audio_s, request_id=req.request_id)
+
+        def samples(seq: int) -> np.ndarray | None:
+            part = parts.get(seq)
+            if part is not None and part.audio is not None:
+                return part.audio
+            data = self._fetch_part(part.key if part is not None else None, hashes[seq])
+            if data is None:
+                return None
+            x, psr = audio_codec.decode(data)
+            return x if psr == sr else audio_codec.resample(x, psr, sr)
+
+        return join_upload(self.store, spec, len(hashes), samples)
 
     def _fetch_part(self, key: str | None, segment_hash: str) -> bytes | None:
         """A part's bytes: by its stored key, else by its content address under the serving model or,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import socket
 import uuid
 
@@ -37,10 +39,62 @@ def test_put_get_head_roundtrip_is_content_addressed(stack_settings: Settings) -
         assert store.put(key, data, "audio/wav") == digest  # a retried upload is harmless
         assert store.get(key) == data
         head = store.head(key)
-        assert head == {"bytes": len(data), "sha256": digest, "content_type": "audio/wav"}
+        assert head == {"bytes": len(data), "sha256": digest, "content_type": "audio/wav",
+                        "metadata": {"sha256": digest}}
         assert store.uri(key) == f"s3://{stack_settings.s3_bucket}/{key}"
         with pytest.raises(ObjectMissing):
             store.get(store.key("part", "ab" * 32, "wav"))
+    finally:
+        store.close()
+
+
+def _open_uploads(store: AudioStore, key: str) -> list[str]:
+    resp = store._client.list_multipart_uploads(Bucket=store.bucket, Prefix=key)
+    return [u["UploadId"] for u in resp.get("Uploads", [])]
+
+
+def test_put_file_streams_a_large_object_in_parts(stack_settings: Settings) -> None:
+    store = _store(stack_settings)
+    key = store.key("req", "ef" * 32, "wav")
+    data = os.urandom(21 * 1024 * 1024 + 123)  # three 8 MiB parts, the last one short
+    try:
+        sha, size = store.put_file(key, io.BytesIO(data), "audio/wav", metadata={"duration_s": "12.5"})
+        assert (sha, size) == (hashlib.sha256(data).hexdigest(), len(data))
+        head = store.head(key)
+        assert head is not None and head["bytes"] == len(data) and head["sha256"] == sha
+        assert head["content_type"] == "audio/wav" and head["metadata"]["duration_s"] == "12.5"
+        assert store.get(key) == data and _open_uploads(store, key) == []
+        small = store.key("req", "12" * 32, "wav")  # one part: a plain PUT
+        assert store.put_file(small, io.BytesIO(b"tiny"), "audio/wav") == (hashlib.sha256(b"tiny").hexdigest(), 4)
+        assert store.get(small) == b"tiny"
+    finally:
+        for k in (key, store.key("req", "12" * 32, "wav")):
+            store._client.delete_object(Bucket=store.bucket, Key=k)
+        store.close()
+
+
+class _BreaksAfter(io.BytesIO):
+    """A file whose second read of the upload pass fails (the spool's disk)."""
+
+    def __init__(self, data: bytes, ok_reads: int) -> None:
+        super().__init__(data)
+        self.ok_reads = ok_reads
+
+    def read(self, n: int | None = -1) -> bytes:
+        if n is not None and n > 1 << 20:  # upload pass (the digest pass reads 1 MiB at a time)
+            self.ok_reads -= 1
+            if self.ok_reads < 0:
+                raise OSError(5, "Input/output error")
+        return super().read(n)
+
+
+def test_a_failed_multipart_upload_is_aborted_and_leaves_no_object(stack_settings: Settings) -> None:
+    store = _store(stack_settings)
+    key = store.key("req", "ab" * 32, "wav")
+    try:
+        with pytest.raises(OSError):
+            store.put_file(key, _BreaksAfter(os.urandom(17 * 1024 * 1024), ok_reads=1), "audio/wav")
+        assert store.head(key) is None and _open_uploads(store, key) == []
     finally:
         store.close()
 

@@ -309,7 +309,8 @@ def test_asyncapi_documents_every_topic_and_existing_schema_files() -> None:
 def test_every_stable_error_code_is_documented_in_schema_asyncapi_and_readme() -> None:
     root = Path(__file__).resolve().parents[2]
     codes = {"invalid_json", "invalid_field", "empty_text", "text_too_long", "unknown_voice", "unsupported_format",
-             "unsupported_language", "internal_error", "synthesis_failed", "engine_error", "part_missing"}
+             "unsupported_language", "internal_error", "synthesis_failed", "engine_error", "part_missing",
+             "audio_too_long", "storage_failed", "join_failed"}
     completion = json.loads((root / "schemas" / "json" / "completion.v1.schema.json").read_text())
     described = completion["$defs"]["ErrorInfo"]["properties"]["code"]["description"]
     for where, text in (("completion schema", described), ("asyncapi", (root / "schemas" / "asyncapi.yaml").read_text()),

@@ -219,6 +219,7 @@ class FakeStore:
         self.objects: dict[str, bytes] = {}
         self.down = False
         self.puts = 0
+        self.metadata: dict[str, dict[str, str]] = {}
 
     def key(self, kind: str, digest: str, ext: str) -> str:
         return content_key("a/", kind, digest, ext)
@@ -236,11 +237,12 @@ class FakeStore:
         self.objects[key] = data
         return hashlib.sha256(data).hexdigest()
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "") -> tuple[str, int]:
-        self._check()
-        if key in self.objects:
-            return hashlib.sha256(self.objects[key]).hexdigest(), len(self.objects[key])
-        return self.put(key, data), len(data)
+    def put_file(self, key: str, f: Any, content_type: str = "", *, metadata: dict[str, str] | None = None) -> tuple[str, int]:
+        f.seek(0)
+        data = f.read()
+        digest = self.put(key, data)
+        self.metadata[key] = {**(metadata or {}), "sha256": digest}
+        return digest, len(data)
 
     def get(self, key: str) -> bytes:
         self._check()
@@ -250,7 +252,10 @@ class FakeStore:
 
     def head(self, key: str) -> dict[str, Any] | None:
         self._check()
-        return {"bytes": len(self.objects[key])} if key in self.objects else None
+        if key not in self.objects:
+            return None
+        meta = self.metadata.get(key, {})
+        return {"bytes": len(self.objects[key]), "sha256": meta.get("sha256"), "metadata": meta}
 
     def ping(self) -> None:
         self._check()
@@ -524,6 +529,67 @@ def test_s3_down_commits_nothing_and_recovers(rig: Rig, monkeypatch: pytest.Monk
     assert [c.request_id for c in rig.completions()] == ["s"]
     assert rig.broker.committed[0] == 2
     assert rig.metrics.value("ttsflow_worker_s3_errors_total") >= 2
+
+
+def test_parts_beyond_the_join_budget_are_read_back_from_s3_and_join_the_same(rig: Rig) -> None:
+    texts = ["First of a long one.", "Second of it.", "Third part here.", "And the last."]
+    rig.publish(0, segments("mem", "u1", texts))
+    rig.run()
+    in_memory = rig.completions()[0]
+    lean = Rig()
+    try:
+        lean.settings = lean.settings.replace(join_memory_mb=0)  # no part kept for the join
+        lean.worker.close()
+        lean.new_worker()
+        got: list[str] = []
+        real_get = lean.store.get
+        lean.store.get = lambda key: (got.append(key), real_get(key))[1]  # type: ignore[method-assign]
+        lean.publish(0, segments("lean", "u1", texts))
+        lean.run()
+        c = lean.completions()[0]
+        assert c.status == "ok" and len([k for k in got if "/part/" in k]) == len(texts)
+        assert lean.store.objects[c.audio.key] == rig.store.objects[in_memory.audio.key]  # type: ignore[union-attr]
+    finally:
+        lean.close()
+
+
+def test_an_object_that_keeps_failing_fails_its_request_not_the_partition(rig: Rig,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streams.joiner._BACKOFF_S", 0.0)
+    real_put = rig.store.put_file
+
+    def put_file(key: str, f: Any, content_type: str = "", *, metadata: dict[str, str] | None = None) -> Any:
+        if float((metadata or {}).get("duration_s", 0)) > 2.5:  # only the long request's object (~4 s; the others ~1 s)
+            raise S3Unavailable(f"s3 upload_part {key}: 500")
+        return real_put(key, f, content_type, metadata=metadata)
+
+    monkeypatch.setattr(rig.store, "put_file", put_file)
+    rig.publish(0, segments("ok1", "u1", ["Before it."]))
+    rig.publish(0, segments("huge", "u1", ["One of three.", "Two of three.", "Three of three."]))
+    rig.publish(0, segments("ok2", "u1", ["After it."]))
+    rig.publish(1, segments("ok3", "u2", ["Elsewhere."]))
+    rig.run()
+    got = {c.request_id: c for c in rig.completions()}
+    assert Counter(c.request_id for c in rig.completions()) == Counter({"ok1": 1, "huge": 1, "ok2": 1, "ok3": 1})
+    assert got["huge"].status == "failed" and got["huge"].error.code == "storage_failed"  # type: ignore[union-attr]
+    assert all(got[r].status == "ok" for r in ("ok1", "ok2", "ok3"))
+    assert rig.broker.committed == {0: 5, 1: 1}
+    assert rig.metrics.value("ttsflow_worker_s3_errors_total") == 0 and "abort" not in rig.producer.calls
+
+
+def test_a_request_past_the_audio_limit_fails_early_and_the_next_one_is_answered(rig: Rig) -> None:
+    rig.settings = rig.settings.replace(max_request_audio_s=1)
+    rig.worker.close()
+    rig.new_worker()
+    long_texts = [f"Sentence number {i} of a request whose audio is far longer than a second." for i in range(40)]
+    rig.publish(0, segments("long", "u1", long_texts))
+    rig.publish(0, segments("next", "u1", ["Short."]))
+    rig.run()
+    got = {c.request_id: c for c in rig.completions()}
+    assert got["long"].status == "failed" and got["long"].error.code == "audio_too_long"  # type: ignore[union-attr]
+    assert got["next"].status == "ok"
+    assert len(rig.backend.inferred) <= 24  # ~0.2 s a part: stopped after the prefetched ones, not all 40
+    assert rig.broker.committed[0] == len(long_texts) + 1
 
 
 def test_undecodable_segments_answered_or_skipped(rig: Rig) -> None:

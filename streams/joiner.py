@@ -1,0 +1,134 @@
+"""A request's audio object from its parts: streamed, bounded in memory, one failure one request.
+
+Guarantees (DESIGN.md failure matrix, "one huge request"):
+
+* Memory: the parts are read one at a time in order (from memory or S3, by the caller's
+  ``part_samples``), faded, paused and resampled by :class:`engine.audio.JoinWriter` into a
+  spool (RAM up to ``_SPOOL_RAM`` bytes, then a temporary file), which
+  :meth:`storage.s3.AudioStore.put_file` sends in parts of 8 MiB. However long the
+  request, a join holds one segment's audio and one upload part, never the whole audio.
+* Content addressing: the object's key comes from the part hashes (the caller's); an object
+  already stored there with its sha256 and duration in its metadata is answered without
+  joining again (a request redone after a rewind or a restart costs one HEAD); one without
+  them (an older worker's) keeps its bytes and sha256 (Ogg differs run to run).
+* Limits: a request whose audio passes ``max_audio_s`` fails with ``audio_too_long`` as soon
+  as the join passes it.
+* Failures of one object are that request's: an S3 call on it (a part's GET, the upload)
+  that still fails after ``attempts`` tries fails the request with ``storage_failed`` if S3
+  answers a ping, so the other partitions go on; only if the ping fails too is it an
+  outage (:class:`~storage.errors.S3Unavailable` is raised: the worker commits nothing and
+  waits for S3). Configuration errors (access denied, no bucket) are raised as they are. A
+  local failure (the spool's disk full, the encoder) fails the request with ``join_failed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from engine import audio as audio_codec
+from engine.errors import ItemError
+from schemas import AudioRef, ErrorInfo
+from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
+
+__all__ = ["JoinSpec", "join_upload"]
+
+_log = logging.getLogger("ttsflow.joiner")
+
+_SPOOL_RAM = 8 * 1024 * 1024  # encoded audio up to this stays in memory; longer goes to a temp file
+_ATTEMPTS = 3
+_BACKOFF_S = 0.5
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSpec:
+    """What to make: the object's key, its format and rate, the input rate, the limit."""
+
+    key: str
+    fmt: str
+    sr_in: int
+    sr_out: int
+    max_audio_s: float
+    request_id: str = ""
+
+
+class _ObjectFailed(Exception):
+    """One object keeps failing while S3 answers: the request fails, nothing else stops."""
+
+
+def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable[[int], np.ndarray | None], *,
+                attempts: int = _ATTEMPTS, sleep: Callable[[float], None] = time.sleep) -> AudioRef | ErrorInfo:
+    """Join parts ``0..n_parts-1`` (``part_samples(seq)``: float mono at ``spec.sr_in``, None if the
+    part is gone) into the object at ``spec.key``; its :class:`AudioRef`, or the request's error."""
+    t0 = time.perf_counter()
+
+    def retrying(what: str, fn: Callable[[], T]) -> T:
+        last: StorageError | None = None
+        for attempt in range(attempts):
+            try:
+                return fn()
+            except (StorageConfigError, ObjectMissing):
+                raise
+            except S3Unavailable as e:
+                last = e
+                if attempt < attempts - 1:
+                    sleep(_BACKOFF_S * 2 ** attempt)
+            except StorageError as e:  # S3 said no (4xx): the same call gets the same answer
+                last = e
+                break
+        store.ping()  # raises S3Unavailable if S3 is down as a whole: an outage, not this object
+        raise _ObjectFailed(f"{what}: {last}")
+
+    try:
+        head = retrying("head", lambda: store.head(spec.key))
+        meta = (head or {}).get("metadata") or {}
+        if head is not None and head.get("sha256") and meta.get("duration_s"):
+            return _ref(store, spec, str(head["sha256"]), int(head["bytes"]), float(meta["duration_s"]))
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL_RAM, prefix="ttsflow-join-") as spool:
+            try:
+                writer = audio_codec.JoinWriter(spool, spec.sr_in, spec.sr_out, spec.fmt)  # type: ignore[arg-type]
+            except ItemError as e:
+                return ErrorInfo(code="unsupported_format", message=str(e))
+            try:
+                for seq in range(n_parts):
+                    try:
+                        samples = retrying(f"part {seq}", lambda seq=seq: part_samples(seq))  # type: ignore[misc]
+                    except ObjectMissing:
+                        samples = None
+                    if samples is None:
+                        return ErrorInfo(code="part_missing", message=f"audio of segment {seq} is not in the store")
+                    writer.add(samples)
+                    del samples
+                    if writer.duration_s > spec.max_audio_s:
+                        return ErrorInfo(code="audio_too_long", message=(
+                            f"the audio passed {spec.max_audio_s:.0f} s (TTS_MAX_REQUEST_AUDIO_S) at segment {seq} "
+                            f"of {n_parts}; split the text into several requests"))
+            finally:
+                writer.close()
+            duration_s = round(writer.frames / spec.sr_out, 4)
+            if head is not None and head.get("sha256"):  # stored by an older worker: keep its bytes
+                return _ref(store, spec, str(head["sha256"]), int(head["bytes"]), duration_s)
+            sha, size = retrying("upload", lambda: store.put_file(
+                spec.key, spool, audio_codec.content_type(spec.fmt), metadata={"duration_s": f"{duration_s}"}))
+    except _ObjectFailed as e:
+        _log.warning("event=request_storage_failed request_id=%s key=%s error=%s", spec.request_id, spec.key, e)
+        return ErrorInfo(code="storage_failed", message=f"s3 keeps failing on this request's audio ({e})")
+    except (OSError, RuntimeError) as e:  # the spool's disk, libsndfile: this request's join, not S3's
+        _log.warning("event=request_join_failed request_id=%s error=%s", spec.request_id, e)
+        return ErrorInfo(code="join_failed", message=f"{type(e).__name__}: {e}")
+    _log.info("event=request_joined request_id=%s segments=%d duration_s=%.1f bytes=%d seconds=%.2f",
+              spec.request_id, n_parts, duration_s, size, time.perf_counter() - t0)
+    return _ref(store, spec, sha, size, duration_s)
+
+
+def _ref(store: Any, spec: JoinSpec, sha: str, size: int, duration_s: float) -> AudioRef:
+    return AudioRef(uri=store.uri(spec.key), bucket=store.bucket, key=spec.key, format=spec.fmt,
+                    sample_rate=spec.sr_out, duration_s=duration_s, bytes=size, sha256=sha)

@@ -1,0 +1,179 @@
+"""streams/joiner.py: a request's audio streamed into one object; one failing object fails one request."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.audio import decode, encode, join
+from schemas import AudioRef, ErrorInfo
+from storage.errors import S3Unavailable, StorageConfigError, StorageError
+from streams.joiner import JoinSpec, join_upload
+
+SR = 8000
+KEY = "a/req/ab/cd/" + "ab" * 32 + ".wav"
+
+
+class Store:
+    """An in-memory bucket whose upload can fail (``fail_upload``: an exception to raise)."""
+
+    bucket = "bucket"
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.meta: dict[str, dict[str, str]] = {}
+        self.fail_upload: BaseException | None = None
+        self.ping_ok = True
+        self.uploads = 0
+        self.pings = 0
+
+    def uri(self, key: str) -> str:
+        return f"s3://bucket/{key}"
+
+    def head(self, key: str) -> dict[str, Any] | None:
+        if key not in self.objects:
+            return None
+        meta = self.meta.get(key, {})
+        return {"bytes": len(self.objects[key]), "sha256": meta.get("sha256"), "metadata": meta}
+
+    def put_file(self, key: str, f: Any, content_type: str = "", *, metadata: dict[str, str] | None = None
+                 ) -> tuple[str, int]:
+        self.uploads += 1
+        if self.fail_upload is not None:
+            raise self.fail_upload
+        f.seek(0)
+        data = f.read()
+        digest = hashlib.sha256(data).hexdigest()
+        self.objects[key] = data
+        self.meta[key] = {**(metadata or {}), "sha256": digest}
+        return digest, len(data)
+
+    def ping(self) -> None:
+        self.pings += 1
+        if not self.ping_ok:
+            raise S3Unavailable("connection refused")
+
+
+def _parts(n: int = 5) -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    return [(0.3 * rng.standard_normal(int(SR * rng.uniform(0.2, 0.6)))).astype(np.float32) for _ in range(n)]
+
+
+def _spec(fmt: str = "wav", max_audio_s: float = 3600.0) -> JoinSpec:
+    return JoinSpec(key=KEY, fmt=fmt, sr_in=SR, sr_out=SR, max_audio_s=max_audio_s, request_id="r-1")
+
+
+def _no_sleep(_s: float) -> None:
+    pass
+
+
+def test_parts_are_read_once_in_order_and_joined_like_join() -> None:
+    parts, asked = _parts(), []
+
+    def samples(seq: int) -> np.ndarray:
+        asked.append(seq)
+        return parts[seq]
+
+    store = Store()
+    ref = join_upload(store, _spec(), len(parts), samples)
+    assert isinstance(ref, AudioRef)
+    assert asked == list(range(len(parts)))
+    data = store.objects[KEY]
+    assert data == encode(join(parts, SR), SR, "wav")
+    assert ref.sha256 == hashlib.sha256(data).hexdigest() and ref.bytes == len(data)
+    assert ref.duration_s == pytest.approx(len(decode(data)[0]) / SR, abs=1e-4)
+    assert store.meta[KEY]["duration_s"] == str(ref.duration_s)
+
+
+def test_an_object_already_stored_with_its_duration_is_answered_without_joining() -> None:
+    parts, store = _parts(), Store()
+    first = join_upload(store, _spec(), len(parts), lambda i: parts[i])
+
+    def never(seq: int) -> np.ndarray:
+        raise AssertionError("joined again")
+
+    again = join_upload(store, _spec(), len(parts), never)
+    assert again == first and store.uploads == 1
+
+
+def test_an_older_object_without_duration_keeps_its_bytes_and_sha() -> None:
+    parts, store = _parts(), Store()
+    store.objects[KEY] = b"older bytes"
+    store.meta[KEY] = {"sha256": "f" * 64}
+    ref = join_upload(store, _spec(), len(parts), lambda i: parts[i])
+    assert isinstance(ref, AudioRef) and ref.sha256 == "f" * 64 and ref.bytes == len(b"older bytes")
+    assert store.uploads == 0 and ref.duration_s > 0
+
+
+def test_an_upload_that_keeps_failing_while_s3_answers_fails_this_request_only() -> None:
+    parts, store = _parts(), Store()
+    store.fail_upload = S3Unavailable("s3 upload_part: 500")  # e.g. the server out of memory on this object
+    res = join_upload(store, _spec(), len(parts), lambda i: parts[i], sleep=_no_sleep)
+    assert isinstance(res, ErrorInfo) and res.code == "storage_failed" and "500" in res.message
+    assert store.uploads == 3 and store.pings == 1
+
+
+def test_a_rejected_upload_is_not_retried() -> None:
+    parts, store = _parts(), Store()
+    store.fail_upload = StorageError("s3 put_object: EntityTooLarge")
+    res = join_upload(store, _spec(), len(parts), lambda i: parts[i], sleep=_no_sleep)
+    assert isinstance(res, ErrorInfo) and res.code == "storage_failed" and store.uploads == 1
+
+
+def test_s3_down_as_a_whole_is_an_outage_not_a_failed_request() -> None:
+    parts, store = _parts(), Store()
+    store.fail_upload = S3Unavailable("connection refused")
+    store.ping_ok = False
+    with pytest.raises(S3Unavailable):
+        join_upload(store, _spec(), len(parts), lambda i: parts[i], sleep=_no_sleep)
+
+
+def test_configuration_errors_are_raised() -> None:
+    parts, store = _parts(), Store()
+    store.fail_upload = StorageConfigError("AccessDenied")
+    with pytest.raises(StorageConfigError):
+        join_upload(store, _spec(), len(parts), lambda i: parts[i], sleep=_no_sleep)
+
+
+def test_a_part_fetch_that_keeps_failing_fails_the_request() -> None:
+    parts, store, calls = _parts(), Store(), []
+
+    def flaky(seq: int) -> np.ndarray:
+        calls.append(seq)
+        if seq == 2:
+            raise S3Unavailable("s3 get_object: 503")
+        return parts[seq]
+
+    res = join_upload(store, _spec(), len(parts), flaky, sleep=_no_sleep)
+    assert isinstance(res, ErrorInfo) and res.code == "storage_failed"
+    assert calls == [0, 1, 2, 2, 2] and store.uploads == 0
+
+
+def test_missing_part_too_long_and_bad_format_fail_with_their_codes() -> None:
+    parts = _parts()
+    res = join_upload(Store(), _spec(), len(parts), lambda i: None if i == 3 else parts[i])
+    assert isinstance(res, ErrorInfo) and res.code == "part_missing" and "segment 3" in res.message
+    res = join_upload(Store(), _spec(max_audio_s=0.5), len(parts), lambda i: parts[i])
+    assert isinstance(res, ErrorInfo) and res.code == "audio_too_long"
+    res = join_upload(Store(), _spec(fmt="mp9"), len(parts), lambda i: parts[i])
+    assert isinstance(res, ErrorInfo) and res.code == "unsupported_format"
+
+
+def test_a_local_failure_fails_the_request_with_join_failed() -> None:
+    parts, store = _parts(), Store()
+    store.fail_upload = OSError(28, "No space left on device")
+    res = join_upload(store, _spec(), len(parts), lambda i: parts[i])
+    assert isinstance(res, ErrorInfo) and res.code == "join_failed" and "space" in res.message
+
+
+def test_long_audio_spills_to_disk_and_stays_exact() -> None:
+    # 10 minutes at 8 kHz, 9.6 MB of wav: past the 8 MiB in-memory spool, so it goes through a temp file
+    rng = np.random.default_rng(5)
+    parts = [(0.2 * rng.standard_normal(SR * 5)).astype(np.float32) for _ in range(120)]
+    store = Store()
+    ref = join_upload(store, _spec(), len(parts), lambda i: parts[i])
+    assert isinstance(ref, AudioRef)
+    assert store.objects[KEY] == encode(join(parts, SR), SR, "wav")
