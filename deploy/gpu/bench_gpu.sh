@@ -50,7 +50,7 @@ fi
 #
 #     deploy/gpu/bench_gpu.sh baseline [--workers N] [--quick] [--seconds S] ...
 #
-# The same comparison as `ttsflow bench baseline` on a CPU (see streams/bench_baseline.py), with
+# The same comparison as `ttsflow bench baseline` on a CPU (see streams/bench/baseline.py), with
 # Piper on the GPU: ttsflow micro-batches segments of many requests up to 8 per model call
 # (TTS_MAX_BATCH=8, TTS_MAX_WAIT_MS=20); the Celery baseline runs one task per request (each task
 # hands its own request's segments to the same engine, so it batches only within a request).

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streams.corpus import LONG_TEXT, demo_corpus
+from streams.bench.corpus import LONG_TEXT, demo_corpus
 from streams.settings import Settings
 from tests.e2e.helpers import run_json
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from streams import stack
-from streams.harness import delete_run_topics, isolated, new_run_id
-from streams.procs import ProcError, Supervisor, group_members, metrics_up
+from streams.bench.harness import delete_run_topics, isolated, new_run_id
+from streams.devstack import stack
+from streams.devstack.procs import ProcError, Supervisor, group_members, metrics_up
 from streams.settings import Settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -38,8 +38,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streams.devstack.stack import delete_topics, ensure_topics
 from streams.settings import Settings
-from streams.stack import delete_topics, ensure_topics
 from tests.support.stack import require_stack
 
 TEST_PARTITIONS = 4
@@ -48,8 +48,8 @@ _STACK_UP_S = 420.0  # a KRaft broker on a loaded 2-core machine has taken over 
 
 @pytest.fixture
 def private_stack(tmp_path: Path) -> Iterator[Settings]:
-    from streams import stack
-    from streams.procs import free_port
+    from streams.devstack import stack
+    from streams.devstack.procs import free_port
     from streams.settings import load_settings
 
     base = load_settings()

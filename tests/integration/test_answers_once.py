@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import Producer
 
 from schemas import decode_completion
-from streams.procs import Supervisor
+from streams.devstack.procs import Supervisor
 from streams.settings import Settings
 from tests.integration.conftest import drain_topic, producer_conf
 

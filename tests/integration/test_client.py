@@ -285,7 +285,7 @@ def pipeline(settings: Settings, s3: Any, monkeypatch: pytest.MonkeyPatch) -> An
 
 
 def test_cli_say_watch_fetch(pipeline: FakePipeline, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from streams.client_cli import main_fetch, main_say, main_watch
+    from streams.client.cli import main_fetch, main_say, main_watch
 
     assert main_say(["hello from the cli", "-o", str(tmp_path / "a.wav"), "--user", "u1", "--timeout", "60"]) == 0
     assert (tmp_path / "a.wav").read_bytes() == b"hello from the cli"
@@ -303,7 +303,7 @@ def test_cli_say_watch_fetch(pipeline: FakePipeline, tmp_path: Path, capsys: pyt
 
 
 def test_cli_submit_is_resumable(pipeline: FakePipeline, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from streams.client_cli import STATE_FILE, main_submit
+    from streams.client.cli import STATE_FILE, main_submit
 
     src = tmp_path / "in.txt"
     lines = [f"line number {i}" for i in range(12)]
@@ -341,8 +341,8 @@ def test_cli_submit_is_resumable(pipeline: FakePipeline, tmp_path: Path, capsys:
 
 @pytest.mark.slow
 def test_client_against_real_stage_and_worker(settings: Settings, tmp_path: Path) -> None:
-    from streams.lag import LagReader
-    from streams.procs import Supervisor
+    from streams.devstack.procs import Supervisor
+    from streams.ops.lag import LagReader
 
     with Supervisor(tmp_path / "logs") as sup:
         stage = sup.stage("stage", settings)

@@ -20,10 +20,10 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from schemas import Completion, encode
-from streams.lag import LagReader
-from streams.procs import Proc, Supervisor
+from streams.devstack.procs import Proc, Supervisor
+from streams.devstack.stack import ensure_topics
+from streams.ops.lag import LagReader
 from streams.settings import Settings
-from streams.stack import ensure_topics
 from tests.integration.conftest import drain_topic
 from tests.integration.test_worker import SENTENCES, by_request, check_audio, completions, make_segments, publish
 from tests.integration.test_worker_kill import _corpus, _metric

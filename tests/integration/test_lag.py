@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streams import lag as lag_mod
-from streams.lag import LagExporter, LagReader
+from streams.devstack.stack import kafka_tool
+from streams.ops.lag import LagExporter, LagReader
 from streams.settings import Settings
-from streams.stack import kafka_tool
 
 pytestmark = pytest.mark.integration
 
@@ -150,8 +150,8 @@ def test_serve_exports_the_same_figures_over_http(settings: Settings) -> None:
     import time
     import urllib.request
 
-    from streams.lag import serve
-    from streams.procs import free_port
+    from streams.devstack.procs import free_port
+    from streams.ops.lag import serve
 
     group = settings.worker_group
     _load_group(settings, group)

@@ -21,8 +21,8 @@ import pytest
 from botocore.exceptions import ClientError
 from confluent_kafka import TopicPartition
 
+from streams.devstack.stack import kafka_tool
 from streams.settings import Settings
-from streams.stack import kafka_tool
 
 pytestmark = pytest.mark.integration
 

@@ -24,10 +24,10 @@ import pytest
 from confluent_kafka import Message, Producer
 
 from schemas import Rejection, decode_dead_letter, decode_segment, decode_segment_event
-from streams.procs import Supervisor
+from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from streams.stage import DEAD_LETTER_ID_HEADER
-from streams.text import normalize, split_segments
+from streams.stage.core import DEAD_LETTER_ID_HEADER
+from streams.stage.text import normalize, split_segments
 from tests.integration.conftest import drain_topic, producer_conf
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def _expected(text: str, s: Settings) -> list[str]:
 
 @pytest.fixture
 def stages(settings: Settings, tmp_path: Path) -> Iterator[tuple[Supervisor, Settings]]:
-    # the stage's default guarantee (at_least_once; see streams/stage.py for why); a backend
+    # the stage's default guarantee (at_least_once; see streams/stage/ for why); a backend
     # whose voice speaks Chinese and English, so the mixed texts are split, not refused or cut
     # (the stage loads no model; language checks: tests/integration/test_languages_pipeline.py)
     s = settings.replace(home=str(tmp_path / "home"), max_segment_chars=60,
@@ -303,8 +303,8 @@ def test_a_stage_killed_before_its_first_commit_hands_every_record_to_the_agent(
 
 def test_a_stage_started_while_the_broker_is_away_waits_for_it(settings: Settings, tmp_path: Path) -> None:
     """Started during a broker restart, the stage waits for it (faust alone exits at once)."""
+    from streams.devstack.procs import free_port
     from streams.kafka import wait_for_broker
-    from streams.procs import free_port
 
     away = settings.replace(bootstrap_servers=f"127.0.0.1:{free_port()}", home=str(tmp_path / "home"))
     assert wait_for_broker(away, timeout_s=1.0) is False

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from streams.bench_stage import partition_stalls
-from streams.harness import Publisher, TopicReader
-from streams.lag import LagReader
-from streams.procs import Proc, Supervisor
+from streams.bench.harness import Publisher, TopicReader
+from streams.bench.stage import partition_stalls
+from streams.devstack.procs import Proc, Supervisor
+from streams.ops.lag import LagReader
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration

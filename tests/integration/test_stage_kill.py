@@ -7,7 +7,7 @@ The loss this guards against (seen in ``ttsflow chaos``): a contiguous block of 
 offsets, published just after a stage restart, committed by the stage group but never
 turned into segments. faust's stream acks events it skips in a rebalance (older consumer
 generation or flow suspended); that ack counted as "done" and the next commit moved past
-them. :func:`streams.stage.guard_consumer_acks` refuses those acks.
+them. :func:`streams.stage.patches.guard_consumer_acks` refuses those acks.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import pytest
 from confluent_kafka import Producer
 
 from schemas import decode_segment
-from streams.procs import Supervisor
+from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from streams.text import normalize, split_segments
+from streams.stage.text import normalize, split_segments
 from tests.integration.conftest import drain_topic, producer_conf
 
 pytestmark = pytest.mark.integration

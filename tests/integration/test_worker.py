@@ -26,7 +26,7 @@ from engine import audio as audio_codec
 from schemas import Completion, Segment, decode_completion, encode, request_hash, segment_hash
 from storage import AudioCache, AudioStore
 from streams.settings import Settings
-from streams.text import normalize, split_segments
+from streams.stage.text import normalize, split_segments
 from tests.integration.conftest import drain_topic
 from tests.support.asr import SENTENCES as ASR_SENTENCES
 
@@ -71,7 +71,7 @@ def by_request(cs: list[Completion]) -> Counter[str]:
 
 
 def cache_namespace(settings: Settings) -> str:
-    from streams.worker import cache_namespace as ns
+    from streams.worker.main import cache_namespace as ns
 
     return ns(settings)
 
@@ -139,8 +139,8 @@ class CountingEngine:
 @contextmanager
 def running_worker(settings: Settings, engine: Any, *, store: AudioStore | None = None,
                    cache: AudioCache | None = None, overlap: bool | None = None) -> Iterator[Any]:
-    from streams.worker import Worker
-    from streams.worker_metrics import WorkerMetrics
+    from streams.worker.loop import Worker
+    from streams.worker.metrics import WorkerMetrics
 
     s = settings.replace(transactional_id=f"test-worker-{uuid.uuid4().hex[:8]}", max_wait_ms=20)
     store = store or new_store(s)

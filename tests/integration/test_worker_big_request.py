@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from schemas import Completion, SchemaError, decode_completion
-from streams.bench_bigrequest import long_text
-from streams.corpus import sentences
-from streams.harness import Publisher, TopicReader
-from streams.procs import Supervisor
+from streams.bench.bigrequest import long_text
+from streams.bench.corpus import sentences
+from streams.bench.harness import Publisher, TopicReader
+from streams.devstack.procs import Supervisor
 from streams.settings import Settings
 from tests.integration.test_worker import check_audio
 

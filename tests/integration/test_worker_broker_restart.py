@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from streams import stack
-from streams.procs import Supervisor
+from streams.devstack import stack
+from streams.devstack.procs import Supervisor
 from streams.settings import Settings
 from tests.integration.test_worker import by_request, check_audio, completions
 from tests.integration.test_worker_kill import _corpus

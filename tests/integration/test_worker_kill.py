@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.procs import Supervisor
+from streams.devstack.procs import Supervisor
 from streams.settings import Settings
 from tests.integration.test_worker import SENTENCES, by_request, check_audio, completions, make_segments, publish
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streams.procs import Supervisor
+from streams.devstack.procs import Supervisor
 from streams.settings import Settings
 from tests.integration.test_worker import SENTENCES, by_request, check_audio, completions
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.procs import Supervisor
+from streams.devstack.procs import Supervisor
 from streams.settings import Settings
 from tests.integration.test_worker import SENTENCES, check_audio, completions, make_segments, publish
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from streams.devstack.stack import status
 from streams.settings import Settings, load_settings
-from streams.stack import status
 
 
 def require_stack(deadline_s: float = 120.0) -> Settings:

@@ -2,7 +2,7 @@
 
 ``python -m tests.support.voice_rates --backend hibari [--corpus asr|bench]`` synthesizes
 every sentence (``asr``: :data:`tests.support.asr.SENTENCES`, the tests' held-out corpus;
-``bench``: 24 sentences of :func:`streams.corpus.sentences`, seed 1) at speed 1 and prints,
+``bench``: 24 sentences of :func:`streams.bench.corpus.sentences`, seed 1) at speed 1 and prints,
 per voice, the spoken characters (letters and digits) per second of audio and per voiced
 second (:func:`engine.quality.audio_stats`), min / median / max, the quietest loudest-frame
 level, and what :func:`engine.quality.check_audio` says of every part with the voice's
@@ -27,7 +27,7 @@ def _corpus(name: str) -> list[str]:
         from tests.support.asr import SENTENCES
 
         return list(SENTENCES)
-    from streams.corpus import sentences
+    from streams.bench.corpus import sentences
 
     it = sentences(1)
     return [next(it) for _ in range(24)]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.batcher import MicroBatcher
+from streams.worker.batcher import MicroBatcher
 
 
 class FakeClock:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.bench_stage import partition_stalls
+from streams.bench.stage import partition_stalls
 
 
 def test_stall_counts_from_the_kill_between_records_and_to_the_window_end() -> None:

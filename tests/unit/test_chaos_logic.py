@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streams.chaos import Event, check_audio, classify_lost, plan_events, plausible_duration, tally
-from streams.harness import isolated, percentile
+from streams.bench.chaos import Event, check_audio, classify_lost, plan_events, plausible_duration, tally
+from streams.bench.harness import isolated, percentile
 from streams.settings import Settings
 
 

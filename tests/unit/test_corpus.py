@@ -6,7 +6,7 @@ import itertools
 
 from schemas import decode_request, peek_request_id
 from schemas.errors import SchemaError
-from streams.corpus import LONG_TEXT, bench_texts, chaos_requests, demo_corpus, encode_request, sentences
+from streams.bench.corpus import LONG_TEXT, bench_texts, chaos_requests, demo_corpus, encode_request, sentences
 
 
 def test_demo_corpus_has_every_case_the_readme_promises() -> None:

@@ -155,9 +155,9 @@ def test_worker_is_a_statefulset_with_gpu_probes_and_stable_transactional_id() -
 
 
 def test_stage_probes_are_served_by_the_stage() -> None:
-    sources = [ROOT / "streams" / "stage.py", ROOT / "streams" / "stage_metrics.py", ROOT / "streams" / "metrics_http.py"]
+    sources = [*sorted((ROOT / "streams" / "stage").glob("*.py")), ROOT / "streams" / "metrics_http.py"]
     if not any(p.exists() for p in sources):
-        pytest.skip("streams/stage.py is not in the tree yet")
+        pytest.skip("streams/stage/ is not in the tree yet")
     _check_probes(_one("Deployment", "ttsflow-stage"), _probe_paths(sources))
 
 
@@ -216,7 +216,7 @@ def test_podmonitor_selects_every_workload_on_the_metrics_port() -> None:
 
 # --- metric names used in deploy/ exist in the code --------------------------------------------
 
-_METRIC_MODULES = ["streams/worker_metrics.py", "streams/stage_metrics.py", "streams/lag.py"]
+_METRIC_MODULES = ["streams/worker/metrics.py", "streams/stage/metrics.py", "streams/ops/lag.py"]
 _SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine import decode
-from streams.cli_engine import main
+from streams.cli.synth import main
 
 
 @pytest.mark.parametrize(("argv", "needle"), [

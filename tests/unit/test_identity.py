@@ -17,18 +17,18 @@ import pytest
 from streams.errors import FatalError
 from streams.identity import claim_slot
 from streams.settings import load_settings
-from streams.worker import claim_transactional_id
+from streams.worker.main import claim_transactional_id
 
 HOST = socket.gethostname()
 
 # claims one id in a child process, prints it, then holds it until killed
 _WORKER = ("import json, sys, time; from pathlib import Path; from streams.settings import load_settings; "
-           "from streams.worker import claim_transactional_id; "
+           "from streams.worker.main import claim_transactional_id; "
            "print(claim_transactional_id(load_settings(env=json.loads(sys.argv[2])), lock_dir=Path(sys.argv[1])), "
            "flush=True); time.sleep(120)")
 _STAGE = ("import json, sys, time; from pathlib import Path; import streams.identity as i; "
           "i.slot_dir = lambda: Path(sys.argv[1]); from streams.settings import load_settings; "
-          "from streams.stage import claim_stage_instance_id; "
+          "from streams.stage.app import claim_stage_instance_id; "
           "print(claim_stage_instance_id(load_settings(env=json.loads(sys.argv[2]))), flush=True); time.sleep(120)")
 
 

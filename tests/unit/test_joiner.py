@@ -1,4 +1,4 @@
-"""streams/joiner.py: a request's audio streamed into one object; one failing object fails one request."""
+"""streams/worker/joiner.py: a request's audio streamed into one object; one failing object fails one request."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from engine.audio import decode, encode, join
 from schemas import AudioRef, ErrorInfo
 from storage.errors import S3Unavailable, StorageConfigError, StorageError
-from streams.joiner import JoinSpec, join_upload
+from streams.worker.joiner import JoinSpec, join_upload
 
 SR = 8000
 KEY = "a/req/ab/cd/" + "ab" * 32 + ".wav"

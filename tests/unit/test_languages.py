@@ -25,9 +25,9 @@ from engine.voices import (
 )
 from schemas import Rejection, decode_segment, decode_segment_event
 from streams.settings import Settings
-from streams.stage import StageCore
-from streams.stage_metrics import StageMetrics
-from streams.text import normalize
+from streams.stage.core import StageCore
+from streams.stage.metrics import StageMetrics
+from streams.stage.text import normalize
 
 
 def _voice(name: str) -> VoiceInfo:

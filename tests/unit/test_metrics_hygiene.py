@@ -1,8 +1,8 @@
 """Every ttsflow metrics registry passes ``promtool check metrics``.
 
 Each process keeps its metrics in one module with its own registry (worker:
-``streams.worker_metrics``, stage: ``streams.stage_metrics``, lag exporter:
-``streams.lag``). The test exercises every hook so labelled series exist, renders the
+``streams.worker.metrics``, stage: ``streams.stage.metrics``, lag exporter:
+``streams.ops.lag``). The test exercises every hook so labelled series exist, renders the
 registry with ``generate_latest`` and pipes it to promtool, which rejects names, types,
 units and help text that break Prometheus conventions. promtool ships in Debian's
 ``prometheus`` package; without it the test is skipped and says so.
@@ -37,7 +37,7 @@ def _families(text: bytes) -> set[str]:
 
 
 def _worker_exposition() -> bytes:
-    from streams.worker_metrics import WorkerMetrics
+    from streams.worker.metrics import WorkerMetrics
 
     m = WorkerMetrics(0)
     m.consumed(3)
@@ -63,7 +63,7 @@ def _worker_exposition() -> bytes:
 
 
 def _lag_exposition() -> bytes:
-    from streams.lag import GroupLag, LagExporter, PartitionLag
+    from streams.ops.lag import GroupLag, LagExporter, PartitionLag
 
     e = LagExporter()
     e.update(GroupLag(group="ttsflow-workers", topic="tts.segments", state="STABLE", members=2,
@@ -131,7 +131,7 @@ def _generic_exposition(module_name: str) -> bytes:
 
 
 def _modules() -> list[str]:
-    return sorted(f"streams.{p.stem}" for p in (ROOT / "streams").glob("*_metrics.py"))
+    return sorted(f"streams.{p.parent.name}.metrics" for p in (ROOT / "streams").glob("*/metrics.py"))
 
 
 @needs_promtool
@@ -153,7 +153,7 @@ def test_lag_exporter_passes_promtool() -> None:
 @needs_promtool
 @pytest.mark.parametrize("module", _modules())
 def test_every_metrics_module_passes_promtool(module: str) -> None:
-    text = _worker_exposition() if module == "streams.worker_metrics" else _generic_exposition(module)
+    text = _worker_exposition() if module == "streams.worker.metrics" else _generic_exposition(module)
     assert _families(text), f"{module} rendered no metric families"
     res = promtool_check(text)
     assert res.returncode == 0, f"{module}:\n" + (res.stdout + res.stderr).decode()
@@ -169,7 +169,7 @@ def test_promtool_rejects_a_bad_exposition() -> None:
 def test_all_metric_names_follow_conventions() -> None:
     """Without promtool too: ttsflow_ prefix and base units, on every registry we can render."""
     texts = [_worker_exposition(), _lag_exposition()]
-    texts += [_generic_exposition(m) for m in _modules() if m != "streams.worker_metrics"]
+    texts += [_generic_exposition(m) for m in _modules() if m != "streams.worker.metrics"]
     for text in texts:
         for fam in _families(text):
             assert fam.startswith("ttsflow_"), fam

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.offsets import OffsetTracker
+from streams.worker.offsets import OffsetTracker
 
 P0, P1 = ("seg", 0), ("seg", 1)
 

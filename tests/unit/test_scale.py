@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from streams.scale import KedaRule, SimParams, keda_desired_replicas, main, partition_lag, recommend, simulate
+from streams.ops.scale import KedaRule, SimParams, keda_desired_replicas, main, partition_lag, recommend, simulate
 
 
 def test_rule_is_ceil_of_lag_over_threshold() -> None:
@@ -107,21 +107,21 @@ def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"samples", "peak_lag_segments", "worst_queue_delay_s", "recommendation"} <= set(out)
 
 
-# --- Burrow-style status (streams.lag.burrow_status): pure over a window of samples ---------
+# --- Burrow-style status (streams.ops.lag.burrow_status): pure over a window of samples ---------
 
 def _w(*rows: tuple[int | None, int]) -> list[tuple[float, int | None, int]]:
     return [(float(i), c, lag) for i, (c, lag) in enumerate(rows)]
 
 
 def test_burrow_ok_when_lag_is_zero_now_or_anywhere_in_the_window() -> None:
-    from streams.lag import burrow_status
+    from streams.ops.lag import burrow_status
 
     assert burrow_status(_w((10, 5), (10, 5), (10, 0)), members=1) == "OK"
     assert burrow_status(_w((10, 0), (10, 3), (10, 3)), members=1) == "OK"
 
 
 def test_burrow_stop_stall_rewind_warn() -> None:
-    from streams.lag import burrow_status
+    from streams.ops.lag import burrow_status
 
     assert burrow_status(_w((10, 5), (12, 4)), members=0) == "STOP"  # lag, nobody consuming
     assert burrow_status(_w((10, 5), (10, 7), (10, 9)), members=2) == "STALL"  # offset frozen

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-import streams.stage as stage_mod
+import streams.stage.core as stage_mod
+import streams.stage.patches as patches_mod
 from schemas import Rejection, decode_dead_letter, decode_segment, decode_segment_event, request_hash, segment_hash
 from streams.settings import Settings
-from streams.stage import DEAD_LETTER_ID_HEADER, Outcome, StageCore, backend_voices
-from streams.stage_dedup import SeenIndex, UserSeen
-from streams.text import normalize, split_segments
+from streams.stage.core import DEAD_LETTER_ID_HEADER, Outcome, StageCore, backend_voices
+from streams.stage.dedup import SeenIndex, UserSeen
+from streams.stage.text import normalize, split_segments
 
 S = Settings(max_segment_chars=40, max_text_chars=500, dedup_window_s=100)
 NOW = 1_700_000_000.0
@@ -284,7 +285,7 @@ def test_an_input_record_the_agent_never_processed_is_not_made_committable_by_it
 
     c = _Consumer()
     processed: weakref.WeakSet[Any] = weakref.WeakSet()
-    stage_mod.guard_consumer_acks(c, "tts.requests", processed)
+    patches_mod.guard_consumer_acks(c, "tts.requests", processed)
     skipped, done, other = _Msg("tts.requests", 67), _Msg("tts.requests", 68), _Msg("changelog", 5)
     c._unacked_messages |= {skipped, done}
     processed.add(done)
@@ -300,7 +301,7 @@ def test_a_commit_never_starts_past_the_committed_offset() -> None:
     from collections import namedtuple
 
     c = _Consumer()
-    stage_mod.guard_consumer_acks(c, "tts.requests", weakref.WeakSet())
+    patches_mod.guard_consumer_acks(c, "tts.requests", weakref.WeakSet())
     tp = namedtuple("TP", "topic partition")("tts.requests", 0)  # type: ignore[call-arg]
     c._acked[tp], c._committed_offset[tp], c._gap[tp] = [2, 3], 1, []
     assert c._new_offset(tp) is None  # type: ignore[operator]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.stage import InputWatch
+from streams.stage.watch import InputWatch
 
 
 def run(w: InputWatch, steps: list[tuple[float, dict]]) -> list[str | None]:  # type: ignore[type-arg]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.text import normalize, split_segments
+from streams.stage.text import normalize, split_segments
 
 _WS = re.compile(r"\s+")
 

@@ -29,8 +29,8 @@ from storage.errors import ObjectMissing, S3Unavailable
 from storage.s3 import content_key
 from streams.errors import FatalError
 from streams.settings import Settings
-from streams.worker import Worker
-from streams.worker_metrics import WorkerMetrics
+from streams.worker.loop import Worker
+from streams.worker.metrics import WorkerMetrics
 
 SEG, DONE, COMPLETED = "segs", "done", "completed"
 
@@ -491,7 +491,7 @@ def test_abortable_commit_error_aborts_rewinds_and_answers_once(rig: Rig) -> Non
 
 
 def test_commit_timeout_is_retried_not_aborted(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.worker._backoff", lambda attempt: 0.0)
+    monkeypatch.setattr("streams.worker.loop._backoff", lambda attempt: 0.0)
     rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._TIMED_OUT, "slow", retriable=True))]
     rig.publish(0, segments("t", "u1", ["Slow commit."]))
     rig.run()
@@ -509,7 +509,7 @@ def test_fenced_producer_is_fatal(rig: Rig) -> None:
 
 
 def test_s3_down_commits_nothing_and_recovers(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.worker._backoff", lambda attempt: 0.0)
+    monkeypatch.setattr("streams.worker.loop._backoff", lambda attempt: 0.0)
     rig.store.down = True
     rig.publish(0, segments("s", "u1", ["Stored later.", "Second part."]))
     calls = {"n": 0}
@@ -555,7 +555,7 @@ def test_parts_beyond_the_join_budget_are_read_back_from_s3_and_join_the_same(ri
 
 def test_an_object_that_keeps_failing_fails_its_request_not_the_partition(rig: Rig,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.joiner._BACKOFF_S", 0.0)
+    monkeypatch.setattr("streams.worker.joiner._BACKOFF_S", 0.0)
     real_put = rig.store.put_file
 
     def put_file(key: str, f: Any, content_type: str = "", *, metadata: dict[str, str] | None = None) -> Any:
@@ -745,7 +745,7 @@ class WedgedProducer(FakeProducer):
 
 
 def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.worker._OP_TIMEOUT_S", 0.05)
+    monkeypatch.setattr("streams.worker.loop._OP_TIMEOUT_S", 0.05)
     wedged = WedgedProducer(rig.broker)
     fresh: list[FakeProducer] = []
 

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.worker_metrics import WorkerMetrics
+from streams.worker.metrics import WorkerMetrics
 
 
 def _free_port() -> int:
@@ -93,7 +93,7 @@ def test_a_second_process_on_the_default_port_takes_the_next_free_one() -> None:
     import socket
     import urllib.request
 
-    from streams.stage_metrics import StageMetrics
+    from streams.stage.metrics import StageMetrics
 
     with socket.socket() as s:  # a free port to start from
         s.bind(("127.0.0.1", 0))

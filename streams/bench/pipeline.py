@@ -38,7 +38,7 @@ def _say(msg: str) -> None:
 
 
 def _segments(texts: list[str], max_chars: int) -> list[str]:
-    from streams.text import normalize, split_segments
+    from streams.stage.text import normalize, split_segments
 
     return [seg for t in texts for seg in split_segments(normalize(t), max_chars)]
 
@@ -75,7 +75,7 @@ class _Driver:
     """Publishes requests and matches committed completions to them."""
 
     def __init__(self, settings: Any) -> None:
-        from streams.harness import Publisher, TopicReader
+        from streams.bench.harness import Publisher, TopicReader
 
         self.s = settings
         self.pub = Publisher(settings)
@@ -84,7 +84,7 @@ class _Driver:
         self.got: dict[str, tuple[Any, float]] = {}
 
     def publish(self, req: Any) -> None:
-        from streams.corpus import encode_request
+        from streams.bench.corpus import encode_request
 
         self.sent[req.request_id] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
 
@@ -130,7 +130,7 @@ class _Driver:
 
 
 def _lat(xs: list[float]) -> dict[str, float | None]:
-    from streams.harness import percentile
+    from streams.bench.harness import percentile
 
     def ms(v: float | None) -> float | None:
         return None if v is None else round(v * 1000, 1)
@@ -141,10 +141,10 @@ def _lat(xs: list[float]) -> dict[str, float | None]:
 def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.7, seed: int | None = None,
               out_dir: Path = Path("out/bench-pipeline"), timeout_s: float = 300.0) -> dict[str, Any]:
     from schemas import Request
-    from streams import stack
-    from streams.corpus import bench_texts
-    from streams.harness import cleanup_run_topics, isolated, new_run_id
-    from streams.procs import Supervisor
+    from streams.bench.corpus import bench_texts
+    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id
+    from streams.devstack import stack
+    from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)

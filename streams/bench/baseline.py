@@ -7,7 +7,7 @@ processes (``--workers``; engine threads = cores / workers for both):
 * **ttsflow**: one ``ttsflow stage`` and N ``ttsflow worker`` processes on topics of their
   own; a request is a Kafka record, its answer the committed completion a
   ``read_committed`` reader sees.
-* **baseline** (``bench/baseline``, needs the ``bench`` extra): one Celery worker node,
+* **baseline** (``streams/bench/celery_peer``, needs the ``bench`` extra): one Celery worker node,
   prefork pool of N processes, Redis broker (DB 2) and result backend (DB 3),
   ``acks_late`` + ``reject_on_worker_lost`` + prefetch 1; a request is one
   ``apply_async`` (what an HTTP front's ``.delay()`` does; no web server is measured),
@@ -63,7 +63,7 @@ from typing import Any
 
 __all__ = ["main", "run_bench", "sustained"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages): the Celery node's cwd
 
 
 def _say(msg: str) -> None:
@@ -106,7 +106,7 @@ class _Ttsflow:
         self.reader: Any = None
 
     def wait_ready(self, timeout: float) -> None:
-        from streams.harness import Publisher, TopicReader
+        from streams.bench.harness import Publisher, TopicReader
 
         for p in list(self.sup.procs.values()):
             if p.name.startswith("tf-"):
@@ -124,7 +124,7 @@ class _Ttsflow:
 
     def publish(self, rid: str, text: str) -> None:
         from schemas import Request
-        from streams.corpus import encode_request
+        from streams.bench.corpus import encode_request
 
         req = Request(request_id=rid, user_id=f"bench-user-{self.rng.randrange(16):02d}", text=text)
         self.a.sent[rid] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
@@ -176,8 +176,8 @@ class _Baseline:
     def __init__(self, s: Any, workers: int, run_id: str, log_dir: Path, visibility_s: int) -> None:
         import redis
 
-        from bench.baseline.app import RESULT_DB, make_app, redis_db_url
-        from streams.procs import settings_env
+        from streams.bench.celery_peer.app import RESULT_DB, make_app, redis_db_url
+        from streams.devstack.procs import settings_env
 
         self.s, self.workers, self.run_id = s, workers, run_id
         self.queue = f"baseline-{run_id}"
@@ -187,7 +187,7 @@ class _Baseline:
         self.r: Any = redis.Redis.from_url(redis_db_url(s.redis_url, RESULT_DB), socket_timeout=10)
         env = {**settings_env(s), "PYTHONUNBUFFERED": "1"}
         self.argv = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()),
-                     sys.executable, "-m", "bench.baseline.worker", "--queue", self.queue, "--run-id", run_id,
+                     sys.executable, "-m", "streams.bench.celery_peer.worker", "--queue", self.queue, "--run-id", run_id,
                      "--concurrency", str(workers), "--visibility-timeout", str(visibility_s),
                      "--loglevel", "WARNING"]
         self.log_path = log_dir / "baseline-node.log"
@@ -197,7 +197,7 @@ class _Baseline:
         self._spawn()
 
     def _spawn(self) -> None:
-        from streams.procs import _die_with_parent
+        from streams.devstack.procs import _die_with_parent
 
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== start at {time.strftime('%H:%M:%S')} ====\n".encode())
@@ -207,7 +207,7 @@ class _Baseline:
                                           preexec_fn=_die_with_parent)
 
     def _ready_pids(self) -> set[int]:
-        from bench.baseline.app import READY_NS
+        from streams.bench.celery_peer.app import READY_NS
 
         keys = self.r.keys(f"{READY_NS}{self.run_id}:*")
         return {int(k.decode().rsplit(":", 1)[1]) for k in keys}
@@ -239,13 +239,13 @@ class _Baseline:
         pid = next(iter(self._ready_pids()), None)
         if pid is None:
             return "?"
-        from bench.baseline.app import READY_NS
+        from streams.bench.celery_peer.app import READY_NS
 
         v = self.r.get(f"{READY_NS}{self.run_id}:{pid}")
         return v.decode() if v else "?"
 
     def publish(self, rid: str, text: str) -> None:
-        from bench.baseline.app import TASK
+        from streams.bench.celery_peer.app import TASK
 
         self.a.sent[rid] = time.time()
         self.app.send_task(TASK, args=[rid, text, self.run_id], task_id=rid, queue=self.queue)
@@ -278,7 +278,7 @@ class _Baseline:
         pass
 
     def executions(self) -> Counter[str]:
-        from bench.baseline.app import EXEC_NS
+        from streams.bench.celery_peer.app import EXEC_NS
 
         return Counter(x.decode() for x in self.r.lrange(EXEC_NS + self.run_id, 0, -1))
 
@@ -303,7 +303,7 @@ class _Baseline:
             self._spawn()
 
     def close(self) -> None:
-        from bench.baseline.app import EXEC_NS, READY_NS
+        from streams.bench.celery_peer.app import EXEC_NS, READY_NS
 
         if self.popen is not None and self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -328,7 +328,7 @@ def _phase(sysm: Any, label: str, texts: list[str], rate: float | None, rng: ran
            answer_timeout: float, prefix: str, events: list[tuple[float, Callable[[], str]]] | None = None
            ) -> dict[str, Any]:
     """Send ``texts`` (all at once if ``rate`` is None, else Poisson at ``rate``/s); wait; measure."""
-    from streams.harness import percentile
+    from streams.bench.harness import percentile
 
     ids = [f"{prefix}-{sysm.name[:2]}-{label}-{i:05d}" for i in range(len(texts))]
     pending_events = sorted(events or [], key=lambda e: e[0])
@@ -409,12 +409,10 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
               out_dir: Path = Path("out/bench-baseline")) -> dict[str, Any]:
     if importlib.util.find_spec("celery") is None:
         raise RuntimeError("celery is not installed: pip install -e '.[bench]'")
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # bench/ is not part of the installed package
-    from streams import stack
-    from streams.corpus import bench_texts
-    from streams.harness import cleanup_run_topics, isolated, new_run_id
-    from streams.procs import Supervisor
+    from streams.bench.corpus import bench_texts
+    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id
+    from streams.devstack import stack
+    from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
 
     t_start = time.monotonic()

@@ -4,7 +4,7 @@ This is the benchmark peer of ttsflow (``ttsflow bench baseline``), not part of 
 
 What one task (``baseline.synthesize``) does, in the worker process that runs it:
 
-1. normalize the text and split it into segments (``streams.text``, the very functions
+1. normalize the text and split it into segments (``streams.stage.text``, the very functions
    the ttsflow stage uses, same ``max_segment_chars``);
 2. look the whole request up in the Redis audio cache (key: SHA-256 of voice, format and
    normalized text -> S3 key of the finished audio): a hit returns at once;
@@ -164,7 +164,7 @@ def request_digest(text: str, voice: str, fmt: str) -> str:
 def _synthesize(self: Any, request_id: str, text: str, run_id: str, fmt: str = "wav") -> dict[str, Any]:
     from engine import Failure, SynthItem
     from engine import audio as audio_codec
-    from streams.text import normalize, split_segments
+    from streams.stage.text import normalize, split_segments
 
     t0 = time.perf_counter()
     s = _state.settings

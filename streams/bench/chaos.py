@@ -1,6 +1,6 @@
 """``ttsflow chaos``: kill workers, the stage and the broker mid-run, then count what users would see.
 
-The run: one stage and two workers (real subprocesses, :mod:`streams.procs`) on topics,
+The run: one stage and two workers (real subprocesses, :mod:`streams.devstack.procs`) on topics,
 groups and transactional ids of their own; ``--requests`` short requests published at an
 even pace over ``--publish-seconds``; at random moments in that window (seeded) a worker
 or the stage is SIGKILLed and started again at once, and the broker is stopped and
@@ -244,7 +244,7 @@ def _say(msg: str) -> None:
 
 def _private_stack(base: Any, run_id: str) -> Any:
     """Settings of a fresh stack instance of this run's own (home, ports), jars shared."""
-    from streams.procs import free_port
+    from streams.devstack.procs import free_port
 
     home = Path(base.home).expanduser().resolve().parent / f"ttsflow-chaos-{run_id}"
     home.mkdir(parents=True)
@@ -261,7 +261,7 @@ def _restart_broker(settings: Any, log: list[dict[str, Any]]) -> None:
     """Stop this run's private broker (SIGTERM, by its PID file) and start it again."""
     import os
 
-    from streams import stack
+    from streams.devstack import stack
 
     t0 = time.monotonic()
     pid = stack.status(settings)["kafka"].get("pid")
@@ -280,10 +280,10 @@ def _restart_broker(settings: Any, log: list[dict[str, Any]]) -> None:
 def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     """Run the pipeline under disruption; the report (also the command's JSON line)."""
     from schemas import SchemaError, decode_completion
-    from streams import stack
-    from streams.corpus import bad_content_request, chaos_requests, encode_request
-    from streams.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, s3_client
-    from streams.procs import Supervisor
+    from streams.bench.corpus import bad_content_request, chaos_requests, encode_request
+    from streams.bench.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, s3_client
+    from streams.devstack import stack
+    from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
 
     t_start = time.monotonic()
@@ -491,7 +491,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
 def _where_lost(s: Any, lost: set[str]) -> dict[str, int]:
     """Read the run's requests and segments topics (``read_committed``) to place the lost requests."""
     from schemas import SchemaError, decode_segment, peek_request_id
-    from streams.harness import TopicReader
+    from streams.bench.harness import TopicReader
 
     with TopicReader(s, s.topic_requests, eof=True) as r:
         published = [rid for rec in r.read_to_end(120) if (rid := peek_request_id(rec.value))]

@@ -82,7 +82,7 @@ class SeenIndex:
 
 class UserSeen:
     """``request_id -> first seen`` for one record key, read through a table's ``get``:
-    what :meth:`streams.stage.StageCore.handle` takes as ``seen``."""
+    what :meth:`streams.stage.core.StageCore.handle` takes as ``seen``."""
 
     __slots__ = ("_get", "_index", "_now", "_user_key")
 

@@ -1,8 +1,11 @@
 """``ttsflow bench KIND``: benchmarks that print one JSON object as their last line.
 
-Each kind lives in its own module (``streams.bench_<kind>``) exposing
+Each kind lives in its own module (``streams.bench.<kind>``) exposing
 ``main(argv) -> int``. Benchmarks are not tests: they measure, side by side in one
-run, and report ratios rather than absolute times on a noisy machine.
+run, and report ratios rather than absolute times on a noisy machine. The package also
+holds the chaos run and the demo (each a ``ttsflow`` command), what they share
+(:mod:`~streams.bench.harness`, :mod:`~streams.bench.corpus`) and the Celery peer of
+``bench baseline`` (:mod:`~streams.bench.celery_peer`). No product room imports it.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ import sys
 __all__ = ["main"]
 
 _KINDS = {
-    "engine": "streams.bench_engine",
-    "stage": "streams.bench_stage",
-    "pipeline": "streams.bench_pipeline",
-    "baseline": "streams.bench_baseline",
-    "bigrequest": "streams.bench_bigrequest",
+    "engine": "streams.bench.engine",
+    "stage": "streams.bench.stage",
+    "pipeline": "streams.bench.pipeline",
+    "baseline": "streams.bench.baseline",
+    "bigrequest": "streams.bench.bigrequest",
 }
 
 

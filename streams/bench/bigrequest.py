@@ -43,7 +43,7 @@ def _say(msg: str) -> None:
 
 def long_text(chars: int, seed: int) -> str:
     """Distinct sentences joined by spaces, as long as possible without passing ``chars``."""
-    from streams.corpus import sentences
+    from streams.bench.corpus import sentences
 
     out: list[str] = []
     n = -1
@@ -123,7 +123,7 @@ def _mib(kb: int | None) -> float | None:
 
 
 def _lat(xs: list[float]) -> dict[str, Any]:
-    from streams.harness import percentile
+    from streams.bench.harness import percentile
 
     def s(v: float | None) -> float | None:
         return None if v is None else round(v, 3)
@@ -133,7 +133,7 @@ def _lat(xs: list[float]) -> dict[str, Any]:
 
 
 def _delete_prefix(settings: Any, prefix: str) -> int:
-    from streams.harness import s3_client
+    from streams.bench.harness import s3_client
 
     client = s3_client(settings)
     n = 0
@@ -152,10 +152,10 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
               seed: int | None = None, timeout_s: float = 1800.0, max_rss_mb: int = 4096,
               out_dir: Path = Path("out/bench-bigrequest"), keep_audio: bool = False) -> dict[str, Any]:
     from schemas import Request, SchemaError, decode_completion
-    from streams import stack
-    from streams.corpus import encode_request, sentences
-    from streams.harness import Publisher, TopicReader, cleanup_run_topics, isolated, new_run_id
-    from streams.procs import Supervisor
+    from streams.bench.corpus import encode_request, sentences
+    from streams.bench.harness import Publisher, TopicReader, cleanup_run_topics, isolated, new_run_id
+    from streams.devstack import stack
+    from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)

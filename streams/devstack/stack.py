@@ -57,7 +57,7 @@ __all__ = [
     "kafka_tool", "main", "stack_down", "stack_up", "status",
 ]
 
-DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy" / "local"
+DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy" / "local"
 SERVICES = ("kafka", "s3", "redis")
 
 #: Short names accepted by :func:`kafka_tool` and ``ttsflow stack kafka-tool``.

@@ -1,4 +1,4 @@
-"""Start one Celery worker node of the baseline: ``python -m bench.baseline.worker --queue Q ...``.
+"""Start one Celery worker node of the baseline: ``python -m streams.bench.celery_peer.worker --queue Q ...``.
 
 Engine, S3 and Redis settings come from the ``TTS_*`` variables (``streams.settings``),
 exactly as for ``ttsflow worker``; the Celery-specific knobs are flags. The node is a
@@ -16,7 +16,7 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.baseline.worker", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m streams.bench.celery_peer.worker", description=__doc__.split("\n\n")[0])
     ap.add_argument("--queue", required=True, help="the only queue this node consumes")
     ap.add_argument("--run-id", required=True, help="names the readiness and execution-log keys")
     ap.add_argument("--concurrency", type=int, default=1, help="prefork pool processes")
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds before an unacked task of a dead node is redelivered")
     ap.add_argument("--loglevel", default="INFO")
     ns = ap.parse_args(argv)
-    from bench.baseline.app import install_process_hooks, make_app
+    from streams.bench.celery_peer.app import install_process_hooks, make_app
     from streams.settings import load_settings
 
     s = load_settings()

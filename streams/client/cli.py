@@ -314,7 +314,7 @@ def main_fetch(argv: list[str]) -> int:
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds allowed for scanning tts.completed")
     a = ap.parse_args(argv)
-    from streams.client import _write_atomic, fetch_audio, find_completion
+    from streams.client.sdk import _write_atomic, fetch_audio, find_completion
 
     settings = load_settings()
     try:

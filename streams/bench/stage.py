@@ -58,9 +58,9 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Request, decode_segment, encode, request_hash, segment_hash
-from streams.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, percentile
+from streams.bench.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, percentile
 from streams.settings import Settings, load_settings
-from streams.text import normalize, split_segments
+from streams.stage.text import normalize, split_segments
 
 __all__ = ["main", "make_texts", "partition_stalls"]
 
@@ -101,7 +101,7 @@ def make_texts(n: int, *, seed: int = 7, target: int = 150) -> list[str]:
 
 
 def _pure(texts: list[str], settings: Settings, min_s: float = 2.0) -> dict[str, Any]:
-    from streams.stage import StageCore, backend_voices
+    from streams.stage.core import StageCore, backend_voices
 
     def text_only() -> int:
         segs = 0
@@ -152,7 +152,7 @@ def _pin(pid: int | None, cpu: int) -> bool:
 
 
 def _prepare(base: Settings, tag: str, **changes: Any) -> Settings:
-    from streams.stack import ensure_topics
+    from streams.devstack.stack import ensure_topics
 
     s = isolated(base, f"{tag}{new_run_id()}").replace(partitions=4, **changes)
     ensure_topics(s, partitions=4)
@@ -161,7 +161,7 @@ def _prepare(base: Settings, tag: str, **changes: Any) -> Settings:
 
 def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: float, guarantee: str,
                commit_ms: int) -> dict[str, Any]:
-    from streams.procs import Supervisor
+    from streams.devstack.procs import Supervisor
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-")
     s = _prepare(base, "bst", home=home, stage_guarantee=guarantee, stage_commit_interval_ms=commit_ms,
@@ -254,7 +254,7 @@ def _backlog_throughput(s: Settings, sup: Any, reader: TopicReader, pub: Publish
 
 def _users_run(base: Settings, *, requests: int, spread_users: int, id_chars: int, seed: int) -> dict[str, Any]:
     """The same backlog from ONE user id and from ``spread_users``, each through a fresh stage."""
-    from streams.procs import Supervisor
+    from streams.devstack.procs import Supervisor
 
     texts = make_texts(requests, seed=seed, target=40)  # about one segment each: the stage's own cost shows
     res: dict[str, Any] = {"mode": "users", "requests": requests, "id_chars": id_chars,
@@ -290,8 +290,8 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
     RocksDB keeps the table and the changelog offset on disk."""
     from confluent_kafka import Producer
 
-    from streams.procs import Supervisor
-    from streams.stage_dedup import SeenIndex, dedup_table_name
+    from streams.devstack.procs import Supervisor
+    from streams.stage.dedup import SeenIndex, dedup_table_name
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-restore-")
     s = _prepare(base, "bsr", home=home, stage_store=store, log_level="WARNING")
@@ -407,7 +407,7 @@ def _r(x: float | None) -> float | None:
 
 def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarantee: str, commit_ms: int,
               seed: int, stages: int = 2) -> dict[str, Any]:
-    from streams.procs import Supervisor
+    from streams.devstack.procs import Supervisor
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-kill-")
     s = _prepare(base, "bsk", home=home, stage_guarantee=guarantee, stage_commit_interval_ms=commit_ms,
@@ -509,7 +509,7 @@ def partition_stalls(seen: dict[int, list[float]], episodes: list[float], end: f
 
 def _stall_run(base: Settings, *, rate: float, episodes: int, gap_s: float, second_kill_s: float,
                stages: int = 2) -> dict[str, Any]:
-    from streams.procs import Supervisor
+    from streams.devstack.procs import Supervisor
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-stall-")
     s = _prepare(base, "bss", home=home, stage_guarantee="at_least_once", log_level="INFO")

@@ -247,7 +247,7 @@ def delete_run_topics(s: Settings) -> None:
     """Delete a run's topics (see :func:`isolated`) and the stage's internal ones (named after its app id)."""
     from confluent_kafka.admin import AdminClient
 
-    from streams import stack
+    from streams.devstack import stack
 
     names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done]
     md = AdminClient({"bootstrap.servers": s.bootstrap_servers}).list_topics(timeout=10)

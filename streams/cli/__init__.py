@@ -15,20 +15,20 @@ __all__ = ["main"]
 
 # name -> (module, one-line help)
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "stack": ("streams.stack", "start, stop or inspect the local Kafka/Redis/S3 stack"),
-    "stage": ("streams.stage", "run the CPU stream stage (faust): validate, normalize, split"),
-    "worker": ("streams.worker", "run a synthesis worker (exactly-once, micro-batched)"),
-    "synth": ("streams.cli_engine", "speak TEXT into a file with the engine directly, no Kafka"),
-    "model": ("streams.cli_model", "convert (fp16/int8), install and reload model versions"),
+    "stack": ("streams.devstack.stack", "start, stop or inspect the local Kafka/Redis/S3 stack"),
+    "stage": ("streams.stage.main", "run the CPU stream stage (faust): validate, normalize, split"),
+    "worker": ("streams.worker.main", "run a synthesis worker (exactly-once, micro-batched)"),
+    "synth": ("streams.cli.synth", "speak TEXT into a file with the engine directly, no Kafka"),
+    "model": ("streams.cli.model", "convert (fp16/int8), install and reload model versions"),
     "bench": ("streams.bench", "benchmarks that print one JSON object: engine, stage, pipeline, baseline"),
-    "demo": ("streams.demo", "run the whole local pipeline on the demo corpus"),
-    "chaos": ("streams.chaos", "kill workers, stage and broker mid-run and count lost/duplicated completions"),
-    "say": ("streams.client_cli", "publish TEXT, wait for its completion, save the audio"),
-    "submit": ("streams.client_cli", "publish a file of requests and collect the audio"),
-    "watch": ("streams.client_cli", "tail completions as they commit"),
-    "fetch": ("streams.client_cli", "download a completed request's audio"),
-    "lag": ("streams.lag", "consumer-group lag, Burrow-style status and desired replicas"),
-    "scale": ("streams.scale", "simulate lag-based scaling against a request-rate trace"),
+    "demo": ("streams.bench.demo", "run the whole local pipeline on the demo corpus"),
+    "chaos": ("streams.bench.chaos", "kill workers, stage and broker mid-run and count lost/duplicated completions"),
+    "say": ("streams.client.cli", "publish TEXT, wait for its completion, save the audio"),
+    "submit": ("streams.client.cli", "publish a file of requests and collect the audio"),
+    "watch": ("streams.client.cli", "tail completions as they commit"),
+    "fetch": ("streams.client.cli", "download a completed request's audio"),
+    "lag": ("streams.ops.lag", "consumer-group lag, Burrow-style status and desired replicas"),
+    "scale": ("streams.ops.scale", "simulate lag-based scaling against a request-rate trace"),
 }
 
 
@@ -55,6 +55,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

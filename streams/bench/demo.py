@@ -1,7 +1,7 @@
 """``ttsflow demo``: the whole local pipeline on the demo corpus, as ``make demo`` runs it.
 
 Brings the local stack up (or uses it if it is up), starts one stage and one worker as
-real processes on the default topics, publishes :func:`streams.corpus.demo_corpus`
+real processes on the default topics, publishes :func:`streams.bench.corpus.demo_corpus`
 (``murmur2_random`` partitioner, key = user id), waits with a deadline for every answer
 on ``tts.completed`` (``read_committed``) and the dead letter on ``tts.requests.dlq``,
 downloads each ok request's audio into ``out/demo/<request_id>.<format>`` (checking its
@@ -34,10 +34,10 @@ def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
              settings: Any = None) -> dict[str, Any]:
     """Run the demo; the report (the ``--json`` object). Raises on a setup failure."""
     from schemas import SchemaError, decode_completion, decode_dead_letter
-    from streams import stack
-    from streams.corpus import demo_corpus, encode_request
-    from streams.harness import Publisher, TopicReader, new_run_id, percentile, s3_client, sha256_hex
-    from streams.procs import Supervisor
+    from streams.bench.corpus import demo_corpus, encode_request
+    from streams.bench.harness import Publisher, TopicReader, new_run_id, percentile, s3_client, sha256_hex
+    from streams.devstack import stack
+    from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
 
     t_start = time.monotonic()

@@ -1,4 +1,4 @@
-"""``ttsflow worker``: segments in, audio in S3, one completion per request, exactly once.
+"""The worker loop: segments in, audio in S3, one completion per request, exactly once.
 
 The loop (:meth:`Worker.step`) reads like the protocol: 0) between batches, apply a
 pending model reload (SIGHUP), 1) poll, 2) decode and drop what
@@ -9,7 +9,7 @@ their audio, 8) produce completions, done records and offsets in one transaction
 Guarantees (DESIGN.md "Exactly-once, end to end"):
 
 * Offsets follow durability. Per partition the committed offset is the first segment
-  not yet done (:class:`~streams.offsets.OffsetTracker`). A segment is done when its
+  not yet done (:class:`~streams.worker.offsets.OffsetTracker`). A segment is done when its
   audio is in S3; a last segment (and every segment of a failed request) when its
   request's completion is produced in the transaction that commits the offset.
 * One transaction per commit: completions (``tts.completed``, key = user id), a record
@@ -51,21 +51,16 @@ Guarantees (DESIGN.md "Exactly-once, end to end"):
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
-import os
 import random
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -92,18 +87,18 @@ from schemas import (
     request_hash,
 )
 from storage.cache import AudioCache
-from storage.errors import ObjectMissing, S3Unavailable, StorageError
+from storage.errors import ObjectMissing, S3Unavailable
 from storage.s3 import AudioStore
-from streams.batcher import MicroBatcher
 from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, classify
-from streams.joiner import JoinSpec, join_upload
-from streams.offsets import OffsetTracker
-from streams.settings import Settings, SettingsError, load_settings
+from streams.settings import Settings
+from streams.worker.batcher import MicroBatcher
+from streams.worker.joiner import JoinSpec, join_upload
+from streams.worker.offsets import OffsetTracker
 
 if TYPE_CHECKING:
     from engine.reload import ModelManager
 
-__all__ = ["Worker", "cache_namespace", "main"]
+__all__ = ["Worker"]
 
 _log = logging.getLogger("ttsflow.worker")
 
@@ -751,7 +746,7 @@ class Worker:
 
     def _join_upload(self, req: _Request, hashes: list[str], parts: dict[int, _Part]) -> AudioRef | ErrorInfo:
         """Pool thread: stream the parts in order (memory, else S3) into the request's object
-        (streams/joiner.py: bounded memory, multipart upload, one failing object fails this request)."""
+        (streams/worker/joiner.py: bounded memory, multipart upload, one failing object fails this request)."""
         sr = self.engine.sample_rate
         last = req.last
         assert last is not None
@@ -1183,11 +1178,6 @@ class Worker:
                   time.monotonic() - t0)
 
 
-def cache_namespace(settings: Settings) -> str:
-    """Redis key prefix of the segment cache: one per bucket and prefix (one per audio store)."""
-    return f"ttsflow:seg:{settings.s3_bucket}/{settings.s3_prefix}:"
-
-
 def _done_future(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     """Run ``fn`` now and wrap its outcome in a finished future (no-overlap mode)."""
     fut: Future[Any] = Future()
@@ -1196,109 +1186,3 @@ def _done_future(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     except S3Unavailable as e:
         fut.set_exception(e)
     return fut
-
-
-# -- command line -----------------------------------------------------------------------
-
-def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, slots: int = 256) -> str:
-    """``<prefix>-<hostname>-<slot>``: the lowest slot no live worker of this cluster and prefix
-    holds on this host (:func:`streams.identity.claim_slot`), held until exit.
-
-    Workers started side by side on one machine must not share a transactional.id (each
-    would fence the other, forever), yet a restarted worker should take its predecessor's
-    id, so that its first ``init_transactions`` aborts the transaction the dead one left
-    open instead of leaving ``read_committed`` readers stuck behind it until the transaction
-    timeout. The prefix (``TTS_TRANSACTIONAL_ID_PREFIX``, default the worker group) keeps
-    two groups on one host apart and lets a Kafka ACL grant a group its ids by prefix.
-    In Kubernetes the StatefulSet sets ``TTS_TRANSACTIONAL_ID`` to the prefix and pod name.
-    """
-    from streams.identity import claim_slot, host_name
-
-    prefix = settings.effective_transactional_id_prefix
-    slot = claim_slot("worker", settings.bootstrap_servers, prefix, lock_dir=lock_dir, slots=slots)
-    return f"{prefix}-{host_name()}-{slot}"
-
-
-def _parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="ttsflow worker", description="Run a synthesis worker (exactly-once).")
-    ap.add_argument("--max-batch", type=int, help="most segments per engine batch (TTS_MAX_BATCH)")
-    ap.add_argument("--max-wait-ms", type=int, help="longest wait for a batch to fill (TTS_MAX_WAIT_MS)")
-    ap.add_argument("--backend", help="engine backend (TTS_BACKEND)")
-    ap.add_argument("--metrics-port", type=int, help="Prometheus port, 0 disables (TTS_METRICS_PORT)")
-    ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
-                    help="postprocess/encode on a second thread while the model runs (default: only on GPU)")
-    return ap.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(sys.argv[1:] if argv is None else argv)
-    try:
-        settings = load_settings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, backend=args.backend,
-                                 metrics_port=args.metrics_port)
-    except SettingsError as e:
-        print(f"ttsflow worker: {e}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=settings.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if not settings.transactional_id:
-        settings = settings.replace(transactional_id=claim_transactional_id(settings))
-    from engine.errors import EngineError
-    from engine.registry import load_engine
-    from engine.reload import ModelManager, install_sighup
-    from engine.store import MODELS, ModelStore
-    from streams.worker_metrics import WorkerMetrics
-
-    engine: Any
-    try:
-        if settings.backend in MODELS:  # served from the versioned store: hot reload on SIGHUP
-            manager = ModelManager(ModelStore(settings.effective_model_dir), settings.backend,
-                                   providers=settings.providers, threads=settings.threads,
-                                   max_batch=settings.max_batch)
-            manager.start()
-            if settings.precision not in ("auto", manager.version.precision):
-                _log.warning("event=precision_ignored precision=%s serving=%s hint=%r", settings.precision,
-                             manager.version.ref, "the store's current version decides; `ttsflow model use` changes it")
-            install_sighup(manager)
-            engine = manager
-        else:  # chattts: the user's asset dir, no store, no hot reload
-            engine = load_engine(settings.backend, precision=settings.precision, providers=settings.providers,
-                                 threads=settings.threads, max_batch=settings.max_batch, **settings.engine_options())
-    except EngineError as e:  # ModelLoadError, StoreError
-        print(f"ttsflow worker: {e}", file=sys.stderr)
-        return 2
-    _log.info("event=engine_loaded model=%s provider=%s cold_start_s=%.2f", engine.info.name, engine.info.provider,
-              engine.cold_start_s or 0.0)
-    metrics = WorkerMetrics(settings.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
-    metrics.identify(transactional_id=settings.effective_transactional_id, group=settings.worker_group)
-    store = AudioStore(settings.s3_endpoint, settings.s3_bucket, settings.s3_access_key, settings.s3_secret_key,
-                       settings.s3_region, settings.s3_prefix)
-    cache = AudioCache(settings.redis_url, settings.cache_ttl_s, namespace=cache_namespace(settings))
-    worker = Worker(settings, engine, store, cache, metrics, overlap=args.overlap)
-
-    def _on_signal(signum: int, _frame: Any) -> None:
-        _log.info("event=signal signum=%d", signum)
-        worker.stop()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    code = 1
-    try:
-        code = worker.run()
-    except FatalError as e:
-        _log.critical("event=fatal error=%s", e)
-    except RetriableError as e:  # still retrying (broker unreachable at start) when told to stop
-        _log.warning("event=stopped_while_retrying error=%s", e)
-        code = 0 if worker.stopping else 1
-    except StorageError as e:  # access denied, no bucket: configuration, not an outage
-        _log.critical("event=storage_fatal error=%s", e)
-    finally:
-        cache.close()
-        store.close()
-        engine.close()
-        metrics.close()
-    if worker.abandoned:  # a producer left wedged in a call: its destructor could hang the exit
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code

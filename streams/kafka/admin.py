@@ -1,13 +1,7 @@
-"""Kafka client configuration shared by ttsflow processes, and small admin helpers.
+"""Topic creation and broker checks: every topic ttsflow uses, made before any process needs it.
 
 Guarantees:
 
-* Every producer uses ``partitioner=murmur2_random`` (the Java client's and faust's
-  mapping of keys to partitions, so one user's events stay in one partition whoever
-  produced them) with idempotence and ``acks=all``.
-* The worker's consumer reads only committed records (``read_committed``), never
-  auto-commits (offsets go into the producer's transaction), and starts from the
-  earliest offset when its group has none.
 * :func:`ensure_done_topic` creates the worker's compacted done topic with at least as
   many partitions as the segments topic, since a segment in partition p records its
   request as done in partition p of the done topic.
@@ -23,73 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from streams.settings import Settings
-from streams.stage_dedup import dedup_table_name
+from streams.stage.dedup import dedup_table_name
 
-__all__ = ["TopicSpec", "consumer_config", "ensure_done_topic", "ensure_topics", "producer_config", "reader_config",
-           "topic_specs", "transactional_config", "wait_for_broker"]
+__all__ = ["TopicSpec", "ensure_done_topic", "ensure_topics", "topic_specs", "wait_for_broker"]
 
 _log = logging.getLogger("ttsflow.kafka")
-
-
-def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
-    """An idempotent producer that partitions like Java clients and faust."""
-    return {
-        "bootstrap.servers": settings.bootstrap_servers,
-        "partitioner": "murmur2_random",
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        **extra,
-    }
-
-
-def transactional_config(settings: Settings, **extra: Any) -> dict[str, Any]:
-    """The worker's transactional producer (``transactional.id`` fences older instances)."""
-    return producer_config(
-        settings,
-        **{"transactional.id": settings.effective_transactional_id,
-           "transaction.timeout.ms": settings.transaction_timeout_ms,
-           # back-to-back transactions: the next one's AddPartitions/AddOffsets meets the
-           # coordinator still finishing the last (CONCURRENT_TRANSACTIONS) and is retried
-           # after this backoff. librdkafka's 100 ms default made every transaction ~110 ms
-           # on the local broker (20 ms: ~26 ms; Java's producer uses 20 ms here, KAFKA-5477),
-           # and the worker's loop waits for each one
-           "retry.backoff.ms": 20,
-           "client.id": settings.effective_transactional_id,
-           **extra})
-
-
-def consumer_config(settings: Settings, group: str, **extra: Any) -> dict[str, Any]:
-    """A group consumer whose offsets are committed only through a transaction."""
-    return {
-        "bootstrap.servers": settings.bootstrap_servers,
-        "group.id": group,
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "partition.assignment.strategy": "cooperative-sticky",
-        "session.timeout.ms": 10_000,
-        "heartbeat.interval.ms": 1_000,
-        "max.poll.interval.ms": 300_000,
-        **extra,
-    }
-
-
-def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
-    """A group-less reader (explicit assignment) of committed records only."""
-    return {
-        "bootstrap.servers": settings.bootstrap_servers,
-        "group.id": "ttsflow-reader-unused",  # required by the client; never joins or commits
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        **extra,
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +47,7 @@ def topic_specs(settings: Settings, *, partitions: int | None = None) -> list[To
         TopicSpec(settings.topic_requests, n), TopicSpec(settings.topic_segments, n),
         TopicSpec(settings.topic_completed, n), TopicSpec(settings.topic_dlq, n),
         TopicSpec(settings.topic_done, n, _done_topic_config(settings)),
-        # the dedup table's changelog: entries expire a bucket at a time (streams/stage_dedup.py)
+        # the dedup table's changelog: entries expire a bucket at a time (streams/stage/dedup.py)
         TopicSpec(f"{app}-{dedup_table_name(settings)}-changelog", n,
                   {"cleanup.policy": "compact,delete", "retention.ms": str(2 * settings.dedup_window_s * 1000),
                    "segment.ms": str(min(3600, settings.dedup_window_s) * 1000)}),

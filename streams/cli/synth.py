@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _split(text: str, max_chars: int) -> list[str]:
     try:
-        from streams.text import normalize, split_segments
+        from streams.stage.text import normalize, split_segments
     except ImportError:  # the stage's splitter is the reference; a plain one before it exists
         import re
 

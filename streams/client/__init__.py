@@ -1,0 +1,9 @@
+"""The ttsflow client: publish requests, wait for their completions, fetch the audio.
+
+:mod:`~streams.client.sdk` (``TTSClient``, ``AsyncTTSClient`` and helpers),
+:mod:`~streams.client.cli` (``ttsflow say / submit / watch / fetch``).
+"""
+
+from streams.client.sdk import AsyncTTSClient, TTSClient, fetch_audio, find_completion, probe_kafka, tail_completions
+
+__all__ = ["AsyncTTSClient", "TTSClient", "fetch_audio", "find_completion", "probe_kafka", "tail_completions"]

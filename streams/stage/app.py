@@ -1,0 +1,286 @@
+"""The stage's faust app: the agent, its dedup table, timers (heartbeat, dedup expiry, input watchdog).
+
+Wires :class:`~streams.stage.core.StageCore` (pure per-record logic) to faust with the
+patches of :mod:`streams.stage.patches`, and creates the stage's topics before faust starts.
+See :mod:`streams.stage` for what the stage guarantees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+from streams.settings import Settings
+from streams.stage.core import Record, StageCore, backend_voices
+from streams.stage.dedup import SeenIndex, UserSeen, dedup_table_name
+from streams.stage.patches import fetch_state, leave_group_on_stop, stage_app_class
+from streams.stage.watch import InputWatch
+
+__all__ = ["build_app", "claim_stage_instance_id", "prepare_topics"]
+
+_log = logging.getLogger("ttsflow.stage")
+
+
+def _key_str(key: bytes | None) -> str:
+    return "" if key is None else key.decode("utf-8", "surrogateescape")
+
+
+def claim_stage_instance_id(settings: Settings) -> str:
+    """``<app id>-<hostname>-<slot>``: the lowest slot no live stage of this cluster and app id
+    holds on this host (:func:`streams.identity.claim_slot`, shared with the worker's
+    transactional id), held until exit; a stage restarted after a crash takes the dead
+    one's id, hence its static membership and its partitions."""
+    from streams.identity import claim_slot, host_name
+
+    slot = claim_slot("stage", settings.bootstrap_servers, settings.stage_app_id)
+    return f"{settings.stage_app_id}-{host_name()}-{slot}"
+
+
+async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int = 10_000) -> int:
+    """Drop expired dedup entries from faust's local store (memory dict, or one RocksDB per
+    partition, whose keys sort by bucket), yielding to the loop every ``chunk`` keys."""
+    n = 0
+    dbs = getattr(store, "_dbs", None)
+    if dbs is not None:  # faust.stores.rocksdb.Store
+        for db in list(dbs.values()):
+            doomed = []
+            for key in db.keys():
+                if not index.expired(key, now):
+                    break  # sorted by bucket: the rest is live
+                doomed.append(key)
+            for i, key in enumerate(doomed):
+                del db[key]
+                if i % chunk == chunk - 1:
+                    await asyncio.sleep(0)
+            n += len(doomed)
+        return n
+    data = store.data  # faust.stores.memory.Store
+    keys = list(data.keys())
+    for i, key in enumerate(keys):
+        if index.expired(key, now):
+            data.pop(key, None)
+            n += 1
+        if i % chunk == chunk - 1:
+            await asyncio.sleep(0)
+    return n
+
+
+def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
+    """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
+    _StageApp = stage_app_class()
+    core = core or StageCore(settings, voices=backend_voices(settings.backend), on_dropped=metrics.foreign_dropped)
+    eos = settings.stage_guarantee == "exactly_once"
+    brokers = [f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",") if b.strip()]
+    # Static membership (KIP-345): a stage restarted after a SIGKILL rejoins under the same
+    # group.instance.id and gets its partitions back without a rebalance, so the other
+    # stages never stop and it need not wait out the dead member's session (seen before:
+    # every stage idle ~10 s after each kill; one killed again within ~8 s of its restart
+    # never started). A clean stop still leaves the group at once (leave_group_on_stop).
+    instance_id = settings.stage_instance_id or claim_stage_instance_id(settings)
+    # one data dir per stage identity: RocksDB locks its files, and a restarted stage with the
+    # same identity (same partitions back) finds its table where it left it
+    datadir = Path(settings.home) / "stage" / settings.stage_app_id / instance_id
+    datadir.mkdir(parents=True, exist_ok=True)
+    leave_group_on_stop()
+    metrics.identify(instance_id=instance_id, group=settings.stage_app_id)
+    app = _StageApp(
+        settings.stage_app_id,
+        broker=brokers,
+        key_serializer="raw",
+        value_serializer="raw",
+        processing_guarantee=settings.stage_guarantee,
+        store="rocksdb://" if settings.stage_store == "rocksdb" else "memory://",
+        web_enabled=False,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        consumer_auto_offset_reset="earliest",
+        datadir=str(datadir),
+        producer_acks=-1,
+        broker_commit_every=1000,
+        broker_commit_interval=settings.stage_commit_interval_ms / 1000.0,
+        consumer_group_instance_id=instance_id,
+        broker_client_id=instance_id,  # what `ttsflow lag --json` and the broker's group view show
+        # a member that dies and does not come back (a pod replaced under a new name) holds its
+        # partitions until its session times out: keep that short
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
+    )
+    requests = app.topic(settings.topic_requests, key_type=bytes, value_type=bytes,
+                         key_serializer="raw", value_serializer="raw")
+    # Raw bytes in and out of the table (the app's serializers): one entry per (record key,
+    # request id) in a time bucket, the value its first-seen time (streams/stage/dedup.py).
+    # One changelog per guarantee: a changelog written in transactions ends in commit
+    # markers, and faust's non-transactional recovery waits forever for an event at the
+    # marker's offset (seen when a stage switched from exactly_once to at_least_once).
+    # Switching modes therefore starts with an empty dedup table.
+    seen = app.Table(dedup_table_name(settings), default=None, partitions=settings.partitions, key_type=bytes,
+                     value_type=bytes)
+    index = SeenIndex(settings.dedup_window_s)
+    source_topic = settings.topic_requests
+    # faust checks on the first table write that the changelog has as many partitions as the
+    # source topic; right after a start the consumer may not know the changelog yet ("has 0
+    # partitions") and the check crashes the agent mid-record (seen in every SIGKILL run).
+    # Both topics are made with settings.partitions, so the check is skipped.
+    seen._verified_source_topics_for_partitions.add(source_topic)
+    app.guard_acks(source_topic)
+
+    async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
+        headers = list(rec.headers) or None
+        if eos:
+            # The transaction of the *source* partition: its offsets commit with these records.
+            group = app.assignor.group_for_topic(source_topic)
+            tid = f"{app.conf.id}-{group}-{src_partition}"
+            return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers,
+                                           transactional_id=tid)
+        return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers)
+
+    # (consumer generation, last offset processed) per input partition: a jump within one
+    # generation is a hole in what the agent was handed (transaction markers, or records
+    # faust dropped around a rebalance); logged so a lost request can be traced
+    last_offset: dict[int, tuple[int, int]] = {}
+
+    def note_offset(msg: Any) -> None:
+        gen = app.consumer_generation_id
+        prev = last_offset.get(msg.partition)
+        if prev is not None and prev[0] == gen and msg.offset > prev[1] + 1:
+            _log.warning("event=input_gap partition=%d after_offset=%d offset=%d generation=%d", msg.partition,
+                         prev[1], msg.offset, gen)
+        last_offset[msg.partition] = (gen, msg.offset)
+
+    @app.agent(requests)
+    async def stage(stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            note_offset(msg)
+            t0 = time.perf_counter()
+            metrics.consumed()
+            k = msg.key or b""
+            user_seen = UserSeen(index, seen.get, k, core.clock())
+            outcome = core.handle(msg.key, msg.value, partition=msg.partition, offset=msg.offset,
+                                  timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=user_seen)
+            metrics.processed(time.perf_counter() - t0)
+            futs = [await send(r, msg.partition) for r in outcome.records]
+            if outcome.remember is not None:
+                if not eos and futs:
+                    for f in futs:
+                        await f  # delivered before the id is recorded: a crash repeats, never loses
+                entry_key, entry_value = index.entry(k, outcome.remember, core.clock())
+                seen[entry_key] = entry_value
+            if outcome.kind == "segments":
+                metrics.segments(len(outcome.records))
+                if msg.timestamp:
+                    metrics.request_age(time.time() - msg.timestamp)
+            elif outcome.kind == "failed":
+                k = _key_str(msg.key)
+                metrics.failed(outcome.code or "?")
+                _log.info("event=request_failed request_id=%s key=%s code=%s", outcome.request_id, k, outcome.code)
+            elif outcome.kind == "dead_letter":
+                metrics.dead_letter(outcome.code or "?")
+                _log.info("event=dead_letter partition=%d offset=%d reason=%s", msg.partition, msg.offset,
+                          outcome.code)
+            else:
+                k = _key_str(msg.key)
+                metrics.duplicate()
+                _log.info("event=duplicate request_id=%s key=%s", outcome.request_id, k)
+            app.mark_processed(msg)
+            metrics.heartbeat()
+
+    @app.timer(1.0)
+    async def beat() -> None:
+        metrics.heartbeat()
+
+    # Entries of buckets older than the previous one can never match again: drop them from
+    # the local store (no tombstones: the changelog deletes them by retention). Checked once
+    # a minute, done when the bucket has moved on since the last sweep.
+    swept: list[int] = []
+
+    @app.timer(60.0)
+    async def expire_seen() -> None:
+        if app.in_recovery or app.rebalancing:
+            return
+        now = core.clock()
+        b = index.bucket(now)
+        if swept and swept[-1] == b:
+            return
+        n = await _sweep_expired(seen.data, index, now)
+        swept[:] = [b]
+        if n:
+            _log.info("event=dedup_expired entries=%d", n)
+
+    # faust can leave an assigned input partition unserved (see InputWatch): the stage then
+    # restarts itself in place (same PID, same command line) and reads again from the
+    # committed offset; duplicates are dropped by the worker.
+    watch = InputWatch()
+
+    @app.timer(2.0)
+    async def input_watchdog() -> None:
+        if eos:
+            return
+        if app.in_recovery or app.rebalancing:  # tables are being rebuilt: nothing is fetched yet
+            watch.forget(set())
+            return
+        consumer = app.consumer
+        try:
+            tps = [tp for tp in consumer.assignment() if tp.topic == source_topic]
+            ends = await asyncio.wait_for(consumer.highwaters(*tps), 10.0) if tps else {}
+        except Exception as e:  # broker unreachable, rebalance under way: look again later
+            _log.debug("event=input_watch_skipped error=%r", e)
+            return
+        now = time.monotonic()
+        watch.forget({tp.partition for tp in tps})
+        for tp in tps:
+            committed = consumer._committed_offset.get(tp)
+            last = last_offset.get(tp.partition)
+            processed_next = None if last is None else last[1] + 1
+            delivered = last is not None and last[0] == app.consumer_generation_id
+            reason = watch.check(tp.partition, committed=committed, processed_next=processed_next,
+                                 end=ends.get(tp), acked_waiting=bool(consumer._acked.get(tp)), now=now,
+                                 delivered=delivered)
+            if reason is None:
+                continue
+            _log.error("event=%s partition=%d committed=%s processed_next=%s end=%s paused=%s fetch_state=%s; "
+                       "restarting to re-read from the committed offset", reason, tp.partition, committed,
+                       processed_next, ends.get(tp), tp in consumer._paused_partitions, fetch_state(consumer, tp))
+            metrics.ready(False)
+            metrics.close()
+            logging.shutdown()
+            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+    @app.task
+    async def started() -> None:
+        metrics.ready(True)
+        _log.info("event=stage_started app_id=%s instance_id=%s guarantee=%s topic=%s", settings.stage_app_id,
+                  instance_id, settings.stage_guarantee, settings.topic_requests)
+
+    app.stage_agent = stage  # type: ignore[attr-defined]
+    return app
+
+
+def prepare_topics(settings: Settings) -> Settings:
+    """Create every topic the stage uses (its changelog and leader topic included) before faust
+    starts, with as many partitions as the requests topic really has. Where the stage may not
+    create topics (ACLs) they must exist already: logged, and faust is left to try."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from streams.kafka import ensure_topics
+
+    try:
+        md = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3}).list_topics(
+            settings.topic_requests, timeout=10)
+        t = md.topics.get(settings.topic_requests)
+        if t is not None and t.error is None and t.partitions and len(t.partitions) != settings.partitions:
+            _log.warning("event=partitions_from_topic topic=%s partitions=%d setting=%d", settings.topic_requests,
+                         len(t.partitions), settings.partitions)
+            settings = settings.replace(partitions=len(t.partitions))
+        created = ensure_topics(settings)
+        _log.info("event=topics_ready created=%s", ",".join(created) or "-")
+    except KafkaException as e:
+        _log.warning("event=topics_not_prepared error=%s", e)
+    return settings

@@ -1,0 +1,241 @@
+"""What one request record turns into: validate, normalize, split, hash (steps 1-2 of :mod:`streams.stage`).
+
+Pure: no Kafka, no faust, no clock of its own (``clock`` returns epoch seconds). An
+unexpected error in this code is answered like bad content and counted, never raised to
+the agent, so one bad record never stops a partition.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, Protocol
+
+from engine import voices as engine_voices
+from engine.voices import VoiceInfo
+from schemas import (
+    DeadLetter,
+    ErrorInfo,
+    Rejection,
+    SchemaError,
+    Segment,
+    check_content,
+    decode_request,
+    encode,
+    peek_request_id,
+    request_hash,
+    segment_hash,
+)
+from schemas.errors import ContentError
+from streams.settings import Settings
+from streams.stage.text import normalize, split_segments
+
+__all__ = ["DEAD_LETTER_ID_HEADER", "Outcome", "Record", "SeenIds", "StageCore", "backend_voices"]
+
+_log = logging.getLogger("ttsflow.stage")
+
+Kind = Literal["segments", "failed", "dead_letter", "duplicate"]
+DEAD_LETTER_ID_HEADER = "ttsflow-dead-letter-id"
+
+
+# --- voices without loading a model ---------------------------------------------------
+
+def backend_voices(backend: str) -> tuple[str, ...] | None:
+    """The voices a backend offers, known without loading its model (None: not checked here).
+    The data is the engine's voice registry (:mod:`engine.voices`)."""
+    return engine_voices.backend_voices(backend)
+
+
+# --- the pure per-record logic ------------------------------------------------------
+
+class SeenIds(Protocol):
+    """One record key's seen request ids: ``get(request_id)`` is when it was first seen
+    (epoch seconds) or None (a dict works; the stage passes a view of its table)."""
+
+    def get(self, request_id: str, /) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record to produce."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int | None = None  # None: by the key (murmur2)
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one input record turns into. ``remember`` is the id to record as seen."""
+
+    kind: Kind
+    records: tuple[Record, ...] = ()
+    request_id: str | None = None
+    code: str | None = None
+    remember: str | None = None
+
+
+def _peek_user_id(raw: bytes | None) -> str | None:
+    if not raw:
+        return None
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    uid = obj.get("user_id") if isinstance(obj, dict) else None
+    return uid if isinstance(uid, str) and 1 <= len(uid) <= 256 else None
+
+
+def _is_json_object(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode("ascii")
+
+
+class StageCore:
+    """Validation, normalization, splitting and hashing of one record; no Kafka, no clock
+    of its own (``clock`` returns epoch seconds)."""
+
+    def __init__(self, settings: Settings, *, voices: tuple[str, ...] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 on_dropped: Callable[[str, int], None] | None = None) -> None:
+        self.s = settings
+        self.voices = voices
+        self.default_voice = settings.voice or (voices[0] if voices else settings.backend)
+        self.clock = clock
+        # the voices this stage routes to whose languages are known (engine.voices)
+        self.served: tuple[VoiceInfo, ...] = tuple(
+            i for i in (engine_voices.voice_info(v) for v in voices or ()) if i is not None)
+        self.on_dropped = on_dropped  # (script, spoken units cut from an accepted request)
+
+    def is_duplicate(self, request_id: str, seen: SeenIds, now: float) -> bool:
+        """``seen`` maps the user's request ids to when they were first seen (epoch seconds)."""
+        t = seen.get(request_id)
+        return t is not None and now - t < self.s.dedup_window_s
+
+    def handle(self, key: bytes | None, value: bytes | None, *, partition: int, offset: int,
+               timestamp_ms: int | None, seen: SeenIds) -> Outcome:
+        """Everything the stage does with one record, as data. Never raises."""
+        now = self.clock()
+        rid = peek_request_id(value)
+        try:
+            if rid is None:
+                return self._dead_letter(key, value, partition, offset, timestamp_ms)
+            if self.is_duplicate(rid, seen, now):
+                return Outcome("duplicate", request_id=rid)
+            assert value is not None
+            return self._request(key, value, rid, now, timestamp_ms, partition, offset)
+        except Exception as e:  # a bug must not stop the partition: answer it visibly
+            _log.error("event=stage_error request_id=%s partition=%d offset=%d error=%r\n%s", rid, partition,
+                       offset, e, traceback.format_exc())
+            if rid is None:
+                return self._dead_letter(key, value, partition, offset, timestamp_ms,
+                                         reason="stage_error", message=repr(e))
+            return self._failed(key, value, rid, "internal_error", f"stage error: {e!r}", now, partition=partition,
+                                offset=offset, timestamp_ms=timestamp_ms)
+
+    def _dead_letter(self, key: bytes | None, value: bytes | None, partition: int, offset: int,
+                     timestamp_ms: int | None, *, reason: str | None = None, message: str | None = None) -> Outcome:
+        if reason is None:
+            if not value:
+                reason, message = "empty_value", "the record has no value"
+            elif not _is_json_object(value):
+                reason, message = "invalid_json", "the value is not a UTF-8 JSON object"
+            else:
+                reason, message = "no_request_id", "request_id is missing or does not match " \
+                                                   "^[A-Za-z0-9._:-]{1,128}$"
+        dl_id = f"{self.s.topic_requests}:{partition}:{offset}"
+        dl = DeadLetter(id=dl_id, reason=reason, message=message or reason, source_topic=self.s.topic_requests,
+                        source_partition=partition, source_offset=offset, key_b64=_b64(key),
+                        value_b64=_b64(value or b"") or "", timestamp_ms=timestamp_ms)
+        return Outcome("dead_letter", (Record(self.s.topic_dlq, key, encode(dl),
+                                              headers=((DEAD_LETTER_ID_HEADER, dl_id.encode()),)),), code=reason)
+
+    def _failed(self, key: bytes | None, value: bytes | None, rid: str, code: str, message: str, now: float,
+                *, partition: int, offset: int, timestamp_ms: int | None = None) -> Outcome:
+        """A rejection on the segments topic, in the request's partition number (by its key, or
+        explicitly when it has none); a worker answers it in its transaction."""
+        uid = _peek_user_id(value)
+        enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
+        r = Rejection(request_id=rid, user_id=uid or (key or b"").decode("utf-8", "replace") or "unknown",
+                      error=ErrorInfo(code=code, message=message), source_partition=partition,
+                      source_offset=offset, enqueued_at=enqueued)
+        out_key = key if key else (uid.encode() if uid is not None else None)
+        rec = Record(self.s.topic_segments, out_key, encode(r), partition=None if out_key else partition)
+        return Outcome("failed", (rec,), request_id=rid, code=code, remember=rid)
+
+    def _speakable(self, rid: str, requested: str | None, text: str) -> tuple[str, str]:
+        """The voice that speaks ``text`` and what it will say (:func:`engine.voices.choose`).
+
+        Raises ``ContentError`` ``unsupported_language`` when the text is mostly in scripts
+        the voice cannot speak; a few foreign words are cut and counted. A voice whose
+        languages are not registered is not checked."""
+        voice = requested or self.default_voice
+        if engine_voices.voice_info(voice) is None or not self.served:
+            return voice, text
+        j = engine_voices.choose(text, requested, self.default_voice, self.served)
+        if not j.speakable:
+            raise ContentError(_unsupported_message(j), field="text", code="unsupported_language")
+        if j.dropped:
+            if self.on_dropped is not None:
+                for script, n in j.dropped.items():
+                    self.on_dropped(script, n)
+            _log.info("event=foreign_dropped request_id=%s voice=%s dropped=%s", rid, j.voice.voice,
+                      ",".join(f"{sc}:{n}" for sc, n in sorted(j.dropped.items())))
+        return j.voice.voice, j.text
+
+    def _request(self, key: bytes | None, value: bytes, rid: str, now: float,
+                 timestamp_ms: int | None, partition: int, offset: int) -> Outcome:
+        s = self.s
+        try:
+            req = decode_request(value)
+            text = normalize(req.text)
+            check_content(req, max_text_chars=s.max_text_chars, voices=self.voices, text=text)
+            voice, text = self._speakable(rid, req.voice, text)
+        except SchemaError as e:
+            return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
+                                timestamp_ms=timestamp_ms)
+        pieces = split_segments(text, s.max_segment_chars)
+        hashes = [segment_hash(p, voice=voice, model=s.backend, model_version=s.model_version, speed=req.speed,
+                               sample_rate=req.sample_rate, format=req.format) for p in pieces]
+        rh = request_hash(hashes, format=req.format)
+        enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
+        out_key = key if key else req.user_id.encode()
+        n = len(pieces)
+        records = tuple(
+            Record(s.topic_segments, out_key, encode(Segment(
+                request_id=rid, user_id=req.user_id, seq=i, total=n, text=p, hash=h, request_hash=rh, voice=voice,
+                format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=s.backend,
+                model_version=s.model_version, created_at=req.created_at, enqueued_at=enqueued,
+                parts=hashes if i == n - 1 else None)))
+            for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
+        return Outcome("segments", records, request_id=rid, remember=rid)
+
+
+def _unsupported_message(j: engine_voices.Judgement) -> str:
+    """``unsupported_language``: the script, the voice's own, and the installed voices that speak it."""
+    script = j.foreign or "?"
+    what = "emoji" if script == engine_voices.EMOJI else f"{script} script"
+    v = j.voice
+    head = (f"text is mostly {what} ({j.foreign_share:.0%} of its words); voice {v.voice!r} speaks "
+            f"{', '.join(v.scripts)} ({', '.join(v.languages)})")
+    if script == engine_voices.EMOJI:
+        return head + "; no voice reads text made only of emoji"
+    others = engine_voices.speakers(script)
+    if not others:
+        return head + f"; no installed voice speaks {script}"
+    return head + f"; installed voices that speak {script}: " + ", ".join(
+        f"{o.voice} (backend {o.backend}, {', '.join(o.languages)})" for o in others)

@@ -1,0 +1,65 @@
+"""``ttsflow stage``: the CPU stream stage on faust-streaming.
+
+Process start-up only: settings, logging, wait for the broker, create the topics, serve the
+metrics, then faust runs the app of :mod:`streams.stage.app` until it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from streams.settings import SettingsError, load_settings
+from streams.stage.app import build_app, prepare_topics
+
+__all__ = ["main"]
+
+_BROKER_WAIT_S = 120.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow stage", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--metrics-port", type=int, default=None,
+                    help="port of /metrics, /healthz, /readyz (default TTS_METRICS_PORT; 0 disables)")
+    ap.add_argument("--guarantee", choices=("exactly_once", "at_least_once"), default=None,
+                    help="faust processing guarantee (default TTS_STAGE_GUARANTEE)")
+    ns = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = load_settings(stage_guarantee=ns.guarantee)
+    except SettingsError as e:
+        print(f"ttsflow stage: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("aiokafka", "faust", "mode"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(settings.log_level)))
+
+    from faust import Worker
+
+    from streams.kafka import wait_for_broker
+    from streams.stage.metrics import StageMetrics
+
+    # faust exits at once when it cannot bootstrap; a stage started during a broker restart
+    # waits for it instead (bounded: past that, exit non-zero for the orchestrator)
+    if not wait_for_broker(settings, timeout_s=_BROKER_WAIT_S):
+        print(f"ttsflow stage: no broker at {settings.bootstrap_servers} after {_BROKER_WAIT_S:.0f} s", file=sys.stderr)
+        return 1
+
+    settings = prepare_topics(settings)
+    port = settings.metrics_port if ns.metrics_port is None else ns.metrics_port
+    metrics = StageMetrics(port)
+    try:
+        app = build_app(settings, metrics)
+        worker = Worker(app, loglevel=settings.log_level.lower(), quiet=True, override_logging=False)
+        worker.execute_from_commandline()  # returns or raises SystemExit when the worker stops
+    except SystemExit as e:
+        code = e.code
+        return int(code) if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        metrics.ready(False)
+        metrics.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
