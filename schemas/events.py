@@ -178,6 +178,18 @@ class Completion(_Event, frozen=True, kw_only=True):
     schema_version: Literal[1] = 1
 
 
+
+class Done(_Event, frozen=True, kw_only=True):
+    """A worker's durable record that a request was answered, on the compacted ``tts.worker.done``
+    (key: ``request_id``; partition: that of the request's segments), written in the same
+    transaction as the completion. Workers read only its key and timestamp back; the fields
+    are those the record always had (no ``schema_version``), so older records still load."""
+
+    request_id: RequestId
+    status: Literal["ok", "failed"]
+    completed_at: datetime | None = None
+
+
 class Rejection(_Event, frozen=True, kw_only=True):
     """The stage's verdict on a request with a readable id but bad content, on ``tts.segments``
     (same key and partition number as the request, so it keeps the user's order).

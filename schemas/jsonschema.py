@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import Completion, DeadLetter, Rejection, Request, Segment
+from schemas.events import Completion, DeadLetter, Done, Rejection, Request, Segment
 
 __all__ = ["SCHEMAS", "render", "write_all"]
 
@@ -22,6 +22,7 @@ SCHEMAS: dict[str, type] = {
     "rejection.v1": Rejection,
     "completion.v1": Completion,
     "dead_letter.v1": DeadLetter,
+    "done.v1": Done,
 }
 _DIR = Path(__file__).parent / "json"
 

@@ -1,12 +1,23 @@
 """The synthesis worker (``ttsflow worker``): segments in, audio in S3, one completion per request, exactly once.
 
-Rooms, each keeping one invariant (its module docstring says which):
-:mod:`~streams.worker.loop` (the loop, in numbered steps), :mod:`~streams.worker.main`
-(process start-up), :mod:`~streams.worker.batcher` (micro-batches),
-:mod:`~streams.worker.offsets` (the committed-offset rule), :mod:`~streams.worker.joiner`
-(a request's audio streamed into one object), :mod:`~streams.worker.metrics`.
+One collaborator per invariant, each module's docstring stating its own:
 
-Nothing is imported here: ``ttsflow stage`` or a test of the batcher does not load the engine.
+* :mod:`~streams.worker.loop` -- the loop, in numbered steps, composing the others; the
+  transaction (step 8) reads in one place (``Worker._commit``).
+* :mod:`~streams.worker.ledger` -- pure bookkeeping: what was consumed, what is durable,
+  what is answerable, what may be committed (with :mod:`~streams.worker.offsets`).
+* :mod:`~streams.worker.intake` -- one record decoded into the ledger.
+* :mod:`~streams.worker.parts` -- the part maker: cache, batching (:mod:`~streams.worker.batcher`),
+  engine, audio check, encode, upload; keys in :mod:`~streams.worker.keys`.
+* :mod:`~streams.worker.joiner` -- a request's audio streamed into one object.
+* :mod:`~streams.worker.done_log` -- ``tts.worker.done``, written in the transaction, read on assignment.
+* :mod:`~streams.worker.reload_gate` -- when a hot reload may swap the model.
+* :mod:`~streams.worker.recovery` -- abort, wedged producer, S3 down: redo from committed.
+* :mod:`~streams.worker.answers` -- a completion built from the ledger's request.
+* :mod:`~streams.worker.main` -- process start-up; :mod:`~streams.worker.metrics`.
+
+The Kafka side lives in :mod:`streams.kafka` (the transactional producer, the partitioned
+consumer). Nothing is imported here: a test of the batcher does not load the engine.
 """
 
 __all__: list[str] = []

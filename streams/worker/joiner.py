@@ -27,6 +27,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -36,8 +37,11 @@ from engine import audio as audio_codec
 from engine.errors import ItemError
 from schemas import AudioRef, ErrorInfo
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
+from storage.s3 import AudioStore
+from streams.worker.keys import PART_FORMAT, part_id, request_digest
+from streams.worker.ledger import Part, Request
 
-__all__ = ["JoinSpec", "join_upload"]
+__all__ = ["JoinSpec", "Joiner", "join_upload"]
 
 _log = logging.getLogger("ttsflow.joiner")
 
@@ -132,3 +136,85 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
 def _ref(store: Any, spec: JoinSpec, sha: str, size: int, duration_s: float) -> AudioRef:
     return AudioRef(uri=store.uri(spec.key), bucket=store.bucket, key=spec.key, format=spec.fmt,
                     sample_rate=spec.sr_out, duration_s=duration_s, bytes=size, sha256=sha)
+
+
+class Joiner:
+    """Finished requests joined on the S3 pool, one join per request at a time
+    (:attr:`Request.finalizing`); a join finished for a revoked or rewound partition is dropped."""
+
+    def __init__(self, store: AudioStore, io: ThreadPoolExecutor, *, sample_rate: int, max_audio_s: float) -> None:
+        self.store = store
+        self._io = io
+        self.sample_rate = sample_rate
+        self.max_audio_s = max_audio_s
+        self._futs: list[tuple[Request, Future[AudioRef | ErrorInfo]]] = []
+
+    def submit(self, req: Request, hashes: list[str], identities: list[str]) -> None:
+        """Join ``req``'s parts (in memory, else from S3) into its object; ``identities``: the serving
+        model's first, then the ones served before a hot reload (where older parts are stored)."""
+        req.finalizing = True
+        parts = {seq: req.parts[seq] for seq in req.parts}
+        last = req.last
+        assert last is not None
+        out_sr = last.sample_rate or self.sample_rate
+        key = self.store.key("req", request_digest(hashes, last.format, identities[0], out_sr), last.format)
+        spec = JoinSpec(key=key, fmt=last.format, sr_in=self.sample_rate, sr_out=out_sr,
+                        max_audio_s=self.max_audio_s, request_id=req.request_id)
+        self._futs.append((req, self._io.submit(self._join, spec, hashes, parts, identities)))
+
+    def _join(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part],
+              identities: list[str]) -> AudioRef | ErrorInfo:
+        """Pool thread: stream the parts in order (memory, else S3) into the request's object."""
+        sr = self.sample_rate
+
+        def samples(seq: int) -> np.ndarray | None:
+            part = parts.get(seq)
+            if part is not None and part.audio is not None:
+                return part.audio
+            data = self._fetch_part(part.key if part is not None else None, hashes[seq], identities)
+            if data is None:
+                return None
+            x, psr = audio_codec.decode(data)
+            return x if psr == sr else audio_codec.resample(x, psr, sr)
+
+        return join_upload(self.store, spec, len(hashes), samples)
+
+    def _fetch_part(self, key: str | None, segment_hash: str, identities: list[str]) -> bytes | None:
+        """A part's bytes: by its stored key, else by its content address under the serving model or,
+        after a hot reload, the models served before it (a part made before the swap)."""
+        keys = [key] if key is not None else \
+            [self.store.key("part", part_id(segment_hash, i), PART_FORMAT) for i in identities]
+        for k in keys:
+            try:
+                return self.store.get(k)
+            except ObjectMissing:
+                continue
+        return None
+
+    def collect(self, current: Callable[[int, int], bool],
+                answer: Callable[[Request, AudioRef | ErrorInfo], None]) -> None:
+        """Answer every request whose join finished (S3 unreachable: raised, nothing answered after it)."""
+        keep = []
+        for req, fut in self._futs:
+            if not fut.done():
+                keep.append((req, fut))
+                continue
+            if not current(req.partition, req.gen):
+                continue
+            try:
+                res = fut.result()
+            except S3Unavailable:
+                self._futs = []
+                raise
+            answer(req, res)
+        self._futs = keep
+
+    def busy(self) -> bool:
+        return bool(self._futs)
+
+    def futures(self) -> list[Future[Any]]:
+        return [f for _, f in self._futs]
+
+    def drop(self) -> None:
+        self._futs = []
+

@@ -96,7 +96,7 @@ class FakeConsumer:
         self.assigned = list(parts)
         for p in parts:
             self.pos[p] = self.b.committed.get(p, 0)
-        worker._on_assign(self, [TopicPartition(SEG, p) for p in parts])
+        worker.on_assign(self, [TopicPartition(SEG, p) for p in parts])
 
     def consume(self, n: int, timeout: float) -> list[Msg]:
         out: list[Msg] = []
@@ -345,7 +345,7 @@ class Rig:
             self.now += 0.1  # offsets-only commits happen at most every 0.25 s of this clock
             self.worker.run_once()
             # joins and uploads run on the worker's pool: let them finish before the next turn
-            futures.wait([f for _, f in self.worker._final_futs] + [f for _, f in self.worker._post_futs], 10)
+            futures.wait(self.worker.joiner.futures() + self.worker.parts.futures(), 10)
 
     def completions(self) -> list[Any]:
         return [decode_completion(m.value()) for m in self.broker.read(COMPLETED)]
@@ -491,7 +491,7 @@ def test_abortable_commit_error_aborts_rewinds_and_answers_once(rig: Rig) -> Non
 
 
 def test_commit_timeout_is_retried_not_aborted(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.worker.loop._backoff", lambda attempt: 0.0)
+    monkeypatch.setattr("streams.kafka.retry.backoff", lambda attempt: 0.0)
     rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._TIMED_OUT, "slow", retriable=True))]
     rig.publish(0, segments("t", "u1", ["Slow commit."]))
     rig.run()
@@ -509,7 +509,7 @@ def test_fenced_producer_is_fatal(rig: Rig) -> None:
 
 
 def test_s3_down_commits_nothing_and_recovers(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.worker.loop._backoff", lambda attempt: 0.0)
+    monkeypatch.setattr("streams.kafka.retry.backoff", lambda attempt: 0.0)
     rig.store.down = True
     rig.publish(0, segments("s", "u1", ["Stored later.", "Second part."]))
     calls = {"n": 0}
@@ -617,9 +617,9 @@ def test_revoke_commits_finished_work_and_forgets_the_rest(rig: Rig) -> None:
     rig.publish(0, segments("p0", "u1", ["Zero."]))
     rig.publish(1, segments("p1", "u2", ["One.", "Two."])[:1])  # unfinished request in partition 1
     rig.run()
-    rig.worker._on_revoke(rig.consumer, [TopicPartition(SEG, 1)])
-    assert 1 not in rig.worker._assigned
-    assert not any(k[0] == 1 for k in rig.worker._requests)
+    rig.worker.on_revoke(rig.consumer, [TopicPartition(SEG, 1)])
+    assert 1 not in rig.worker.consumer.assigned
+    assert not any(k[0] == 1 for k in rig.worker.ledger.requests)
     assert rig.broker.committed[1] == 1  # its done part was committed before letting go
     assert [c.request_id for c in rig.completions()] == ["p0"]
 
@@ -745,7 +745,7 @@ class WedgedProducer(FakeProducer):
 
 
 def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.worker.loop._OP_TIMEOUT_S", 0.05)
+    monkeypatch.setattr("streams.kafka.producer.OP_TIMEOUT_S", 0.05)
     wedged = WedgedProducer(rig.broker)
     fresh: list[FakeProducer] = []
 
@@ -801,12 +801,12 @@ def test_a_rewind_that_cannot_read_offsets_stays_pending_and_admits_nothing_unti
     rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
     rig.publish(0, segments("p", "u1", ["Aborted, then re-read."]))
     rig.run(steps=2)  # the commit aborts; the rewind cannot read offsets
-    assert rig.worker._rewind_pending == {0, 1}
+    assert rig.worker.consumer.rewind_pending == {0, 1}
     rig.publish(0, segments("q", "u1", ["Published while the rewind waits."]))
     rig.run(steps=1)
-    assert rig.worker._rewind_pending and rig.consumer.seeks == [], "seeked without knowing the committed offset"
+    assert rig.worker.consumer.rewind_pending and rig.consumer.seeks == [], "seeked without knowing the committed offset"
     rig.run()
-    assert not rig.worker._rewind_pending
+    assert not rig.worker.consumer.rewind_pending
     assert Counter(c.request_id for c in rig.completions()) == Counter({"p": 1, "q": 1})
 
 

@@ -1,0 +1,122 @@
+"""The worker's partitioned consumer: which partitions this process owns, which it paused, which it must rewind.
+
+Invariants:
+
+* :attr:`assigned` is what the group gave this process (updated from the rebalance
+  callbacks, which run inside :meth:`consume`); :attr:`paused` is always a subset of it.
+* A partition in :attr:`rewind_pending` admits no record (:meth:`admits`) until it has been
+  sought back to its committed offset (the start when it has none): work dropped after an
+  abort, a wedged producer or an S3 outage is redone from what is durable, never skipped.
+* A rewind is one attempt: right after a broker restart the group's offsets can be
+  unreadable until the consumer has polled (a lost session is served by poll), so a failed
+  one stays pending and the loop polls and tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from streams.errors import FatalError, classify
+
+__all__ = ["PartitionedConsumer"]
+
+_log = logging.getLogger("ttsflow.worker")
+
+_REWIND_TIMEOUT_S = 10.0  # one attempt at reading committed offsets; a failed rewind is retried by the loop
+
+
+class PartitionedConsumer:
+    """A group consumer of one topic (confluent-kafka ``Consumer``, or a fake with its methods)."""
+
+    def __init__(self, consumer: Any, topic: str) -> None:
+        self._c = consumer
+        self.topic = topic
+        self.assigned: set[int] = set()
+        self.paused: set[int] = set()
+        self.rewind_pending: set[int] = set()
+        self._last_error_log = -1e9
+
+    def subscribe(self, *, on_assign: Callable[..., None], on_revoke: Callable[..., None],
+                  on_lost: Callable[..., None]) -> None:
+        self._c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        return self._c.consume(n, timeout)  # type: ignore[no-any-return]
+
+    def admits(self, partition: int) -> bool:
+        """A record of ``partition`` may be taken: owned, and not waiting to be re-read from committed."""
+        return partition in self.assigned and partition not in self.rewind_pending
+
+    def group_metadata(self) -> Any:
+        return self._c.consumer_group_metadata()
+
+    # -- assignment (called from the rebalance callbacks) ----------------------------------
+    def assign(self, new: set[int]) -> None:
+        self.assigned |= new
+
+    def revoke(self, gone: set[int]) -> None:
+        self.assigned -= gone
+        self.paused -= gone
+        self.rewind_pending -= gone  # the next owner (maybe this process again) starts from the committed offset
+
+    # -- flow ---------------------------------------------------------------------------
+    def set_paused(self, want: set[int]) -> None:
+        """Pause exactly ``want`` (of the assigned partitions), resume the rest."""
+        from confluent_kafka import TopicPartition
+
+        pause = [TopicPartition(self.topic, p) for p in want - self.paused if p in self.assigned]
+        resume = [TopicPartition(self.topic, p) for p in self.paused - want if p in self.assigned]
+        if pause:
+            self._c.pause(pause)
+        if resume:
+            self._c.resume(resume)
+        self.paused = set(want) & self.assigned
+
+    def apply_backpressure(self, backlog: int, cap: int, held: dict[int, int]) -> None:
+        """Past the prefetch ``cap`` pause only the partitions holding their share of it (``held``:
+        segments per partition not yet synthesized): one partition's long request must not keep the
+        others' segments out (they wait for a few batches, not for the whole request). Each
+        unpaused partition adds at most about two shares, so the backlog stays within about three
+        times the cap (segments, not audio)."""
+        if backlog < cap:
+            self.set_paused(set())
+            return
+        share = max(1, cap // max(1, len(self.assigned)))
+        self.set_paused({p for p in self.assigned if held.get(p, 0) >= share})
+
+    def note_error(self, err: Any, now: float) -> None:
+        """Errors delivered by poll are informational (the client retries) unless librdkafka says fatal."""
+        if err.fatal():
+            raise classify(err)
+        if now - self._last_error_log >= 5.0:  # e.g. the topic does not exist yet: say so, not 50 times a second
+            self._last_error_log = now
+            _log.warning("event=consumer_error code=%s error=%s", err.name(), err.str())
+
+    def rewind(self, partitions: set[int]) -> None:
+        """Seek each partition back to its committed offset (the start if none); one attempt,
+        a partition whose rewind fails stays in :attr:`rewind_pending`."""
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+        if not partitions:
+            return
+        self.rewind_pending |= partitions
+        try:
+            committed = self._c.committed([TopicPartition(self.topic, p) for p in sorted(partitions)],
+                                          _REWIND_TIMEOUT_S)
+            for tp in committed:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+                self._c.seek(TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+        except KafkaException as e:
+            exc = classify(e, during="")
+            if isinstance(exc, FatalError):
+                raise exc from e
+            _log.warning("event=rewind_pending partitions=%s error=%s", sorted(partitions), e)
+            return
+        self.rewind_pending -= partitions
+        _log.info("event=rewound partitions=%s", sorted(partitions))
+
+    def close(self) -> None:
+        self._c.close()

@@ -1,0 +1,349 @@
+"""The worker's request ledger: what was consumed, what is durable, what is answerable, what may be committed.
+
+Pure bookkeeping, no I/O and no clock of its own (``wall`` returns epoch seconds), so it is
+tested directly (tests/unit/test_ledger.py). Invariants:
+
+* **Offsets follow durability** (:class:`~streams.worker.offsets.OffsetTracker`): per
+  partition the committable offset is the first segment not yet done. A segment is done
+  when its part is in S3; a last segment, and every segment of a failed request, only when
+  its request's answer is taken for the transaction that commits the offset
+  (:meth:`take_answers`).
+* **No second answer.** A request id found in the durable done set of its partition
+  (loaded from the done topic on assignment, grown by each commit) within
+  ``dedup_window_s`` is dropped, and so is a second copy of a ``(partition, request,
+  seq)`` still in flight here; a request is answered once (:meth:`answer` removes it).
+* **Generations.** Work belongs to a partition's generation, bumped on assignment, revoke
+  and every drop; a part finished for an older generation (its partition was revoked or
+  rewound meanwhile) changes nothing.
+* **Bounded memory per request**: a part's samples are kept for the join only while the
+  request's share stays within ``join_memory_bytes``; a request whose audio passes
+  ``max_request_audio_s`` fails at once (``audio_too_long``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+import numpy as np
+
+from engine.base import Prepared
+from schemas import Completion, ErrorInfo, Rejection, Segment
+from streams.worker.offsets import OffsetTracker
+
+__all__ = ["Answer", "Ledger", "Part", "Request", "Seg"]
+
+
+@dataclass(slots=True, eq=False)
+class Seg:
+    """One consumed segment event and where it came from."""
+
+    partition: int
+    gen: int  # the partition's generation when consumed; stale after a revoke or rewind
+    offset: int
+    seg: Segment
+    part_id: str
+    received: float
+    prepared: Prepared | None = None
+
+
+@dataclass(slots=True)
+class Part:
+    key: str
+    audio: np.ndarray | None  # None: fetch from S3 at join time (always beyond the request's join_memory_mb)
+    cached: bool
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    partition: int
+    gen: int
+    request_id: str
+    user_id: str
+    total: int
+    first: Segment | None
+    offsets: list[int] = field(default_factory=list)
+    seqs: set[int] = field(default_factory=set)          # consumed in this process
+    parts: dict[int, Part] = field(default_factory=dict)  # ready (in S3)
+    last: Segment | None = None
+    failure: ErrorInfo | None = None
+    start: datetime | None = None  # when the request was made (e2e latency), if known
+    finalizing: bool = False
+    synth_s: float = 0.0
+    queue_s: float = 0.0
+    held_bytes: int = 0    # part samples kept in memory for the join (bounded by join_memory_mb)
+    audio_s: float = 0.0   # audio of the parts synthesized here so far (max_request_audio_s stops it early)
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.partition, self.request_id)
+
+
+@dataclass(slots=True)
+class Answer:
+    """A completion ready to be produced, and the request it answers."""
+
+    partition: int
+    request_id: str
+    user_id: str
+    completion: Completion
+    offsets: list[int]
+    e2e_s: float | None
+
+
+Next = Literal["failed", "join", "parts_unknown"]
+
+
+class Ledger:
+    """Per-partition requests in flight, the durable done set and the offset tracker of one worker."""
+
+    def __init__(self, *, dedup_window_s: float, max_request_audio_s: float, join_memory_bytes: int,
+                 sample_rate: int, wall: Callable[[], float] = time.time) -> None:
+        self.dedup_window_s = dedup_window_s
+        self.max_request_audio_s = max_request_audio_s
+        self.join_memory_bytes = join_memory_bytes
+        self.sample_rate = sample_rate
+        self.wall = wall
+        self.tracker = OffsetTracker()
+        self.requests: dict[tuple[int, str], Request] = {}
+        self.waiting: dict[str, list[Seg]] = {}            # part_id -> segments waiting for its audio
+        self.answers: list[Answer] = []
+        self._seen: set[tuple[int, str, int]] = set()      # (partition, request_id, seq) in flight here
+        self._done: dict[int, dict[str, float]] = {}       # durable: request id -> answered at (epoch s)
+        self._gen: dict[int, int] = {}                     # partition -> generation of its in-memory work
+
+    # -- partitions ---------------------------------------------------------------------
+    def gen(self, partition: int) -> int:
+        return self._gen.get(partition, 0)
+
+    def current(self, partition: int, gen: int) -> bool:
+        """Work of generation ``gen`` still counts (its partition was not revoked or rewound since)."""
+        return self._gen.get(partition) == gen
+
+    def assigned(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self._gen[p] = self._gen.get(p, 0) + 1
+
+    def load_done(self, partition: int, answered: dict[str, float]) -> None:
+        """The durable done set of ``partition``: request id -> answered at (epoch seconds)."""
+        self._done[partition] = answered
+
+    def is_done(self, partition: int, request_id: str) -> bool:
+        """Answered within the stage's dedup window. Older ids may be reused: the stage lets them through."""
+        at = self._done.get(partition, {}).get(request_id)
+        if at is None:
+            return False
+        if self.wall() - at < self.dedup_window_s:
+            return True
+        del self._done[partition][request_id]
+        return False
+
+    # -- 2) admit -------------------------------------------------------------------------
+    def consumed(self, partition: int, offset: int) -> None:
+        """Track a consumed offset; ``ValueError`` when the position went back without a rebalance."""
+        self.tracker.add(partition, offset)
+
+    def admit(self, p: int, off: int, seg: Segment, part_id: str, received: float) -> tuple[Seg | None, str | None]:
+        """A decoded segment: ``(work, None)`` to synthesize, ``(None, reason)`` when dropped
+        (``request_done``, ``duplicate``, ``bad_seq``), ``(None, None)`` when its request already failed."""
+        if self.is_done(p, seg.request_id):
+            self.tracker.mark_done(p, off)
+            return None, "request_done"
+        if (p, seg.request_id, seg.seq) in self._seen or seg.seq >= seg.total:
+            # a re-emitted copy: its original has a lower offset and holds the commit back
+            self.tracker.mark_done(p, off)
+            return None, "duplicate" if seg.seq < seg.total else "bad_seq"
+        self._seen.add((p, seg.request_id, seg.seq))
+        gen = self._gen.get(p, 0)
+        req = self.requests.get((p, seg.request_id))
+        if req is None:
+            req = self.requests[(p, seg.request_id)] = Request(p, gen, seg.request_id, seg.user_id, seg.total, seg)
+        req.offsets.append(off)
+        req.seqs.add(seg.seq)
+        if seg.last:
+            req.last = seg
+        if req.failure is not None:  # answered soon; nothing more to synthesize for it
+            return None, None
+        return Seg(p, gen, off, seg, part_id, received), None
+
+    def admit_rejection(self, p: int, off: int, rej: Rejection) -> str | None:
+        """The stage refused the request: it is answered, failed with the stage's code, in the next
+        transaction. A rejection repeated by a restarted stage finds the request done (or already
+        being answered here) and produces nothing. Returns the reason it was dropped, if it was."""
+        if self.is_done(p, rej.request_id):
+            self.tracker.mark_done(p, off)
+            return "request_done"
+        req = self.requests.get((p, rej.request_id))
+        if req is not None:  # a copy while the first is in flight here: answered with it
+            req.offsets.append(off)
+            req.failure = req.failure or rej.error
+            return "duplicate"
+        req = self.requests[(p, rej.request_id)] = Request(p, self._gen.get(p, 0), rej.request_id, rej.user_id,
+                                                            0, None, start=rej.enqueued_at)
+        req.offsets.append(off)
+        req.failure = rej.error
+        return None
+
+    def admit_unreadable(self, p: int, off: int, request_id: str | None, user_id: str, error: ErrorInfo) -> None:
+        """A segment event that does not decode: its request (if its id can be read) fails with ``error``."""
+        if request_id is None or self.is_done(p, request_id):
+            self.tracker.mark_done(p, off)
+            return
+        req = self.requests.get((p, request_id))
+        if req is None:
+            req = self.requests[(p, request_id)] = Request(p, self._gen.get(p, 0), request_id, user_id, 1, None)
+        req.offsets.append(off)
+        req.failure = req.failure or error
+
+    # -- 3), 6) parts ---------------------------------------------------------------------
+    def join_waiting(self, s: Seg) -> bool:
+        """The same audio is being made already: ``s`` waits for it (True), else False."""
+        if s.part_id in self.waiting:
+            self.waiting[s.part_id].append(s)
+            return True
+        return False
+
+    def start_waiting(self, s: Seg) -> None:
+        self.waiting[s.part_id] = [s]
+
+    def queued(self, s: Seg, wait_s: float) -> None:
+        req = self.requests.get((s.partition, s.seg.request_id))
+        if req is not None:
+            req.queue_s = max(req.queue_s, wait_s)
+
+    def part_made(self, part_id: str, part: Part, synth_s: float) -> None:
+        """The audio of ``part_id`` is in S3: every segment waiting for it is ready."""
+        for i, s in enumerate(self.waiting.pop(part_id, [])):
+            if i == 0:
+                req = self.requests.get((s.partition, s.seg.request_id))
+                if req is not None:
+                    req.synth_s += synth_s
+                self.part_ready(s, part)
+            else:  # same audio asked for again while it was being made
+                self.part_ready(s, Part(part.key, part.audio, cached=True))
+
+    def part_ready(self, s: Seg, part: Part) -> None:
+        if not self.current(s.partition, s.gen):
+            return  # its partition was revoked or rewound meanwhile
+        req = self.requests.get((s.partition, s.seg.request_id))
+        if req is None:  # answered already (failed), or its partition was dropped
+            self.tracker.mark_done(s.partition, s.offset)
+            return
+        req.parts[s.seg.seq] = self._hold(req, part)
+        if not s.seg.last:  # a last segment is done only with its completion
+            self.tracker.mark_done(s.partition, s.offset)
+
+    def part_failed(self, part_id: str, error: ErrorInfo) -> list[tuple[Request, int]]:
+        """Every request waiting for ``part_id`` fails with ``error``; returns the ones that failed now (and the seq)."""
+        failed = []
+        for s in self.waiting.pop(part_id, []):
+            req = self.requests.get((s.partition, s.seg.request_id))
+            if req is not None and req.failure is None:
+                req.failure = error
+                failed.append((req, s.seg.seq))
+        return failed
+
+    def _hold(self, req: Request, part: Part) -> Part:
+        """The part as the request keeps it: its samples only while the request's share stays within
+        ``join_memory_bytes`` (beyond it the join reads the part back from S3, so a long request's
+        audio never piles up here). A request whose audio passes ``max_request_audio_s`` fails now,
+        before the rest of it is synthesized."""
+        if part.audio is None:
+            return part
+        if not part.cached:
+            req.audio_s += len(part.audio) / self.sample_rate
+            if req.audio_s > self.max_request_audio_s and req.failure is None:
+                req.failure = ErrorInfo(code="audio_too_long", message=(
+                    f"the audio passed {self.max_request_audio_s} s (TTS_MAX_REQUEST_AUDIO_S) after "
+                    f"{len(req.parts) + 1} of {req.total} segments; split the text into several requests"))
+        n = part.audio.nbytes
+        if req.held_bytes + n > self.join_memory_bytes:
+            return Part(part.key, None, part.cached)
+        req.held_bytes += n
+        return part
+
+    # -- 7) what is answerable ------------------------------------------------------------------
+    def answerable(self) -> Iterator[tuple[Request, Next]]:
+        """Requests that can move on: ``failed`` (answer with its failure), ``join`` (every part is
+        in S3: join them), ``parts_unknown`` (its last segment lists no parts and earlier ones are gone)."""
+        for req in list(self.requests.values()):
+            if req.finalizing:
+                continue
+            if req.failure is not None:
+                yield req, "failed"
+                continue
+            if req.last is None or any(seq not in req.parts for seq in req.seqs):
+                continue
+            yield req, ("join" if self.part_hashes(req) is not None else "parts_unknown")
+
+    @staticmethod
+    def part_hashes(req: Request) -> list[str] | None:
+        last = req.last
+        assert last is not None
+        if last.parts is not None and len(last.parts) == req.total:
+            return list(last.parts)
+        if req.total == 1:
+            return [last.hash]
+        return None  # without the list only parts seen here could be joined: not all of them
+
+    def answer(self, req: Request, completion: Completion, e2e_s: float | None) -> None:
+        """``req`` is answered by ``completion``: it leaves the ledger, produced and committed in step 8."""
+        self.answers.append(Answer(req.partition, req.request_id, req.user_id, completion, list(req.offsets), e2e_s))
+        self.requests.pop(req.key, None)
+        self._seen.difference_update({(req.partition, req.request_id, s) for s in req.seqs})
+
+    # -- 8) the committed-offset rule -------------------------------------------------------------
+    def due(self) -> bool:
+        """Something to commit: answers, or offsets that moved (the caller rate-limits the latter)."""
+        return bool(self.answers) or self.tracker.advanced()
+
+    def take_answers(self) -> list[Answer]:
+        """The answers for this transaction; every segment of theirs counts as done from now."""
+        answers, self.answers = self.answers, []
+        for a in answers:
+            for off in a.offsets:
+                self.tracker.mark_done(a.partition, off)
+        return answers
+
+    def to_commit(self, assigned: set[int]) -> dict[int, int]:
+        return {p: o for p, o in self.tracker.to_commit().items() if p in assigned}  # type: ignore[misc]
+
+    def committed(self, offsets: dict[int, int], answers: list[Answer]) -> None:
+        """The transaction with ``offsets`` and ``answers`` committed: they are durable now."""
+        self.tracker.committed(offsets)
+        for a in answers:
+            self._done.setdefault(a.partition, {})[a.request_id] = self.wall()
+
+    # -- dropping work ------------------------------------------------------------------------------
+    def idle(self) -> bool:
+        return not (self.requests or self.waiting)
+
+    def drop_all(self, assigned: set[int]) -> None:
+        """Forget all in-memory work (nothing of it was committed); the done set is kept."""
+        for p in set(self._gen) | assigned:
+            self._gen[p] = self._gen.get(p, 0) + 1  # results of tasks still running are ignored
+        self.answers = []
+        self.tracker.drop(self.tracker.partitions())
+        self.waiting.clear()
+        self.requests.clear()
+        self._seen.clear()
+
+    def forget(self, gone: set[int]) -> None:
+        """The partitions ``gone`` were revoked or lost: drop their work and done sets."""
+        for p in gone:
+            self._gen[p] = self._gen.get(p, 0) + 1
+            self._done.pop(p, None)
+        self.tracker.drop(gone)
+        for pid in list(self.waiting):
+            rest = [s for s in self.waiting[pid] if s.partition not in gone]
+            if rest:
+                self.waiting[pid] = rest
+            else:
+                del self.waiting[pid]
+        self.answers = [a for a in self.answers if a.partition not in gone]
+        for key in [k for k in self.requests if k[0] in gone]:
+            del self.requests[key]
+        self._seen = {k for k in self._seen if k[0] not in gone}

@@ -1,0 +1,231 @@
+"""The part maker: a segment's audio, made once per content address and stored in S3.
+
+Invariants:
+
+* A part is *made* only when its audio passed the audio check
+  (:func:`engine.quality.check_audio`: a near-silent part, or one far shorter than its
+  text implies at its voice's measured speaking rate, fails its request with
+  ``synthesis_failed``) and its bytes are in S3 under its content address
+  (:func:`streams.worker.keys.part_id`: segment hash + model identity).
+* A Redis cache hit counts only when S3 still has the object; a stale pointer is deleted.
+  Redis down means a cache bypass (counted), never an error.
+* An engine failure on one item fails that item; a failure of the model call fails every
+  item of that call (and nothing else).
+* S3 unreachable during an upload raises :class:`~storage.errors.S3Unavailable` into the
+  loop, which commits nothing (its reaction is the loop's).
+* At most two model calls' post-processing is in flight; the model runs on the loop's
+  thread, DSP, encode and upload on the pools.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from engine import audio as audio_codec
+from engine import voices as engine_voices
+from engine.base import Audio, Failure, Prepared, SynthItem
+from engine.engine import Engine
+from engine.errors import EngineError
+from engine.quality import check_audio
+from storage.cache import AudioCache
+from storage.errors import S3Unavailable
+from storage.s3 import AudioStore
+from streams.worker.batcher import MicroBatcher
+from streams.worker.keys import PART_FORMAT
+from streams.worker.ledger import Part, Seg
+
+if TYPE_CHECKING:
+    from engine.reload import ModelManager
+
+__all__ = ["PartMaker"]
+
+_log = logging.getLogger("ttsflow.worker")
+
+_MAX_CALLS_IN_FLIGHT = 2
+
+Made = Callable[[str, Part, float], None]      # part_id, the part, its share of the synthesis time
+Failed = Callable[[str, Failure], None]        # part_id, why
+
+
+class PartMaker:
+    """Cache lookup, batching, the engine, audio check, encode and upload of parts."""
+
+    def __init__(self, engine: Engine | ModelManager, store: AudioStore, cache: AudioCache, metrics: Any,
+                 batcher: MicroBatcher[Seg], *, max_batch: int, overlap: bool, io: ThreadPoolExecutor) -> None:
+        self.engine = engine
+        self.store = store
+        self.cache = cache
+        self.metrics = metrics
+        self.batcher = batcher
+        self.max_batch = max_batch
+        self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
+        self._io = io
+        self._futs: list[tuple[int, Future[list[tuple[Seg, Audio | Failure, str, float]]]]] = []
+
+    # -- 3) cache, 4) batch ---------------------------------------------------------------
+    def cached(self, part_id: str) -> Part | None:
+        """The part from the cache, if its object is still in S3."""
+        key = self.cache.get(part_id)
+        if key is not None and self.store.head(key) is not None:
+            self.metrics.cache(True)
+            return Part(key, None, cached=True)
+        if key is not None:
+            self.cache.delete(part_id)  # the object expired: the pointer is stale
+        self.metrics.cache(False)
+        return None
+
+    def batch(self, misses: list[Seg], failed: Failed) -> None:
+        """The CPU front end as segments arrive; its length picks the padding bucket."""
+        if not misses:
+            return
+        prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed) for s in misses])
+        for s, p in zip(misses, prepared, strict=True):
+            if isinstance(p, Failure):
+                failed(s.part_id, p)
+                continue
+            s.prepared = p
+            group: tuple[Any, ...] = (p.item.voice, round(p.item.speed, 4))
+            if self.engine.native_batching:
+                group += self.engine.batch_key(p)
+            self.batcher.add(s, len(s.seg.text), group=group)
+
+    # -- 5) synthesize ---------------------------------------------------------------------
+    def ready(self, now: float) -> bool:
+        return self.batcher.ready(now) and len(self._futs) < _MAX_CALLS_IN_FLIGHT
+
+    def synthesize(self, batch: list[tuple[Seg, float]], failed: Failed,
+                   queued: Callable[[Seg, float], None]) -> None:
+        """Run the model on one batch (this thread); post-process, encode, upload on the pools."""
+        segs = [s for s, _ in batch]
+        waits = [w for _, w in batch]
+        prepared: list[Prepared] = [s.prepared for s in segs]  # type: ignore[misc]
+        for group in self.engine.plan(prepared):
+            gsegs = [segs[i] for i in group]
+            gprep = [prepared[i] for i in group]
+            t0 = time.perf_counter()
+            try:
+                raw = self.engine.infer_batch(gprep)
+            except EngineError as e:  # the model failed on the batch: every item of it fails
+                _log.warning("event=batch_failed size=%d error=%s", len(gsegs), e)
+                for s in gsegs:
+                    failed(s.part_id, Failure.of(e))
+                continue
+            infer_s = time.perf_counter() - t0
+            gwaits = [waits[i] for i in group]
+            for s, w in zip(gsegs, gwaits, strict=True):
+                queued(s, w)
+            job = self._post.submit(self._postprocess_upload, gsegs, gprep, raw, infer_s, gwaits) \
+                if self._post is not None else _done_future(self._postprocess_upload, gsegs, gprep, raw, infer_s,
+                                                             gwaits)
+            self._futs.append((len(gsegs), job))
+
+    def synthesize_all(self, now: Callable[[], float], failed: Failed, queued: Callable[[Seg, float], None]) -> None:
+        """Everything batched, now, whatever its deadline (before a forced model swap)."""
+        while len(self.batcher):
+            self.synthesize(self.batcher.take_with_wait(now(), force=True), failed, queued)
+
+    def _postprocess_upload(self, segs: list[Seg], prepared: list[Prepared], raw: list[Any], infer_s: float,
+                            waits: list[float]) -> list[tuple[Seg, Audio | Failure, str, float]]:
+        """Pool thread: DSP, encode, upload every part of one model call (uploads in parallel)."""
+        t0 = time.perf_counter()
+        results = self.engine.postprocess_many(raw, prepared)
+        results = [self._checked(s, r) for s, r in zip(segs, results, strict=True)]
+        synth_s = infer_s + (time.perf_counter() - t0)
+        audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
+        self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
+        uploads: list[Future[str] | None] = []
+        for i, (s, r) in enumerate(zip(segs, results, strict=True)):
+            if isinstance(r, Audio):
+                data = audio_codec.encode(r.samples, r.sample_rate, PART_FORMAT)
+                # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
+                results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
+                uploads.append(self._io.submit(self.store.put, self.store.key("part", s.part_id, PART_FORMAT),
+                                               data, audio_codec.content_type(PART_FORMAT)))
+            else:
+                uploads.append(None)
+        out: list[tuple[Seg, Audio | Failure, str, float]] = []
+        share = synth_s / max(1, len(segs))
+        for s, r, up in zip(segs, results, uploads, strict=True):
+            key = self.store.key("part", s.part_id, PART_FORMAT)
+            if up is not None:
+                up.result()  # raises S3Unavailable into the loop
+            out.append((s, r, key, share))
+        return out
+
+    def _checked(self, s: Seg, r: Audio | Failure) -> Audio | Failure:
+        """A part is an answer only if it sounds like its text: near-silent or far too short audio
+        becomes a ``synthesis_failed`` of its request."""
+        if not isinstance(r, Audio):
+            return r
+        info = engine_voices.voice_info(s.seg.voice)
+        limit = info.max_chars_per_s if info is not None else engine_voices.DEFAULT_MAX_CHARS_PER_S
+        refused = check_audio(r.samples, r.sample_rate, s.seg.text, speed=s.seg.speed, max_chars_per_s=limit)
+        if refused is None:
+            return r
+        self.metrics.audio_refused(refused.reason)
+        return Failure("synthesis_failed", f"voice {s.seg.voice!r}: {refused.message}")
+
+    # -- 6) collect -------------------------------------------------------------------------
+    def collect(self, made: Made, failed: Failed) -> None:
+        """Hand over the parts of every finished model call, in order; cache the made ones."""
+        keep = []
+        for n, fut in self._futs:
+            if not fut.done():
+                keep.append((n, fut))
+                continue
+            try:
+                results = fut.result()
+            except S3Unavailable:
+                self._futs = []
+                raise
+            for s, r, key, share in results:
+                if isinstance(r, Failure):
+                    failed(s.part_id, r)
+                    continue
+                self.cache.set(s.part_id, key)  # the audio is in S3 whoever waits for it now
+                made(s.part_id, Part(key, r.samples, cached=False), share)
+        self._futs = keep
+
+    # -- in flight ---------------------------------------------------------------------------
+    def busy(self) -> bool:
+        return bool(self._futs)
+
+    def futures(self) -> list[Future[Any]]:
+        return [f for _, f in self._futs]
+
+    def backlog(self) -> int:
+        """Segments consumed and not yet synthesized: what bounds prefetching."""
+        return len(self.batcher) + sum(n for n, _ in self._futs)
+
+    def held_by_partition(self) -> dict[int, int]:
+        """Batched segments per partition (what backpressure weighs)."""
+        held: dict[int, int] = {}
+        for s in self.batcher.items():
+            held[s.partition] = held.get(s.partition, 0) + 1
+        return held
+
+    def drop(self) -> None:
+        """Forget everything batched and in flight (results of calls still running are ignored)."""
+        self._futs = []
+        self.batcher.remove_if(lambda s: True)
+
+    def forget(self, gone: set[int]) -> None:
+        self.batcher.remove_if(lambda s: s.partition in gone)
+
+    def close(self) -> None:
+        if self._post is not None:
+            self._post.shutdown(wait=True, cancel_futures=True)
+
+
+def _done_future(fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """Run ``fn`` now and wrap its outcome in a finished future (no-overlap mode)."""
+    fut: Future[Any] = Future()
+    try:
+        fut.set_result(fn(*args))
+    except S3Unavailable as e:
+        fut.set_exception(e)
+    return fut

@@ -1,0 +1,152 @@
+"""The worker's request ledger, directly: no Kafka, no engine, no S3, no fakes.
+
+What it must keep: offsets follow durability (a last segment is done only with its
+answer), no second answer (done set within the dedup window, copies in flight), stale
+generations change nothing, a request's memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+
+from schemas import Completion, ErrorInfo, Rejection, Segment
+from streams.worker.ledger import Ledger, Part, Seg
+
+SR = 8000
+
+
+def ledger(*, wall: float = 1000.0, join_memory_bytes: int = 1 << 20, max_audio_s: float = 60.0) -> Ledger:
+    clock = {"now": wall}
+    lg = Ledger(dedup_window_s=600, max_request_audio_s=max_audio_s, join_memory_bytes=join_memory_bytes,
+                sample_rate=SR, wall=lambda: clock["now"])
+    lg.assigned({0, 1})
+    return lg
+
+
+def segs(rid: str, n: int, *, with_parts: bool = True) -> list[Segment]:
+    hashes = [f"{i:064x}" for i in range(n)]
+    return [Segment(request_id=rid, user_id="u", seq=i, total=n, text=f"part {i}", hash=hashes[i],
+                    request_hash="0" * 64, voice="heart",
+                    parts=hashes if with_parts and i == n - 1 else None) for i in range(n)]
+
+
+def admit_all(lg: Ledger, p: int, items: list[Segment], first_offset: int = 0) -> list[Seg]:
+    out = []
+    for i, s in enumerate(items):
+        lg.consumed(p, first_offset + i)
+        work, skipped = lg.admit(p, first_offset + i, s, f"pid-{s.request_id}-{s.seq}", 0.0)
+        assert skipped is None and work is not None
+        out.append(work)
+    return out
+
+
+def audio(seconds: float) -> Part:
+    return Part("k", np.zeros(int(SR * seconds), np.float32), cached=False)
+
+
+def answer(lg: Ledger, rid: str, p: int = 0) -> None:
+    req = lg.requests[(p, rid)]
+    lg.answer(req, Completion(request_id=rid, user_id="u", status="ok", completed_at=datetime.now(UTC)), None)
+
+
+def test_offsets_follow_durability_a_last_segment_is_done_only_with_its_answer() -> None:
+    lg = ledger()
+    work = admit_all(lg, 0, segs("r", 3))
+    assert lg.to_commit({0, 1}) == {0: 0}  # nothing done: the commit stays at the first segment
+    for w in work:
+        lg.part_ready(w, audio(0.1))
+    assert lg.to_commit({0, 1}) == {0: 2}  # parts 0 and 1 in S3; the last waits for the answer
+    assert [(r.request_id, nxt) for r, nxt in lg.answerable()] == [("r", "join")]
+    answer(lg, "r")
+    answers = lg.take_answers()
+    assert [a.request_id for a in answers] == ["r"] and answers[0].offsets == [0, 1, 2]
+    assert lg.to_commit({0, 1}) == {0: 3}
+    lg.committed({0: 3}, answers)
+    assert lg.is_done(0, "r") and not lg.due()
+
+
+def test_a_copy_in_flight_and_an_answered_request_are_dropped_and_do_not_hold_the_commit() -> None:
+    lg = ledger()
+    first = segs("r", 1)[0]
+    admit_all(lg, 0, [first])
+    lg.consumed(0, 1)
+    assert lg.admit(0, 1, first, "pid", 0.0) == (None, "duplicate")
+    bad = Segment(request_id="r", user_id="u", seq=5, total=1, text="x", hash="0" * 64, request_hash="0" * 64,
+                  voice="heart")
+    lg.consumed(0, 2)
+    assert lg.admit(0, 2, bad, "pid", 0.0) == (None, "bad_seq")
+    answer(lg, "r")
+    lg.committed(lg.to_commit({0}), lg.take_answers())
+    lg.consumed(0, 3)
+    assert lg.admit(0, 3, first, "pid", 0.0) == (None, "request_done")  # re-emitted after the answer
+    assert lg.to_commit({0}) == {0: 4}
+
+
+def test_the_done_set_counts_for_the_dedup_window_only() -> None:
+    clock = {"now": 10_000.0}
+    lg = Ledger(dedup_window_s=600, max_request_audio_s=60, join_memory_bytes=1 << 20, sample_rate=SR,
+                wall=lambda: clock["now"])
+    lg.assigned({0})
+    lg.load_done(0, {"old": 10_000.0 - 601, "new": 10_000.0 - 10})
+    assert lg.is_done(0, "new") and not lg.is_done(0, "old")  # a reused id past the window is a new request
+    assert not lg.is_done(1, "new")  # per partition
+
+
+def test_work_of_a_revoked_or_dropped_partition_changes_nothing() -> None:
+    lg = ledger()
+    (w,) = admit_all(lg, 1, segs("r", 2)[:1])
+    lg.forget({1})
+    assert not lg.current(w.partition, w.gen)
+    lg.part_ready(w, audio(0.1))
+    assert lg.requests == {} and lg.to_commit({0, 1}) == {}
+    lg.assigned({1})
+    (w2,) = admit_all(lg, 1, segs("s", 2)[:1])
+    lg.drop_all({0, 1})
+    lg.part_ready(w2, audio(0.1))
+    assert lg.requests == {} and lg.answers == []
+
+
+def test_a_rejection_is_answered_once_and_a_copy_joins_it() -> None:
+    lg = ledger()
+    rej = Rejection(request_id="bad", user_id="u", error=ErrorInfo(code="empty_text", message="empty"),
+                    source_partition=0, source_offset=7)
+    lg.consumed(0, 0)
+    assert lg.admit_rejection(0, 0, rej) is None
+    lg.consumed(0, 1)
+    assert lg.admit_rejection(0, 1, rej) == "duplicate"
+    assert [(r.request_id, nxt) for r, nxt in lg.answerable()] == [("bad", "failed")]
+    assert lg.requests[(0, "bad")].offsets == [0, 1]
+
+
+def test_a_failed_part_fails_every_request_waiting_for_it_once() -> None:
+    lg = ledger()
+    (a,) = admit_all(lg, 0, segs("a", 1))
+    lg.start_waiting(a)
+    (b,) = admit_all(lg, 1, segs("b", 1))
+    b.part_id = a.part_id
+    assert lg.join_waiting(b)  # the same audio is being made: b waits for it
+    failed = lg.part_failed(a.part_id, ErrorInfo(code="engine_error", message="boom"))
+    assert sorted(r.request_id for r, _ in failed) == ["a", "b"]
+    assert lg.part_failed(a.part_id, ErrorInfo(code="engine_error", message="again")) == []
+
+
+def test_memory_per_request_is_bounded_and_too_much_audio_fails_early() -> None:
+    lg = ledger(join_memory_bytes=int(SR * 0.15) * 4, max_audio_s=0.25)
+    work = admit_all(lg, 0, segs("long", 3))
+    lg.part_ready(work[0], audio(0.1))
+    lg.part_ready(work[1], audio(0.1))  # past the memory share: kept in S3 only
+    req = lg.requests[(0, "long")]
+    assert req.parts[0].audio is not None and req.parts[1].audio is None
+    assert req.failure is None
+    lg.part_ready(work[2], audio(0.1))
+    assert req.failure is not None and req.failure.code == "audio_too_long"
+
+
+def test_a_last_segment_without_its_part_list_cannot_be_joined() -> None:
+    lg = ledger()
+    work = admit_all(lg, 0, segs("nolist", 2, with_parts=False))
+    for w in work:
+        lg.part_ready(w, audio(0.1))
+    assert [(r.request_id, nxt) for r, nxt in lg.answerable()] == [("nolist", "parts_unknown")]
