@@ -288,9 +288,8 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
     once the probe is through. A repeated id published before the probe must be dropped.
     With ``store=rocksdb`` the stage is restarted (SIGTERM, then SIGKILL) and timed again:
     RocksDB keeps the table and the changelog offset on disk."""
-    from confluent_kafka import Producer
-
     from streams.devstack.procs import Supervisor
+    from streams.kafka.plain import raw_producer
     from streams.stage.dedup import SeenIndex, dedup_table_name
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-restore-")
@@ -312,15 +311,15 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
             # each user's entries in that user's partition, as the stage writes them: learn the
             # murmur2 partition of every user id from a scratch topic of the run's own
             part_of: dict[int, int] = {}
-            probe_p = Producer({"bootstrap.servers": s.bootstrap_servers, "partitioner": "murmur2_random"})
+            probe_p = raw_producer(s, partitioner="murmur2_random")
             def learned(u: int) -> Any:
                 return lambda err, m: part_of.__setitem__(u, m.partition())
 
             for u in range(users):
                 probe_p.produce(s.topic_dlq, key=user(u), value=b"", on_delivery=learned(u))
             probe_p.flush(60)
-            p = Producer({"bootstrap.servers": s.bootstrap_servers, "linger.ms": 50, "batch.num.messages": 10000,
-                          "queue.buffering.max.messages": 1_000_000})
+            p = raw_producer(s, **{"linger.ms": 50, "batch.num.messages": 10000,
+                                   "queue.buffering.max.messages": 1_000_000})
             t0 = time.monotonic()
             for i in range(ids):
                 k, v = index.entry(user(i), rid(i), now - (i % 3600))
@@ -585,27 +584,9 @@ def _crash_reasons(log_dir: Path) -> dict[str, int]:
 
 
 def _count_uncommitted(s: Settings) -> int:
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from streams.kafka.plain import count_records
 
-    c = Consumer({"bootstrap.servers": s.bootstrap_servers, "group.id": f"bench-{new_run_id()}",
-                  "enable.auto.commit": False, "isolation.level": "read_uncommitted",
-                  "enable.partition.eof": True})
-    try:
-        md = c.list_topics(s.topic_segments, timeout=10).topics[s.topic_segments]
-        c.assign([TopicPartition(s.topic_segments, p, -2) for p in md.partitions])
-        n, deadline = 0, time.monotonic() + 60
-        eof: set[int] = set()
-        while eof != set(md.partitions) and time.monotonic() < deadline:
-            for m in c.consume(5000, 0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        eof.add(m.partition() or 0)
-                    continue
-                n += 1
-        return n
-    finally:
-        c.close()
+    return count_records(s, s.topic_segments, isolation="read_uncommitted")
 
 
 def main(argv: list[str]) -> int:

@@ -110,15 +110,9 @@ def metrics_up(port: int, timeout: float = 0.5) -> bool:
 
 def group_members(settings: Settings, group: str, timeout: float = 5.0) -> int:
     """Members of a consumer group right now (0 if it does not exist or is rebalancing)."""
-    from confluent_kafka.admin import AdminClient
+    from streams.kafka.admin import group_members as members
 
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    try:
-        desc = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
-    except Exception:  # KafkaException: coordinator not available yet, group unknown
-        return 0
-    state = str(getattr(desc, "state", "")).upper()
-    return len(desc.members) if "STABLE" in state else 0
+    return members(settings, group, timeout)
 
 
 def health(port: int, timeout: float = 1.0) -> bool | None:

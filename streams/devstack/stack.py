@@ -359,10 +359,9 @@ _quiet_kafka_log.propagate = False
 
 
 def _admin(settings: Settings, bootstrap: str | None = None) -> Any:
-    from confluent_kafka.admin import AdminClient
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap or settings.bootstrap_servers,
-                            "socket.timeout.ms": 5000, "logger": _quiet_kafka_log}
-    return AdminClient(conf)
+    from streams.kafka.admin import admin_client
+
+    return admin_client(settings, bootstrap=bootstrap, **{"socket.timeout.ms": 5000, "logger": _quiet_kafka_log})
 
 
 def _kafka_address(settings: Settings) -> str:
@@ -443,24 +442,21 @@ _LOGS: dict[str, Callable[[StackPaths], Path]] = {
 def ensure_topics(settings: Settings, *, partitions: int | None = None, timeout: float = 30.0) -> list[str]:
     """Create every ttsflow topic of ``settings`` that is missing (:func:`streams.kafka.ensure_topics`:
     the pipeline's five and the stage's changelog and leader topics). Returns the names created now."""
-    from confluent_kafka import KafkaException
-
     from streams.kafka import ensure_topics as _ensure
+    from streams.kafka.admin import kafka_exception
 
     try:
         return _ensure(settings, partitions=partitions, timeout=timeout)
-    except KafkaException as e:
+    except kafka_exception() as e:
         raise StackError(f"could not create topics: {e}") from None
 
 
 def delete_topics(settings: Settings, names: Sequence[str], *, timeout: float = 30.0) -> None:
     """Delete topics, ignoring ones that do not exist."""
-    if not names:
-        return
-    admin = _admin(settings)
-    for fut in admin.delete_topics(list(names), operation_timeout=timeout, request_timeout=timeout).values():
-        with contextlib.suppress(Exception):
-            fut.result(timeout)
+    from streams.kafka.admin import delete_topics as _delete
+
+    if names:
+        _delete(_admin(settings), names, timeout=timeout)
 
 
 def ensure_bucket(settings: Settings) -> bool:

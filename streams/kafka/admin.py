@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from streams.settings import Settings
 from streams.stage.dedup import dedup_table_name
 
-__all__ = ["TopicSpec", "ensure_done_topic", "ensure_topics", "topic_specs", "wait_for_broker"]
+__all__ = ["TopicSpec", "admin_client", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
+           "kafka_exception", "topic_names", "topic_specs", "wait_for_broker"]
 
 _log = logging.getLogger("ttsflow.kafka")
 
@@ -149,3 +152,45 @@ def ensure_done_topic(settings: Settings, *, timeout: float = 10.0) -> int:
         if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
     return want
+
+
+def admin_client(settings: Settings, *, bootstrap: str | None = None, **conf: Any) -> Any:
+    """A confluent-kafka ``AdminClient`` on the settings' cluster (or ``bootstrap``) with ``conf``."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap or settings.bootstrap_servers, **conf})
+
+
+def kafka_exception() -> type[Exception]:
+    """confluent-kafka's ``KafkaException``, for code outside streams.kafka that must catch it."""
+    from confluent_kafka import KafkaException
+
+    return KafkaException
+
+
+def topic_names(settings: Settings, *, timeout: float = 10.0) -> set[str]:
+    """The names of every topic of the cluster now."""
+    return set(admin_client(settings).list_topics(timeout=timeout).topics)
+
+
+def delete_topics(admin: Any, names: Sequence[str], *, timeout: float = 30.0) -> None:
+    """Delete topics with ``admin``, ignoring ones that do not exist."""
+    import contextlib
+
+    if not names:
+        return
+    for fut in admin.delete_topics(list(names), operation_timeout=timeout, request_timeout=timeout).values():
+        with contextlib.suppress(Exception):
+            fut.result(timeout)
+
+
+def group_members(settings: Settings, group: str, timeout: float = 5.0) -> int:
+    """Members of a consumer group right now (0 if it does not exist or is rebalancing)."""
+    admin = admin_client(settings)
+    try:
+        desc = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
+    except Exception:  # KafkaException: coordinator not available yet, group unknown
+        return 0
+    state = str(getattr(desc, "state", "")).upper()
+    return len(desc.members) if "STABLE" in state else 0
+

@@ -255,7 +255,7 @@ def test_reemitted_segments_yield_one_completion(settings: Settings, engine: Any
         # the worker now knows dup-1 is done; a later re-emit of everything is dropped too
         publish(settings, segs)
         wait_for(lambda: w.metrics.value("ttsflow_worker_segments_consumed_total") == 8, 30, "re-emit consumed")
-        wait_for(lambda: w.tracker.pending() == 0, 30, "offsets done")
+        wait_for(lambda: w.ledger.tracker.pending() == 0, 30, "offsets done")
         assert w.metrics.value("ttsflow_worker_segments_skipped_total", {"reason": "request_done"}) == 3
     # a restarted worker (new process state) reads the done topic and still answers nothing twice
     publish(settings, segs)
@@ -274,7 +274,7 @@ def test_bad_segments_and_engine_failures_fail_only_their_request(settings: Sett
     publish(settings, bad_voice + good, raw)
     with running_worker(settings, engine) as w:
         cs = completions(settings, count=3, timeout=60)
-        wait_for(lambda: w.tracker.pending() == 0, 30, "all offsets done")
+        wait_for(lambda: w.ledger.tracker.pending() == 0, 30, "all offsets done")
         assert w.metrics.value("ttsflow_worker_bad_segments_total") == 2
     got = {c.request_id: c for c in cs}
     assert by_request(cs) == Counter({"good-1": 1, "badvoice-1": 1, "broken-1": 1})

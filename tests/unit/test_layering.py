@@ -1,4 +1,10 @@
-"""engine/ is pure compute: it must not pull in Kafka, S3, Redis or Prometheus."""
+"""The layers of STYLE.md, checked on the source.
+
+* engine/ is pure compute: it must not pull in Kafka, S3, Redis or Prometheus.
+* The product rooms of streams/ (stage, worker, kafka, client) never import the tools
+  (streams.bench, streams.devstack, streams.cli).
+* Only streams/kafka, stage, worker, client and ops talk to confluent_kafka or faust.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import engine
 
@@ -36,21 +44,69 @@ def test_importing_every_engine_module_loads_no_service_client() -> None:
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, at the top or inside a function, ``importlib`` included."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                "import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+            names += [str(node.args[0].value)]
+    return names
+
+
 def test_no_engine_source_imports_a_service_client() -> None:
     offenders = []
     for path in sorted(ENGINE_DIR.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
-            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-                    "import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
-                names = [str(node.args[0].value)]
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("streams", "storage")]
+        names = _imports(path)
+        offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+        offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("streams", "storage")]
     assert offenders == []
+
+
+STREAMS_DIR = ENGINE_DIR.parent / "streams"
+PRODUCT_ROOMS = ("stage", "worker", "kafka", "client")
+TOOL_ROOMS = ("bench", "devstack", "cli")
+KAFKA_ROOMS = ("kafka", "stage", "worker", "client", "ops")
+KAFKA_LIBS = ("confluent_kafka", "faust", "aiokafka")
+
+
+def _room_files(room: str) -> list[Path]:
+    return sorted((STREAMS_DIR / room).rglob("*.py"))
+
+
+def test_every_room_exists_and_streams_has_no_loose_modules_beyond_the_shared_ones() -> None:
+    for room in (*PRODUCT_ROOMS, *TOOL_ROOMS, "ops"):
+        assert (STREAMS_DIR / room / "__init__.py").is_file(), room
+    loose = sorted(p.name for p in STREAMS_DIR.glob("*.py"))
+    assert loose == ["__init__.py", "errors.py", "identity.py", "metrics_http.py", "settings.py"]
+
+
+@pytest.mark.parametrize("room", PRODUCT_ROOMS)
+def test_product_rooms_never_import_the_tools(room: str) -> None:
+    tools = tuple(f"streams.{t}" for t in TOOL_ROOMS)
+    offenders = [f"{p.relative_to(STREAMS_DIR)}: {n}" for p in _room_files(room) for n in _imports(p)
+                 if any(n == t or n.startswith(t + ".") for t in tools)]
+    assert offenders == []
+
+
+def test_only_the_kafka_rooms_import_confluent_kafka_or_faust() -> None:
+    offenders = []
+    for path in sorted(STREAMS_DIR.rglob("*.py")):
+        rel = path.relative_to(STREAMS_DIR)
+        if rel.parts[0] in KAFKA_ROOMS:
+            continue
+        offenders += [f"{rel}: {n}" for n in _imports(path) if n.split(".")[0] in KAFKA_LIBS]
+    assert offenders == []
+
+
+def test_the_source_checks_would_catch_an_offender(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from streams.devstack.stack import stack_up\n    import faust\n")
+    assert {"streams.devstack.stack", "faust"} <= set(_imports(bad))
 
 
 def test_the_check_would_catch_an_offender(tmp_path: Path) -> None:
