@@ -29,13 +29,26 @@ from typing import IO, Any
 
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 
-__all__ = ["AudioStore", "content_key"]
+__all__ = ["AudioStore", "content_key", "s3_client"]
 
 _HEX = re.compile(r"^[0-9a-f]{16,128}$")
 _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
 _CONFIG_CODES = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket"}
 PART_BYTES = 8 * 1024 * 1024  # multipart part size (S3: >= 5 MiB except the last, <= 10,000 parts)
 _PART_ATTEMPTS = 3            # tries per part (on top of botocore's own retry)
+
+
+def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1", **config: Any) -> Any:
+    """The one way ttsflow builds a boto3 S3 client: path-style addressing, and checksums only
+    when an operation requires them (boto3 >= 1.36 sends CRC headers by default that s3proxy
+    refuses). ``config``: further ``botocore.config.Config`` options (timeouts, retries, pool)."""
+    import boto3
+    from botocore.config import Config
+
+    cfg = Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
+                 response_checksum_validation="when_required", **config)
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region,
+                                          aws_access_key_id=access_key, aws_secret_access_key=secret_key, config=cfg)
 
 
 def content_key(prefix: str, kind: str, digest: str, ext: str) -> str:
@@ -53,26 +66,13 @@ class AudioStore:
     def __init__(self, endpoint: str, bucket: str, access_key: str, secret_key: str,
                  region: str = "us-east-1", prefix: str = "", *, connect_timeout_s: float = 2.0,
                  read_timeout_s: float = 10.0, max_attempts: int = 2) -> None:
-        import boto3
-        from botocore.config import Config
-
         self.endpoint = endpoint.rstrip("/")
         self.bucket = bucket
         self.prefix = prefix
-        cfg = Config(
-            region_name=region,
-            signature_version="s3v4",
-            s3={"addressing_style": "path"},
-            connect_timeout=connect_timeout_s,
-            read_timeout=read_timeout_s,
-            retries={"max_attempts": max_attempts, "mode": "standard"},
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            max_pool_connections=16,
-        )
-        self._client: Any = boto3.session.Session().client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id=access_key,
-            aws_secret_access_key=secret_key, config=cfg)
+        self._client: Any = s3_client(self.endpoint, access_key, secret_key, region, signature_version="s3v4",
+                                      connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
+                                      retries={"max_attempts": max_attempts, "mode": "standard"},
+                                      max_pool_connections=16)
         self._lock = threading.Lock()
 
     # -- keys ----------------------------------------------------------------------

@@ -66,15 +66,10 @@ def sha256_hex(data: bytes) -> str:
 
 def s3_client(settings: Settings) -> Any:
     """A boto3 S3 client for the settings' endpoint (checksums only when required: s3proxy)."""
-    import boto3
-    from botocore.config import Config
+    from storage.s3 import s3_client as client
 
-    return boto3.client(
-        "s3", endpoint_url=settings.s3_endpoint, aws_access_key_id=settings.s3_access_key,
-        aws_secret_access_key=settings.s3_secret_key, region_name=settings.s3_region,
-        config=Config(request_checksum_calculation="when_required", response_checksum_validation="when_required",
-                      retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=30),
-    )
+    return client(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_region,
+                  retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=30)
 
 
 def wait_for(pred: Callable[[], bool], *, timeout: float, interval: float = 0.2, what: str = "condition") -> float:

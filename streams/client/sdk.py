@@ -74,11 +74,10 @@ def _logger_sink() -> logging.Logger:
 def _reader(settings: Settings, **extra: Any) -> Any:
     from confluent_kafka import Consumer
 
-    return Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                     "group.id": f"ttsflow-client-{uuid.uuid4().hex[:12]}",  # never joins nor commits
-                     "isolation.level": "read_committed", "enable.auto.commit": False,
-                     "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
-                     "logger": _logger_sink(), **extra})
+    from streams.kafka.config import reader_config
+
+    return Consumer(reader_config(settings, **{"group.id": f"ttsflow-client-{uuid.uuid4().hex[:12]}",  # never joins
+                                               "logger": _logger_sink(), **extra}))
 
 
 def _partitions(consumer: Any, topic: str, timeout: float) -> list[int]:

@@ -388,14 +388,10 @@ def _probe_kafka(settings: Settings, admin: Any = None) -> str | None:
 
 
 def _s3_client(settings: Settings, endpoint: str | None = None) -> Any:
-    import boto3
-    from botocore.config import Config
-    return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint or settings.s3_endpoint, region_name=settings.s3_region,
-        aws_access_key_id=settings.s3_access_key, aws_secret_access_key=settings.s3_secret_key,
-        config=Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1},
-                      s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
-                      response_checksum_validation="when_required"))
+    from storage.s3 import s3_client
+
+    return s3_client(endpoint or settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
+                     settings.s3_region, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
 
 
 def _probe_s3(settings: Settings) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from streams.kafka.config import producer_config, reader_config
 from streams.settings import Settings
 
 __all__ = ["Publisher", "Record", "TopicReader", "count_records", "raw_producer"]
@@ -58,16 +59,8 @@ class Publisher:
     """Idempotent producer of requests (or any bytes) keyed by user id."""
 
     def __init__(self, settings: Settings, **conf: Any) -> None:
-        self._p = Producer({
-            "bootstrap.servers": settings.bootstrap_servers,
-            "partitioner": "murmur2_random",
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "message.timeout.ms": 300_000,
-            "logger": _kafka_log,
-            **conf,
-        })
+        self._p = Producer(producer_config(settings, **{"linger.ms": 2, "message.timeout.ms": 300_000,
+                                                        "logger": _kafka_log, **conf}))
         self._errors: list[str] = []
         self.sent = 0
 
@@ -112,15 +105,9 @@ class TopicReader:
     def __init__(self, settings: Settings, topic: str, *, start: Literal["beginning", "end"] = "beginning",
                  eof: bool = False) -> None:
         self.topic = topic
-        self._c = Consumer({
-            "bootstrap.servers": settings.bootstrap_servers,
+        self._c = Consumer(reader_config(settings, **{
             "group.id": f"ttsflow-reader-{secrets.token_hex(4)}",  # never joined nor committed
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": eof,
-            "auto.offset.reset": "earliest",
-            "logger": _kafka_log,
-        })
+            "enable.partition.eof": eof, "logger": _kafka_log}))
         md = self._c.list_topics(topic, timeout=30)
         tmd = md.topics.get(topic)
         if tmd is None or tmd.error is not None or not tmd.partitions:

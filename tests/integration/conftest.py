@@ -197,13 +197,9 @@ def drain(stack_settings: Settings) -> Callable[..., list[Message]]:
 
 def s3_client(s: Settings) -> Any:
     """A boto3 S3 client for the stack: path-style, checksums only when required."""
-    import boto3
-    from botocore.config import Config
-    return boto3.session.Session().client(
-        "s3", endpoint_url=s.s3_endpoint, region_name=s.s3_region,
-        aws_access_key_id=s.s3_access_key, aws_secret_access_key=s.s3_secret_key,
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2},
-                      request_checksum_calculation="when_required", response_checksum_validation="when_required"))
+    from storage.s3 import s3_client as client
+
+    return client(s.s3_endpoint, s.s3_access_key, s.s3_secret_key, s.s3_region, retries={"max_attempts": 2})
 
 
 @pytest.fixture

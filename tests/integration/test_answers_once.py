@@ -29,6 +29,7 @@ from schemas import decode_completion
 from streams.devstack.procs import Supervisor
 from streams.settings import Settings
 from tests.integration.conftest import drain_topic, producer_conf
+from tests.support.metrics import metric_sum
 
 pytestmark = pytest.mark.integration
 
@@ -124,11 +125,7 @@ def test_bad_content_mixed_with_valid_is_answered_once_while_stages_are_sigkille
 
 
 def _metric(port: int, name: str) -> float:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
-                   if line.startswith(name) and not line.startswith("#"))
+    return metric_sum(port, name, timeout=5, unreachable=None)
 
 
 def test_a_stage_replaying_its_input_adds_no_second_answer(settings: Settings, tmp_path: Path, unique: str) -> None:

@@ -25,8 +25,8 @@ from streams.devstack.stack import ensure_topics
 from streams.ops.lag import LagReader
 from streams.settings import Settings
 from tests.integration.conftest import drain_topic
-from tests.integration.test_worker import SENTENCES, by_request, check_audio, completions, make_segments, publish
-from tests.integration.test_worker_kill import _corpus, _metric
+from tests.support.metrics import metric_sum
+from tests.support.pipeline import SENTENCES, by_request, check_audio, completions, corpus, make_segments, publish
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +121,7 @@ def test_a_sigkilled_worker_restarted_on_the_host_takes_its_id_and_fences_its_zo
     SIGKILL mid-transaction leaves, or an old instance cut off from the network, made
     certain here): the restarted worker's ``init_transactions`` must abort that transaction
     and fence the producer, so its record is never visible and its commit fails."""
-    segs = _corpus(40, "kz")  # long requests, no two segments alike: busy when killed
+    segs = corpus(40, "kz")  # long requests, no two segments alike: busy when killed
     publish(settings, segs)
     want = [f"kz-{i}" for i in range(40)]
     with Supervisor(tmp_path / "logs") as sup:
@@ -130,7 +130,7 @@ def test_a_sigkilled_worker_restarted_on_the_host_takes_its_id_and_fences_its_zo
         first = readyz(w)["transactional_id"]
         assert first == f"{settings.worker_group}-{HOST}-0"
         deadline = time.monotonic() + 120
-        while _metric(w.metrics_port, "ttsflow_worker_completions_total") < 3:
+        while metric_sum(w.metrics_port, "ttsflow_worker_completions_total") < 3:
             sup.check_alive()
             assert time.monotonic() < deadline, "no completion within 120 s"
             time.sleep(0.2)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams import lag as lag_mod
 from streams.devstack.stack import kafka_tool
+from streams.ops import lag as lag_mod
 from streams.ops.lag import LagExporter, LagReader
 from streams.settings import Settings
 

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from tests.integration.test_worker import by_request, check_audio, completions
+from tests.support.pipeline import by_request, check_audio, completions
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,6 @@ read; the kill and rebalance tests (``test_worker_kill.py``) run it as subproces
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import threading
 import time
@@ -16,92 +15,26 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
-from engine import audio as audio_codec
-from schemas import Completion, Segment, decode_completion, encode, request_hash, segment_hash
+from schemas import Segment
 from storage import AudioCache, AudioStore
 from streams.settings import Settings
-from streams.stage.text import normalize, split_segments
-from tests.integration.conftest import drain_topic
-from tests.support.asr import SENTENCES as ASR_SENTENCES
+from tests.support.pipeline import (
+    SENTENCES,
+    by_request,
+    cache_namespace,
+    check_audio,
+    completions,
+    make_segments,
+    new_store,
+    publish,
+)
 
 pytestmark = pytest.mark.integration
 
-VOICE = "heart"
-
-
-# -- helpers shared with test_worker_kill.py ------------------------------------------------
-
-def make_segments(rid: str, user: str, text: str, *, max_chars: int = 300, voice: str = VOICE, fmt: str = "wav",
-                  sample_rate: int | None = None, speed: float = 1.0) -> list[Segment]:
-    """The segments the stage would emit for one request (the last one carries the part list)."""
-    pieces = split_segments(normalize(text), max_chars)
-    hashes = [segment_hash(p, voice=voice, model="hibari", model_version="", speed=speed, sample_rate=sample_rate,
-                           format=fmt) for p in pieces]
-    rh = request_hash(hashes, format=fmt)
-    now = datetime.now(UTC)
-    n = len(pieces)
-    return [Segment(request_id=rid, user_id=user, seq=i, total=n, text=p, hash=h, request_hash=rh, voice=voice,
-                    format=fmt, speed=speed, sample_rate=sample_rate, model="hibari", created_at=now, enqueued_at=now,
-                    parts=hashes if i == n - 1 else None) for i, (p, h) in enumerate(zip(pieces, hashes, strict=True))]
-
-
-def publish(settings: Settings, segments: list[Segment], raw: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
-    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random",
-                  "enable.idempotence": True, "linger.ms": 5})
-    for s in segments:
-        p.produce(settings.topic_segments, key=s.user_id.encode(), value=encode(s))
-    for key, value in raw:
-        p.produce(settings.topic_segments, key=key, value=value)
-    assert p.flush(30) == 0
-
-
-def completions(settings: Settings, count: int | None = None, timeout: float = 60.0) -> list[Completion]:
-    msgs = drain_topic(settings.bootstrap_servers, settings.topic_completed, count=count, timeout=timeout)
-    return [decode_completion(m.value()) for m in msgs]
-
-
-def by_request(cs: list[Completion]) -> Counter[str]:
-    return Counter(c.request_id for c in cs)
-
-
-def cache_namespace(settings: Settings) -> str:
-    from streams.worker.main import cache_namespace as ns
-
-    return ns(settings)
-
-
-def new_store(settings: Settings, endpoint: str | None = None) -> AudioStore:
-    """A store like the worker's, with short timeouts (a test with S3 down must not hang)."""
-    return AudioStore(endpoint or settings.s3_endpoint, settings.s3_bucket, settings.s3_access_key,
-                      settings.s3_secret_key, settings.s3_region, settings.s3_prefix,
-                      connect_timeout_s=0.5, read_timeout_s=5, max_attempts=1)
-
-
-def check_audio(settings: Settings, c: Completion) -> tuple[Any, int]:
-    """The completion's audio exists in S3 and matches its sha256 and size; returns (samples, rate)."""
-    assert c.status == "ok", c.error
-    assert c.audio is not None
-    store = new_store(settings)
-    try:
-        data = store.get(c.audio.key)
-    finally:
-        store.close()
-    assert hashlib.sha256(data).hexdigest() == c.audio.sha256
-    assert len(data) == c.audio.bytes
-    assert c.audio.uri == f"s3://{c.audio.bucket}/{c.audio.key}"
-    samples, sr = audio_codec.decode(data)
-    assert sr == c.audio.sample_rate
-    assert abs(len(samples) / sr - c.audio.duration_s) < 0.01
-    return samples, sr
-
-
-SENTENCES = list(ASR_SENTENCES[:8])  # short, distinct, recognizable English
 
 
 # -- in-process worker --------------------------------------------------------------------

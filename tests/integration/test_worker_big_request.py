@@ -22,7 +22,7 @@ from streams.bench.corpus import sentences
 from streams.bench.harness import Publisher, TopicReader
 from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from tests.integration.test_worker import check_audio
+from tests.support.pipeline import check_audio
 
 pytestmark = pytest.mark.integration
 

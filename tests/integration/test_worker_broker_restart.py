@@ -26,8 +26,7 @@ import pytest
 from streams.devstack import stack
 from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from tests.integration.test_worker import by_request, check_audio, completions
-from tests.integration.test_worker_kill import _corpus
+from tests.support.pipeline import by_request, check_audio, completions, corpus
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +95,7 @@ def _restart_broker(settings: Settings) -> float:
 @pytest.mark.broker_restart
 def test_worker_survives_broker_restart_and_answers_every_request_once(private: Settings, tmp_path: Path) -> None:
     n = 150  # ~35 s of work for one worker on a quiet 2-core machine: the restart lands mid-run
-    _publish(private, _corpus(n, "brk"))
+    _publish(private, corpus(n, "brk"))
     with Supervisor(tmp_path / "logs") as sup:
         w = sup.worker("w1", private)
         sup.wait_ready(w, timeout=120)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +16,8 @@ import pytest
 
 from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from tests.integration.test_worker import SENTENCES, by_request, check_audio, completions, make_segments, publish
+from tests.support.metrics import metric_sum
+from tests.support.pipeline import by_request, check_audio, completions, corpus, publish
 
 pytestmark = pytest.mark.integration
 
@@ -27,30 +27,8 @@ def settings(settings: Settings, unique: str) -> Settings:
     return settings.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, transaction_timeout_ms=20_000)
 
 
-def _corpus(n: int, tag: str, users: int = 7, salt: str = "") -> list:
-    """``n`` requests, every fourth one long (three or more segments); no two segments alike,
-    so nothing is a cache hit and the worker is busy long enough to be killed mid-work."""
-    segs = []
-    for i in range(n):
-        picked = [SENTENCES[i % len(SENTENCES)]]
-        if i % 4 == 0:
-            picked = [SENTENCES[(i + k) % len(SENTENCES)] for k in range(3)]
-        text = " ".join(f"{s[:-1]}, number {i}{salt}{s[-1]}" for s in picked)
-        segs += make_segments(f"{tag}-{i}", f"user-{i % users}", text, max_chars=80)
-    return segs
-
-
 def _metric(port: int, name: str) -> float:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            body = r.read().decode()
-    except OSError:
-        return 0.0
-    total = 0.0
-    for line in body.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return metric_sum(port, name, timeout=2)
 
 
 def _wait(pred, timeout: float, what: str, sup: Supervisor) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +55,7 @@ def _check_exactly_once(settings: Settings, n: int, tag: str, *more: tuple[int, 
 
 def test_sigkill_mid_batch_and_restart_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
     n = 40
-    segs = _corpus(n, "kill")
+    segs = corpus(n, "kill")
     publish(settings, segs)
     with Supervisor(tmp_path / "logs") as sup:
         w = sup.worker("w1", settings)
@@ -99,7 +77,7 @@ def test_sigkill_mid_batch_and_restart_loses_and_duplicates_nothing(settings: Se
 
 def test_second_worker_joining_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
     n, m = 48, 24
-    publish(settings, _corpus(n, "rebal"))
+    publish(settings, corpus(n, "rebal"))
     with Supervisor(tmp_path / "logs") as sup:
         w1 = sup.worker("w1", settings)
         sup.wait_ready(w1, timeout=90)
@@ -109,7 +87,7 @@ def test_second_worker_joining_loses_and_duplicates_nothing(settings: Settings, 
         _wait(lambda: _metric(w2.metrics_port, "ttsflow_worker_assigned_partitions") >= 1, 60, "w2 assigned", sup)
         # w1 may have answered everything in w2's partitions before the rebalance; a second
         # wave from enough users to reach every partition gives w2 work of its own
-        publish(settings, _corpus(m, "rebal2", users=24, salt=", again"))
+        publish(settings, corpus(m, "rebal2", users=24, salt=", again"))
         cs = _check_exactly_once(settings, n, "rebal", (m, "rebal2"))
         done1 = _metric(w1.metrics_port, "ttsflow_worker_completions_total")
         done2 = _metric(w2.metrics_port, "ttsflow_worker_completions_total")
@@ -125,7 +103,7 @@ def test_killed_worker_replaced_by_another_instance_loses_and_duplicates_nothing
     """The Deployment case: the replacement has a different transactional.id, so the dead one's
     open transaction is only aborted by its timeout (20 s here); nothing may be lost or doubled."""
     n = 24
-    publish(settings, _corpus(n, "repl"))
+    publish(settings, corpus(n, "repl"))
     with Supervisor(tmp_path / "logs") as sup:
         w1 = sup.worker("w1", settings)
         sup.wait_ready(w1, timeout=90)

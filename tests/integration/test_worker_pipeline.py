@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from tests.integration.test_worker import SENTENCES, by_request, check_audio, completions
+from tests.support.pipeline import SENTENCES, by_request, check_audio, completions
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ import pytest
 
 from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from tests.integration.test_worker import SENTENCES, check_audio, completions, make_segments, publish
+from tests.support.pipeline import SENTENCES, check_audio, completions, make_segments, publish
 
 pytestmark = pytest.mark.integration
 
