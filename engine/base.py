@@ -1,5 +1,7 @@
-"""The one interface every voice backend implements, and the engine facade over it.
+"""The one interface every voice backend implements, and the values that pass through it.
 
+The facade the worker calls (batch planning, one failing item failing only itself) is
+:class:`engine.engine.Engine`; a hot-reloadable one is :class:`engine.reload.ModelManager`.
 A backend splits synthesis into three steps so the worker can overlap them:
 
 1. ``prepare(item)``: CPU text front end (G2P, tokenization). Raises ``ItemError`` for
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
+from schemas.events import ModelInfo  # the one model-info type: what a backend reports is what a completion names
 
 __all__ = ["Audio", "Backend", "Failure", "ModelInfo", "Prepared", "SynthItem"]
 
@@ -32,14 +35,6 @@ class SynthItem:
     text: str
     voice: str
     speed: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    name: str
-    version: str
-    precision: str
-    provider: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from engine.errors import EngineError
+from engine.errors import ConversionError
 
 __all__ = [
     "CHECK_SENTENCES",
@@ -63,12 +63,6 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 _EXTRA_FP16_BLOCK = ("RandomNormalLike", "RandomNormal", "RandomUniform", "RandomUniformLike")
 _QUANT_OPS = frozenset({"MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QLinearMatMul",
                         "QLinearConv", "DequantizeLinear", "QuantizeLinear"})
-
-
-class ConversionError(EngineError):
-    """The graph could not be converted, or the converted graph does not load."""
-
-    code = "conversion_failed"
 
 
 @dataclass(frozen=True, slots=True)

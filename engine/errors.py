@@ -3,15 +3,18 @@
 ``EngineError`` is the root. ``ItemError`` is poison for one item (its text cannot be
 spoken by this voice): the worker fails that request only. ``BackendError`` means the
 model itself failed on a batch: every item of the batch fails with it. ``ModelLoadError``
-is fatal at start-up and a refusal (old model kept) at hot reload.
+is fatal at start-up and a refusal (old model kept) at hot reload. ``StoreError`` (the
+versioned model store) and ``ConversionError`` (fp16/int8 conversion) are operator errors.
 """
 
 from __future__ import annotations
 
-__all__ = ["BackendError", "EngineError", "ItemError", "ModelLoadError", "UnknownVoice"]
+__all__ = ["BackendError", "ConversionError", "EngineError", "ItemError", "ModelLoadError", "StoreError", "UnknownVoice"]
 
 
 class EngineError(Exception):
+    """Root of the engine's errors; ``code`` is the completion's error code for it."""
+
     code = "engine_error"
 
 
@@ -35,3 +38,15 @@ class ModelLoadError(EngineError):
     """A model could not be loaded or failed its health check."""
 
     code = "model_load_failed"
+
+
+class StoreError(EngineError):
+    """A model version is missing, malformed, or its file does not match its manifest."""
+
+    code = "model_store"
+
+
+class ConversionError(EngineError):
+    """The graph could not be converted, or the converted graph does not load."""
+
+    code = "conversion_failed"

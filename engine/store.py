@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.convert import ConvertReport, convert, sha256_file
-from engine.errors import EngineError
+from engine.errors import StoreError
 
 __all__ = ["MODELS", "Manifest", "ModelStore", "ModelVersion", "StoreError"]
 
@@ -43,12 +43,6 @@ CONFIG_NAME = "config.json"
 MANIFEST_NAME = "manifest.json"
 CURRENT_NAME = "current"
 _VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
-
-
-class StoreError(EngineError):
-    """A model version is missing, malformed, or its file does not match its manifest."""
-
-    code = "model_store"
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,8 @@ hashes to S3 keys and degrades to misses when Redis is down. Errors: ``storage.e
 """
 
 from storage.cache import AudioCache
-from storage.errors import ObjectMissing, RedisUnavailable, S3Unavailable, StorageError
+from storage.errors import ObjectMissing, RedisUnavailable, S3Unavailable, StorageConfigError, StorageError
 from storage.s3 import AudioStore, content_key
 
-__all__ = ["AudioCache", "AudioStore", "ObjectMissing", "RedisUnavailable", "S3Unavailable", "StorageError",
+__all__ = ["AudioCache", "AudioStore", "ObjectMissing", "RedisUnavailable", "S3Unavailable", "StorageConfigError", "StorageError",
            "content_key"]

@@ -1,13 +1,21 @@
 """Errors of the streaming layer, and how a Kafka error maps onto them.
 
-One root, :class:`StreamError`, three kinds, each with one reaction:
+One root, :class:`StreamError` (what ``ttsflow worker`` catches), and under it the kinds,
+each with one reaction:
 
 * :class:`RetriableError`: back off (capped, exponential) and try the same step again.
-* :class:`AbortableError`: the current transaction cannot commit; abort it and rewind
-  every assigned partition to its committed offset (a retriable kind: the work repeats).
-* :class:`PoisonError`: bad input; answer it (failed completion or dead letter) and move on.
+* :class:`AbortableError` (retriable): the current transaction cannot commit; abort it and
+  rewind every assigned partition to its committed offset (the work repeats).
+* :class:`ProducerWedged` (abortable): a transactional call hangs past its timeout; replace
+  the producer under the same ``transactional.id``, then as abortable.
 * :class:`FatalError`: stop the process with a non-zero status; the orchestrator restarts
-  it (a fenced producer, an unknown transactional id, bad configuration).
+  it (a fenced producer, an unknown transactional id, too few done-topic partitions);
+  :class:`StorageFatal` when S3 or Redis refuse the configuration (access denied, no bucket).
+* :class:`SettingsError`: a setting is missing, unparsable or out of bounds (exit 2 at start).
+
+Bad input (poison) is never raised: the worker answers it with a failed completion and
+the stage dead-letters or rejects it, each in the step that found it, so nothing needs
+catching. The client's errors are :mod:`streams.client.errors`, under the same root.
 
 :func:`classify` reads librdkafka's own flags on a ``KafkaError`` (``fatal()``,
 ``txn_requires_abort()``, ``retriable()``) in that order, so the meaning is librdkafka's,
@@ -24,8 +32,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 __all__ = [
-    "AbortableError", "AudioFetchError", "ClientError", "CompletionTimeout", "FatalError", "PoisonError",
-    "RequestFailed", "RetriableError", "StackUnavailable", "StreamError", "classify",
+    "AbortableError", "FatalError", "ProducerWedged", "RetriableError", "SettingsError", "StorageFatal", "StreamError",
+    "classify",
 ]
 
 
@@ -48,12 +56,16 @@ class ProducerWedged(AbortableError):
     aborts its transaction, and the consumed work is redone from committed offsets."""
 
 
-class PoisonError(StreamError):
-    """An input that can never succeed; record it and move on."""
-
-
 class FatalError(StreamError):
     """The process cannot go on (fenced, misconfigured); exit non-zero."""
+
+
+class StorageFatal(FatalError):
+    """S3 or Redis refused the configuration (access denied, no bucket): not an outage, retrying cannot help."""
+
+
+class SettingsError(StreamError, ValueError):
+    """A setting is missing, unparsable or out of bounds."""
 
 
 class _KafkaErrorLike(Protocol):
@@ -119,37 +131,3 @@ def classify(err: _KafkaErrorLike | Any, *, during: str = "") -> StreamError:
         exc = FatalError(text)
     exc.kafka_error = err  # type: ignore[attr-defined]
     return exc
-
-
-# --- client errors (streams.client): what a user of TTSClient catches ----------------------
-
-class ClientError(StreamError):
-    """Root of the errors :class:`streams.client.TTSClient` raises."""
-
-
-class StackUnavailable(ClientError, RetriableError):
-    """Kafka (or S3) did not answer in time: the stack is down or unreachable."""
-
-
-class CompletionTimeout(ClientError, TimeoutError):
-    """No completion for the request arrived within the timeout (it may still come)."""
-
-    def __init__(self, request_id: str, timeout: float) -> None:
-        super().__init__(f"no completion for request {request_id!r} within {timeout:g} s")
-        self.request_id = request_id
-        self.timeout = timeout
-
-
-class RequestFailed(ClientError):
-    """The request's completion says ``failed``; ``code`` and ``message`` say why."""
-
-    def __init__(self, request_id: str, code: str, message: str, completion: Any = None) -> None:
-        super().__init__(f"request {request_id!r} failed: {code}: {message}")
-        self.request_id = request_id
-        self.code = code
-        self.message = message
-        self.completion = completion
-
-
-class AudioFetchError(ClientError):
-    """The audio could not be downloaded, or its bytes do not match the completion's sha256."""

@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streams.errors import SettingsError
+
 __all__ = ["Settings", "SettingsError", "load_settings", "settings_table", "with_settings_table"]
 
 _PREFIX = "TTS_"
-
-
-class SettingsError(ValueError):
-    """A setting is missing, unparsable or out of bounds."""
 
 
 def _f(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,

@@ -4,6 +4,8 @@
 :mod:`~streams.client.cli` (``ttsflow say / submit / watch / fetch``).
 """
 
+from streams.client.errors import AudioFetchError, ClientError, CompletionTimeout, RequestFailed, StackUnavailable
 from streams.client.sdk import AsyncTTSClient, TTSClient, fetch_audio, find_completion, probe_kafka, tail_completions
 
-__all__ = ["AsyncTTSClient", "TTSClient", "fetch_audio", "find_completion", "probe_kafka", "tail_completions"]
+__all__ = ["AsyncTTSClient", "AudioFetchError", "ClientError", "CompletionTimeout", "RequestFailed", "StackUnavailable",
+           "TTSClient", "fetch_audio", "find_completion", "probe_kafka", "tail_completions"]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from schemas import Completion, encode
-from streams.errors import ClientError, CompletionTimeout, RequestFailed
+from streams.client.errors import ClientError, CompletionTimeout, RequestFailed
 from streams.settings import load_settings
 
 __all__ = ["main_fetch", "main_say", "main_submit", "main_watch"]

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Completion, Request, SchemaError, decode_completion, encode
-from streams.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
+from streams.client.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
 from streams.settings import Settings, load_settings
 
 __all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "probe_kafka", "tail_completions"]

@@ -39,15 +39,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from streams.devstack.errors import ProcError
 from streams.settings import Settings
 
 __all__ = ["Proc", "ProcError", "Supervisor", "free_port", "group_members", "health", "metrics_up", "settings_env"]
 
 Kind = Literal["stage", "worker"]
-
-
-class ProcError(RuntimeError):
-    """A supervised process exited or did not become ready in time."""
 
 
 def free_port() -> int:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streams.devstack.errors import StackError
 from streams.settings import Settings, SettingsError, load_settings
 
 __all__ = [
@@ -81,10 +82,6 @@ _S3_HEAP = ("-Xms64m", "-Xmx256m")
 _TOOL_JVM = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
 
 _log = logging.getLogger("ttsflow.stack")
-
-
-class StackError(RuntimeError):
-    """Something a person has to fix; the message is one line saying what."""
 
 
 # --- paths -------------------------------------------------------------------------------------

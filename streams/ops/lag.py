@@ -358,7 +358,7 @@ def _print_table(groups: Sequence[GroupLag]) -> None:
 
 def _stack_down_message(settings: Settings, timeout: float) -> str | None:
     from streams.client import probe_kafka
-    from streams.errors import StackUnavailable
+    from streams.client.errors import StackUnavailable
 
     try:
         probe_kafka(settings, timeout)

@@ -8,7 +8,7 @@ is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize 
 batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
 their audio, 8) produce completions, done records and offsets in one transaction.
 
-Guarantees (README, "Exactly-once, end to end"):
+Guarantees (README, "How it works"):
 
 * Offsets follow durability. Per partition the committed offset is the first segment
   not yet done (:class:`~streams.worker.offsets.OffsetTracker`). A segment is done when its
@@ -69,9 +69,9 @@ from schemas import (
     encode,
 )
 from storage.cache import AudioCache
-from storage.errors import S3Unavailable
+from storage.errors import S3Unavailable, StorageError
 from storage.s3 import AudioStore
-from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError
+from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, StorageFatal
 from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import PartitionedConsumer
 from streams.kafka.producer import TransactionalProducer, transaction_error
@@ -185,6 +185,8 @@ class Worker:
             while not self._stop.is_set():
                 self.run_once()
             self._drain()
+        except StorageError as e:  # access denied, no bucket: configuration, not an outage
+            raise StorageFatal(str(e)) from e
         finally:
             self.close()
         return 0

@@ -17,9 +17,8 @@ from typing import Any
 
 from engine.errors import EngineError
 from storage.cache import AudioCache
-from storage.errors import StorageError
 from storage.s3 import AudioStore
-from streams.errors import FatalError, RetriableError
+from streams.errors import FatalError, RetriableError, StorageFatal, StreamError
 from streams.settings import Settings, SettingsError, load_settings
 from streams.worker.loop import Worker
 
@@ -50,6 +49,20 @@ def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, 
     prefix = settings.effective_transactional_id_prefix
     slot = claim_slot("worker", settings.bootstrap_servers, prefix, lock_dir=lock_dir, slots=slots)
     return f"{prefix}-{host_name()}-{slot}"
+
+
+def _exit_code(e: StreamError, *, stopping: bool) -> int:
+    """How a worker that stopped on ``e`` exits: 0 only when told to stop while still retrying."""
+    if isinstance(e, StorageFatal):  # access denied, no bucket: configuration, not an outage
+        _log.critical("event=storage_fatal error=%s", e)
+        return 1
+    if isinstance(e, FatalError):
+        _log.critical("event=fatal error=%s", e)
+        return 1
+    if isinstance(e, RetriableError):  # still retrying (broker unreachable at start) when told to stop
+        _log.warning("event=stopped_while_retrying error=%s", e)
+        return 0 if stopping else 1
+    raise e
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -113,16 +126,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    code = 1
     try:
         code = worker.run()
-    except FatalError as e:
-        _log.critical("event=fatal error=%s", e)
-    except RetriableError as e:  # still retrying (broker unreachable at start) when told to stop
-        _log.warning("event=stopped_while_retrying error=%s", e)
-        code = 0 if worker.stopping else 1
-    except StorageError as e:  # access denied, no bucket: configuration, not an outage
-        _log.critical("event=storage_fatal error=%s", e)
+    except StreamError as e:  # the one root: its kind says how the process ends
+        code = _exit_code(e, stopping=worker.stopping)
     finally:
         cache.close()
         store.close()

@@ -22,7 +22,7 @@ from confluent_kafka import Message, Producer
 
 from schemas import AudioRef, Completion, ErrorInfo, decode_request, encode
 from streams.client import AsyncTTSClient, TTSClient, find_completion, tail_completions
-from streams.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
+from streams.client.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration

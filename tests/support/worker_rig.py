@@ -272,7 +272,7 @@ class FakeCache:
 class ToneBackend(Backend):
     """A deterministic 'voice': one short tone per item; text containing FAIL is unspeakable."""
 
-    info = ModelInfo("tone", "1", "fp32", "CPUExecutionProvider")
+    info = ModelInfo(name="tone", version="1", precision="fp32", provider="CPUExecutionProvider")
     sample_rate = 8000
     voices = ("heart",)
     default_voice = "heart"

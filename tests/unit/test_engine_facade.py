@@ -19,7 +19,7 @@ from engine.registry import load_engine, resolve_model
 class Scripted(Backend):
     """Speaks len(text) samples of 0.1; 'bad' fails prepare, 'boom' fails its whole batch."""
 
-    info = ModelInfo("scripted", "1", "fp32", "CPUExecutionProvider")
+    info = ModelInfo(name="scripted", version="1", precision="fp32", provider="CPUExecutionProvider")
     sample_rate = 1000
     voices = ("v",)
     default_voice = "v"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from streams.errors import AbortableError, FatalError, RetriableError, StreamError, classify
@@ -74,3 +75,34 @@ def test_real_misconfiguration_is_still_fatal_outside_a_transaction() -> None:
     for code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
                  KafkaError.INVALID_CONFIG, KafkaError._FENCED):
         assert isinstance(classify(KafkaError(code, "no")), FatalError), KafkaError(code).name()
+
+
+def test_worker_main_ends_on_the_one_root_by_its_kind() -> None:
+    from streams.errors import StorageFatal
+    from streams.worker.main import _exit_code
+
+    assert _exit_code(FatalError("fenced"), stopping=False) == 1
+    assert _exit_code(StorageFatal("access denied"), stopping=False) == 1
+    assert _exit_code(RetriableError("broker down"), stopping=True) == 0  # told to stop while still retrying
+    assert _exit_code(AbortableError("broker down"), stopping=False) == 1
+
+
+ERROR_MODULES = ["streams.errors", "streams.client.errors", "streams.devstack.errors", "storage.errors",
+                 "engine.errors", "schemas.errors"]
+
+
+@pytest.mark.parametrize("name", ERROR_MODULES)
+def test_every_errors_module_exports_exactly_its_error_types_under_one_root(name: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(name)
+    defined = {n for n, v in vars(mod).items() if isinstance(v, type) and issubclass(v, BaseException)
+               and v.__module__ == name and not n.startswith("_")}
+    exported = {n for n in mod.__all__ if isinstance(getattr(mod, n), type)}
+    assert defined == exported, f"{name}: __all__ misses {sorted(defined - exported)} or lists {sorted(exported - defined)}"
+    roots = {n for n in defined if not any(issubclass(getattr(mod, n), getattr(mod, m)) and m != n for m in defined)}
+    if name == "streams.client.errors":  # the client's tree hangs under streams' root
+        from streams.errors import StreamError
+        assert all(issubclass(getattr(mod, n), StreamError) for n in defined)
+    else:
+        assert len(roots) == 1, f"{name}: more than one root: {sorted(roots)}"

@@ -316,7 +316,7 @@ class VersionedTone(ToneBackend):
 
     def __init__(self, version: str, precision: str) -> None:
         super().__init__()
-        self.info = ModelInfo("tone", version, precision, "CPUExecutionProvider")
+        self.info = ModelInfo(name="tone", version=version, precision=precision, provider="CPUExecutionProvider")
 
 
 def _reload_rig(tmp_path: Any, max_wait_s: float = 30.0) -> tuple[Rig, Any, Any]:
