@@ -6,6 +6,12 @@ a description, a default that works against the local stack (``ttsflow stack up`
 and bounds checked at load: a bad value stops the process with one clear line
 instead of failing later in the hot path. Nothing else in ttsflow reads
 ``os.environ``; engine and storage take plain constructor arguments built from this.
+
+The fields are grouped into frozen sections (:data:`SECTIONS`: ``settings.kafka``,
+``settings.s3``, ``settings.redis``, ``settings.stage``, ``settings.batching``,
+``settings.engine``, ``settings.scaling``, ``settings.process``, ``settings.local_stack``),
+views with the same field names and values, so a component can take only the section it
+needs; the ``TTS_*`` names and the README table come from the flat fields.
 """
 
 from __future__ import annotations
@@ -16,13 +22,16 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from streams.errors import SettingsError
 
-__all__ = ["Settings", "SettingsError", "load_settings", "settings_table", "with_settings_table"]
+__all__ = ["SECTIONS", "BatchingSettings", "EngineSettings", "KafkaSettings", "LocalStackSettings", "ProcessSettings",
+           "RedisSettings", "S3Settings", "ScalingSettings", "Settings", "SettingsError", "StageSettings", "load_settings",
+           "settings_table", "with_settings_table"]
 
 _PREFIX = "TTS_"
+_S = TypeVar("_S")
 
 
 def _f(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
@@ -32,6 +41,127 @@ def _f(default: Any, doc: str, *, lo: float | None = None, hi: float | None = No
 
 def _default_home() -> str:
     return str(Path.home() / ".local" / "share" / "ttsflow")
+
+
+# --- sections: frozen views of one Settings, one per component -----------------------------------
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """Kafka: the cluster, ttsflow's topics, the worker group and its transactions."""
+
+    bootstrap_servers: str
+    topic_requests: str
+    topic_segments: str
+    topic_completed: str
+    topic_dlq: str
+    topic_done: str
+    partitions: int
+    replication_factor: int
+    worker_group: str
+    transactional_id_prefix: str
+    transactional_id: str
+    transaction_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class S3Settings:
+    """S3: where audio is stored."""
+
+    s3_endpoint: str
+    s3_bucket: str
+    s3_access_key: str
+    s3_secret_key: str
+    s3_region: str
+    s3_prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings:
+    """Redis: the segment cache."""
+
+    redis_url: str
+    cache_ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class StageSettings:
+    """The CPU stage: its faust app, input limits and dedup window."""
+
+    stage_app_id: str
+    stage_guarantee: str
+    stage_commit_interval_ms: int
+    stage_store: str
+    stage_instance_id: str
+    max_text_chars: int
+    max_segment_chars: int
+    dedup_window_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingSettings:
+    """The worker's micro-batches and per-request limits."""
+
+    max_batch: int
+    max_wait_ms: int
+    length_buckets: str
+    max_request_audio_s: int
+    join_memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """The engine: backend, voice, precision, providers, model store."""
+
+    backend: str
+    voice: str
+    precision: str
+    providers: str
+    threads: int
+    model_dir: str
+    model_version: str
+    chattts_asset_dir: str
+    chattts_speaker: str
+    chattts_seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingSettings:
+    """Scaling: the KEDA kafka trigger's thresholds (``ttsflow lag`` computes the same)."""
+
+    lag_threshold: int
+    activation_lag_threshold: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSettings:
+    """Every process: its metrics port, home directory and log level."""
+
+    metrics_port: int
+    home: str
+    log_level: str
+
+
+@dataclass(frozen=True, slots=True)
+class LocalStackSettings:
+    """The local stack's ports (``ttsflow stack``)."""
+
+    kafka_port: int
+    kafka_controller_port: int
+    s3_port: int
+    redis_port: int
+
+
+SECTIONS: dict[str, type] = {
+    "kafka": KafkaSettings,
+    "s3": S3Settings,
+    "redis": RedisSettings,
+    "stage": StageSettings,
+    "batching": BatchingSettings,
+    "engine": EngineSettings,
+    "scaling": ScalingSettings,
+    "process": ProcessSettings,
+    "local_stack": LocalStackSettings,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +265,46 @@ class Settings:
     @property
     def effective_model_dir(self) -> Path:
         return Path(self.model_dir) if self.model_dir else Path(self.home) / "models"
+
+    # Sections (same values, grouped; each component takes the one it needs) ------------------------
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self._section(KafkaSettings)
+
+    @property
+    def s3(self) -> S3Settings:
+        return self._section(S3Settings)
+
+    @property
+    def redis(self) -> RedisSettings:
+        return self._section(RedisSettings)
+
+    @property
+    def stage(self) -> StageSettings:
+        return self._section(StageSettings)
+
+    @property
+    def batching(self) -> BatchingSettings:
+        return self._section(BatchingSettings)
+
+    @property
+    def engine(self) -> EngineSettings:
+        return self._section(EngineSettings)
+
+    @property
+    def scaling(self) -> ScalingSettings:
+        return self._section(ScalingSettings)
+
+    @property
+    def process(self) -> ProcessSettings:
+        return self._section(ProcessSettings)
+
+    @property
+    def local_stack(self) -> LocalStackSettings:
+        return self._section(LocalStackSettings)
+
+    def _section(self, cls: type[_S]) -> _S:
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
     def engine_options(self) -> dict[str, Any]:
         """Backend-specific keyword arguments for ``engine.registry.load_engine`` (chattts: its weights, speaker, seed)."""

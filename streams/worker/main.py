@@ -115,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
               engine.cold_start_s or 0.0)
     metrics = WorkerMetrics(settings.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
     metrics.identify(transactional_id=settings.effective_transactional_id, group=settings.worker_group)
-    store = AudioStore(settings.s3_endpoint, settings.s3_bucket, settings.s3_access_key, settings.s3_secret_key,
-                       settings.s3_region, settings.s3_prefix)
-    cache = AudioCache(settings.redis_url, settings.cache_ttl_s, namespace=cache_namespace(settings))
+    s3, redis = settings.s3, settings.redis
+    store = AudioStore(s3.s3_endpoint, s3.s3_bucket, s3.s3_access_key, s3.s3_secret_key, s3.s3_region, s3.s3_prefix)
+    cache = AudioCache(redis.redis_url, redis.cache_ttl_s, namespace=cache_namespace(settings))
     worker = Worker(settings, engine, store, cache, metrics, overlap=args.overlap)
 
     def _on_signal(signum: int, _frame: Any) -> None:

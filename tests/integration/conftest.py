@@ -38,6 +38,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streams.bench.harness import isolated
 from streams.devstack.stack import delete_topics, ensure_topics
 from streams.settings import Settings
 from tests.support.stack import require_stack
@@ -85,16 +86,7 @@ def unique(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def settings(stack_settings: Settings, unique: str) -> Iterator[Settings]:
     """Stack settings with per-test topics and groups; the topics exist for the test."""
-    s = stack_settings.replace(
-        topic_requests=f"{stack_settings.topic_requests}.{unique}",
-        topic_segments=f"{stack_settings.topic_segments}.{unique}",
-        topic_completed=f"{stack_settings.topic_completed}.{unique}",
-        topic_dlq=f"{stack_settings.topic_dlq}.{unique}",
-        topic_done=f"{stack_settings.topic_done}.{unique}",
-        stage_app_id=f"{stack_settings.stage_app_id}-{unique}",
-        worker_group=f"{stack_settings.worker_group}-{unique}",
-        partitions=TEST_PARTITIONS,
-    )
+    s = isolated(stack_settings, unique).replace(partitions=TEST_PARTITIONS)
     ensure_topics(s, partitions=TEST_PARTITIONS)
     yield s
     _cleanup(s, unique)

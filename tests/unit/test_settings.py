@@ -165,3 +165,20 @@ def test_kraft_cluster_ids_never_look_like_options() -> None:
     ids = [_cluster_id() for _ in range(3000)]  # ~47 of 3000 would start with '-' without the guard
     assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", i) for i in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_every_setting_is_in_exactly_one_frozen_section_with_its_value() -> None:
+    import dataclasses
+
+    from streams.settings import SECTIONS
+
+    s = Settings(max_batch=3, s3_bucket="b", lag_threshold=7)
+    names = [f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)]
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(Settings)), "a setting in no section, or in two"
+    for attr, cls in SECTIONS.items():
+        section = getattr(s, attr)
+        assert isinstance(section, cls)
+        assert all(getattr(section, f.name) == getattr(s, f.name) for f in dataclasses.fields(cls))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(section, dataclasses.fields(cls)[0].name, None)
+    assert s.batching.max_batch == 3 and s.s3.s3_bucket == "b" and s.scaling.lag_threshold == 7
