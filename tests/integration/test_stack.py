@@ -105,7 +105,13 @@ def test_stack_topics_exist_with_settings_partitions(stack_settings: Settings) -
         assert len(md.topics[name].partitions) == stack_settings.partitions
     res = ConfigResource(ConfigResource.Type.TOPIC, stack_settings.topic_done)
     cfg = admin.describe_configs([res])[res].result(10)
-    assert cfg["cleanup.policy"].value == "compact"
+    assert cfg["cleanup.policy"].value == "compact,delete"  # kept twice the dedup window
+    # the stage's own topics exist before any stage runs (faust creating them mid-run stalled a first demo)
+    changelog = f"{stack_settings.stage_app_id}-seen-changelog"
+    assert len(md.topics[changelog].partitions) == stack_settings.partitions
+    res = ConfigResource(ConfigResource.Type.TOPIC, changelog)
+    assert admin.describe_configs([res])[res].result(10)["cleanup.policy"].value == "compact,delete"
+    assert f"{stack_settings.stage_app_id}-__assignor-__leader" in md.topics
 
 
 def test_s3_put_get_head_list_delete(stack_settings: Settings, s3: Any, unique: str) -> None:

@@ -259,6 +259,13 @@ class TcpProxy:
     def down(self) -> None:
         srv, self._srv = self._srv, None
         if srv is not None:
+            # close() alone does not wake an accept() blocked in another thread on Linux: that
+            # thread then accepted one more connection after "down", and boto3 kept reusing it
+            # (the S3-down test saw uploads succeed through a proxy that was down)
+            try:
+                srv.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             srv.close()
         with self._lock:
             conns, self._conns = self._conns, []
@@ -274,6 +281,9 @@ class TcpProxy:
             try:
                 client, _ = srv.accept()
             except OSError:
+                return
+            if self._srv is not srv:  # taken down meanwhile
+                client.close()
                 return
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
