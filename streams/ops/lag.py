@@ -12,7 +12,7 @@ Guarantees:
 * The partitions listed are every partition of the group's input topic (the segments
   topic for the worker group, the requests topic for the stage) plus any other
   partition the group has committed.
-* Desired replicas use :func:`streams.ops.scale.keda_desired_replicas` on KEDA's lag (a
+* Desired replicas use :func:`streams.ops.keda.keda_desired_replicas` on KEDA's lag (a
   partition without a committed offset counts as its whole log under
   ``offsetResetPolicy: earliest``, the worker's ``auto.offset.reset``), capped at the
   input topic's partition count.
@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from streams.ops.scale import KedaRule, keda_desired_replicas, partition_lag
+from streams.ops.keda import KedaRule, keda_desired_replicas, partition_lag
 from streams.settings import Settings, load_settings
 
 __all__ = ["GroupLag", "GroupMember", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "main", "serve"]

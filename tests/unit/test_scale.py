@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from streams.ops.scale import KedaRule, SimParams, keda_desired_replicas, main, partition_lag, recommend, simulate
+from streams.ops.keda import KedaRule, keda_desired_replicas, partition_lag
+from streams.ops.scale import SimParams, main, recommend, simulate
 
 
 def test_rule_is_ceil_of_lag_over_threshold() -> None:
