@@ -4,9 +4,9 @@
 hashes to S3 keys and degrades to misses when Redis is down. Errors: ``storage.errors``.
 """
 
-from storage.cache import AudioCache
+from storage.cache import AudioCache, RedisSection
 from storage.errors import ObjectMissing, RedisUnavailable, S3Unavailable, StorageConfigError, StorageError
-from storage.s3 import AudioStore, content_key
+from storage.s3 import AudioStore, S3Section, content_key
 
-__all__ = ["AudioCache", "AudioStore", "ObjectMissing", "RedisUnavailable", "S3Unavailable", "StorageConfigError", "StorageError",
-           "content_key"]
+__all__ = ["AudioCache", "AudioStore", "ObjectMissing", "RedisSection", "RedisUnavailable", "S3Section", "S3Unavailable",
+           "StorageConfigError", "StorageError", "content_key"]

@@ -17,14 +17,28 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = ["AudioCache"]
 
 _HEX = re.compile(r"^[0-9a-f]{16,128}$")
 
 
+class RedisSection(Protocol):
+    """What :meth:`AudioCache.from_section` reads: ``streams.settings.RedisSettings``."""
+
+    @property
+    def redis_url(self) -> str: ...
+    @property
+    def cache_ttl_s(self) -> int: ...
+
+
 class AudioCache:
+    @classmethod
+    def from_section(cls, redis: RedisSection, **options: Any) -> AudioCache:
+        """The cache the Redis section describes; ``options`` are the constructor's (namespace, timeouts)."""
+        return cls(redis.redis_url, redis.cache_ttl_s, **options)
+
     def __init__(self, redis_url: str, ttl_s: int, *, namespace: str = "ttsflow:seg:",
                  timeout_s: float = 0.5, retry_after_s: float = 2.0,
                  on_error: Callable[[str, BaseException], None] | None = None,

@@ -25,7 +25,7 @@ import hashlib
 import re
 import threading
 import time
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 
@@ -60,8 +60,33 @@ def content_key(prefix: str, kind: str, digest: str, ext: str) -> str:
     return f"{prefix}{kind}/{digest[:2]}/{digest[2:4]}/{digest}.{ext}"
 
 
+class S3Section(Protocol):
+    """What :meth:`AudioStore.from_section` reads: ``streams.settings.S3Settings`` (storage imports nothing of streams)."""
+
+    @property
+    def s3_endpoint(self) -> str: ...
+    @property
+    def s3_bucket(self) -> str: ...
+    @property
+    def s3_access_key(self) -> str: ...
+    @property
+    def s3_secret_key(self) -> str: ...
+    @property
+    def s3_region(self) -> str: ...
+    @property
+    def s3_prefix(self) -> str: ...
+
+
 class AudioStore:
     """One bucket on one S3 endpoint. Thread-safe (boto3 clients are)."""
+
+    @classmethod
+    def from_section(cls, s3: S3Section, *, bucket: str | None = None, prefix: str | None = None,
+                     **options: Any) -> AudioStore:
+        """The store the S3 section describes; ``bucket``/``prefix`` override its own (a completion's bucket,
+        the baseline's prefix), ``options`` are the constructor's timeouts and attempts."""
+        return cls(s3.s3_endpoint, s3.s3_bucket if bucket is None else bucket, s3.s3_access_key, s3.s3_secret_key,
+                   s3.s3_region, s3.s3_prefix if prefix is None else prefix, **options)
 
     def __init__(self, endpoint: str, bucket: str, access_key: str, secret_key: str,
                  region: str = "us-east-1", prefix: str = "", *, connect_timeout_s: float = 2.0,

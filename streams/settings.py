@@ -123,6 +123,13 @@ class EngineSettings:
     chattts_speaker: str
     chattts_seed: int
 
+    def engine_options(self) -> dict[str, Any]:
+        """Backend-specific keyword arguments for ``engine.registry.load_engine`` (chattts: its weights, speaker, seed)."""
+        if self.backend != "chattts":
+            return {}
+        return {"model_path": self.chattts_asset_dir or None,
+                "backend_options": {"speaker": self.chattts_speaker, "seed": self.chattts_seed}}
+
 
 @dataclass(frozen=True, slots=True)
 class ScalingSettings:
@@ -307,11 +314,8 @@ class Settings:
         return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
     def engine_options(self) -> dict[str, Any]:
-        """Backend-specific keyword arguments for ``engine.registry.load_engine`` (chattts: its weights, speaker, seed)."""
-        if self.backend != "chattts":
-            return {}
-        return {"model_path": self.chattts_asset_dir or None,
-                "backend_options": {"speaker": self.chattts_speaker, "seed": self.chattts_seed}}
+        """:meth:`EngineSettings.engine_options` of this settings' engine section."""
+        return self.engine.engine_options()
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed (bounds checked again)."""

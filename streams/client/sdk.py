@@ -284,11 +284,10 @@ class TTSClient:
     def _store(self, bucket: str) -> Any:
         from storage import AudioStore
 
-        s = self.settings
         if self._s3 is None or self._s3.bucket != bucket:
             if self._s3 is not None:
                 self._s3.close()
-            self._s3 = AudioStore(s.s3_endpoint, bucket, s.s3_access_key, s.s3_secret_key, s.s3_region)
+            self._s3 = AudioStore.from_section(self.settings.s3, bucket=bucket, prefix="")
         return self._s3
 
     def fetch(self, completion: Completion) -> bytes:
@@ -329,8 +328,7 @@ def fetch_audio(settings: Settings, completion: Completion, *, store: Any = None
     a = _audio(completion)
     own = store is None
     if own:
-        store = AudioStore(settings.s3_endpoint, a.bucket, settings.s3_access_key, settings.s3_secret_key,
-                           settings.s3_region)
+        store = AudioStore.from_section(settings.s3, bucket=a.bucket, prefix="")
     try:
         data: bytes = store.get(a.key)
     except StorageError as e:

@@ -19,17 +19,36 @@ from engine.errors import EngineError
 from storage.cache import AudioCache
 from storage.s3 import AudioStore
 from streams.errors import FatalError, RetriableError, StorageFatal, StreamError
-from streams.settings import Settings, SettingsError, load_settings
+from streams.settings import EngineSettings, S3Settings, Settings, SettingsError, load_settings
 from streams.worker.loop import Worker
 
-__all__ = ["cache_namespace", "claim_transactional_id", "main"]
+__all__ = ["cache_namespace", "claim_transactional_id", "main", "open_engine"]
 
 _log = logging.getLogger("ttsflow.worker")
 
 
-def cache_namespace(settings: Settings) -> str:
+def cache_namespace(s3: S3Settings) -> str:
     """Redis key prefix of the segment cache: one per bucket and prefix (one per audio store)."""
-    return f"ttsflow:seg:{settings.s3_bucket}/{settings.s3_prefix}:"
+    return f"ttsflow:seg:{s3.s3_bucket}/{s3.s3_prefix}:"
+
+
+def open_engine(engine: EngineSettings, *, model_dir: Path, max_batch: int) -> Any:
+    """The engine a worker with this engine section serves, started: a hibari/piper backend from the versioned
+    store under ``model_dir`` (a ``ModelManager``: the store's current version decides, hot reload on SIGHUP),
+    chattts from the user's asset dir (no store, no hot reload). Raises ``EngineError`` (ModelLoadError, StoreError)."""
+    from engine.registry import load_engine
+    from engine.store import MODELS
+
+    if engine.backend in MODELS:
+        from engine.reload import ModelManager
+        from engine.store import ModelStore
+
+        manager = ModelManager(ModelStore(model_dir), engine.backend, providers=engine.providers,
+                               threads=engine.threads, max_batch=max_batch)
+        manager.start()
+        return manager
+    return load_engine(engine.backend, precision=engine.precision, providers=engine.providers,
+                       threads=engine.threads, max_batch=max_batch, **engine.engine_options())
 
 
 def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, slots: int = 256) -> str:
@@ -88,26 +107,17 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not settings.transactional_id:
         settings = settings.replace(transactional_id=claim_transactional_id(settings))
-    from engine.registry import load_engine
     from engine.reload import ModelManager, install_sighup
-    from engine.store import MODELS, ModelStore
     from streams.worker.metrics import WorkerMetrics
 
     engine: Any
     try:
-        if settings.backend in MODELS:  # served from the versioned store: hot reload on SIGHUP
-            manager = ModelManager(ModelStore(settings.effective_model_dir), settings.backend,
-                                   providers=settings.providers, threads=settings.threads,
-                                   max_batch=settings.max_batch)
-            manager.start()
-            if settings.precision not in ("auto", manager.version.precision):
+        engine = open_engine(settings.engine, model_dir=settings.effective_model_dir, max_batch=settings.max_batch)
+        if isinstance(engine, ModelManager):  # served from the versioned store: hot reload on SIGHUP
+            if settings.precision not in ("auto", engine.version.precision):
                 _log.warning("event=precision_ignored precision=%s serving=%s hint=%r", settings.precision,
-                             manager.version.ref, "the store's current version decides; `ttsflow model use` changes it")
-            install_sighup(manager)
-            engine = manager
-        else:  # chattts: the user's asset dir, no store, no hot reload
-            engine = load_engine(settings.backend, precision=settings.precision, providers=settings.providers,
-                                 threads=settings.threads, max_batch=settings.max_batch, **settings.engine_options())
+                             engine.version.ref, "the store's current version decides; `ttsflow model use` changes it")
+            install_sighup(engine)
     except EngineError as e:  # ModelLoadError, StoreError
         print(f"ttsflow worker: {e}", file=sys.stderr)
         return 2
@@ -115,9 +125,8 @@ def main(argv: list[str] | None = None) -> int:
               engine.cold_start_s or 0.0)
     metrics = WorkerMetrics(settings.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
     metrics.identify(transactional_id=settings.effective_transactional_id, group=settings.worker_group)
-    s3, redis = settings.s3, settings.redis
-    store = AudioStore(s3.s3_endpoint, s3.s3_bucket, s3.s3_access_key, s3.s3_secret_key, s3.s3_region, s3.s3_prefix)
-    cache = AudioCache(redis.redis_url, redis.cache_ttl_s, namespace=cache_namespace(settings))
+    store = AudioStore.from_section(settings.s3)
+    cache = AudioCache.from_section(settings.redis, namespace=cache_namespace(settings.s3))
     worker = Worker(settings, engine, store, cache, metrics, overlap=args.overlap)
 
     def _on_signal(signum: int, _frame: Any) -> None:

@@ -58,14 +58,13 @@ def by_request(cs: list[Completion]) -> Counter[str]:
 def cache_namespace(settings: Settings) -> str:
     from streams.worker.main import cache_namespace as ns
 
-    return ns(settings)
+    return ns(settings.s3)
 
 
 def new_store(settings: Settings, endpoint: str | None = None) -> AudioStore:
     """A store like the worker's, with short timeouts (a test with S3 down must not hang)."""
-    return AudioStore(endpoint or settings.s3_endpoint, settings.s3_bucket, settings.s3_access_key,
-                      settings.s3_secret_key, settings.s3_region, settings.s3_prefix,
-                      connect_timeout_s=0.5, read_timeout_s=5, max_attempts=1)
+    s3 = settings.s3 if endpoint is None else settings.replace(s3_endpoint=endpoint).s3
+    return AudioStore.from_section(s3, connect_timeout_s=0.5, read_timeout_s=5, max_attempts=1)
 
 
 def check_audio(settings: Settings, c: Completion) -> tuple[Any, int]:

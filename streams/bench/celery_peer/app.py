@@ -117,8 +117,7 @@ def _load(run_id: str, **_: Any) -> None:
     _state.engine = _open_engine(s)
     _state.voice = s.voice or _state.engine.default_voice
     _state.model = f"{_state.engine.info.name}:{_state.engine.info.version}:{_state.engine.info.precision}"
-    _state.store = AudioStore(s.s3_endpoint, s.s3_bucket, s.s3_access_key, s.s3_secret_key, s.s3_region,
-                              "baseline/")
+    _state.store = AudioStore.from_section(s.s3, prefix="baseline/")
     _state.redis = redis.Redis.from_url(redis_db_url(s.redis_url, RESULT_DB), socket_timeout=5)
     _state.redis.set(f"{READY_NS}{run_id}:{os.getpid()}", _state.model, ex=3600)
     _log.info("event=engine_loaded pid=%d model=%s threads=%d", os.getpid(), _state.model, s.threads)
@@ -126,19 +125,9 @@ def _load(run_id: str, **_: Any) -> None:
 
 def _open_engine(s: Any) -> Any:
     """The engine a ttsflow worker with these settings serves: the store's current version if any."""
-    from engine.registry import load_engine
-    from engine.store import MODELS
+    from streams.worker.main import open_engine
 
-    if s.backend in MODELS:  # what `ttsflow worker` does: the versioned store decides the model
-        from engine.reload import ModelManager
-        from engine.store import ModelStore
-
-        manager = ModelManager(ModelStore(s.effective_model_dir), s.backend, providers=s.providers,
-                               threads=s.threads, max_batch=s.max_batch)
-        manager.start()
-        return manager
-    return load_engine(s.backend, precision=s.precision, providers=s.providers, threads=s.threads,
-                       max_batch=s.max_batch, **s.engine_options())
+    return open_engine(s.engine, model_dir=s.effective_model_dir, max_batch=s.max_batch)
 
 
 def _unload(**_: Any) -> None:
