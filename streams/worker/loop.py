@@ -2,7 +2,7 @@
 
 The loop (:meth:`Worker.step`) reads like the protocol and composes one collaborator per
 invariant (ledger, part maker, joiner, done log, transactional producer, partitioned
-consumer, reload gate; each module's docstring states its own): 0) between batches, apply a
+consumer, reload gate, rebalance callbacks; each module's docstring states its own): 0) between batches, apply a
 pending model reload (SIGHUP), 1) poll, 2) decode and drop what
 is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize ready
 batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
@@ -71,7 +71,7 @@ from schemas import (
 from storage.cache import AudioCache
 from storage.errors import S3Unavailable, StorageError
 from storage.s3 import AudioStore
-from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, StorageFatal
+from streams.errors import AbortableError, ProducerWedged, RetriableError, StorageFatal
 from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import PartitionedConsumer
 from streams.kafka.producer import TransactionalProducer, transaction_error
@@ -83,6 +83,7 @@ from streams.worker.intake import admit_record
 from streams.worker.joiner import Joiner
 from streams.worker.ledger import Ledger, Request, Seg
 from streams.worker.parts import PartMaker
+from streams.worker.rebalance import Rebalance
 from streams.worker.recovery import Recovery
 from streams.worker.reload_gate import ReloadGate
 
@@ -119,7 +120,6 @@ class Worker:
         self.settings, self.engine, self.store, self.cache, self.metrics, self.clock = \
             settings, engine, store, cache, metrics, clock
         self._stop = threading.Event()
-        self._closing = False
         self.gate = ReloadGate(engine, metrics, clock=clock, max_wait_s=reload_max_wait_s)
         self.ledger = Ledger(dedup_window_s=settings.dedup_window_s, max_request_audio_s=settings.max_request_audio_s,
                              join_memory_bytes=settings.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
@@ -144,9 +144,13 @@ class Worker:
         self.recovery = Recovery(ledger=self.ledger, parts=self.parts, joiner=self.joiner, consumer=self.consumer,
                                  producer=self.producer, store=store, metrics=metrics, clock=clock,
                                  stopping=self._stop.is_set, transactional_id=settings.effective_transactional_id)
+        self.rebalance = Rebalance(ledger=self.ledger, done_log=self.done_log, consumer=self.consumer, parts=self.parts,
+                                   producer=self.producer, recovery=self.recovery, metrics=metrics,
+                                   segments_topic=settings.topic_segments, commit_durable=self._commit_durable)
+        self.on_assign, self.on_revoke, self.on_lost = \
+            self.rebalance.on_assign, self.rebalance.on_revoke, self.rebalance.on_lost
         self._last_commit = clock()
         self._cap = 4 * settings.max_batch
-        self._done_partitions = 1 << 30  # known after start(); tests that skip start() have no limit
         self.cache.on_error = metrics.redis_error
 
     @property
@@ -163,7 +167,7 @@ class Worker:
         """Create the done topic, initialise transactions (fencing older instances), subscribe."""
         from streams.kafka import ensure_done_topic
 
-        self._done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.settings))
+        self.rebalance.done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.settings))
         self.producer.init_transactions()
         self.consumer.subscribe(on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
         self.metrics.ready(True)
@@ -207,7 +211,7 @@ class Worker:
 
     def close(self) -> None:
         self.metrics.ready(False)
-        self._closing = True
+        self.rebalance.closing = True
         if self.producer.in_txn:
             self.producer.abort_quietly()
         try:
@@ -372,6 +376,11 @@ class Worker:
         self._finalize_ready()
         self.joiner.collect(self.ledger.current, self._joined)
 
+    def _commit_durable(self) -> None:
+        """Before partitions are revoked (:class:`~streams.worker.rebalance.Rebalance`): commit what is done."""
+        self._finish_in_flight()
+        self._commit(force=True)
+
     def _drain(self) -> None:
         """Graceful stop: finish the work in flight (bounded), commit what is done."""
         deadline = self.clock() + 10.0
@@ -388,44 +397,3 @@ class Worker:
             _log.warning("event=final_commit_failed error=%s", e)
             if self.producer.in_txn:
                 self.producer.abort_quietly()
-
-    # -- rebalance callbacks (run inside consume(), between loop steps) --------------
-    def on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        new = {tp.partition for tp in partitions}
-        too_high = sorted(p for p in new if p >= self._done_partitions)
-        if too_high:  # a segment of partition p records its request in done partition p
-            raise FatalError(f"{self.settings.topic_segments} partitions {too_high} have no partition in "
-                             f"{self.settings.topic_done} ({self._done_partitions} partitions); add partitions to it")
-        self.ledger.assigned(new)
-        for p, answered in self.done_log.load(new).items():
-            self.ledger.load_done(p, answered)
-        self.consumer.assign(new)
-        self.metrics.assigned(len(self.consumer.assigned))
-        _log.info("event=assigned partitions=%s now=%s", sorted(new), sorted(self.consumer.assigned))
-
-    def on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        gone = {tp.partition for tp in partitions}
-        if not self._closing:
-            # commit what is durable before giving the partitions away; the rest is redone by the new owner
-            try:
-                self._finish_in_flight()
-                self._commit(force=True)
-            except (AbortableError, S3Unavailable) as e:
-                _log.warning("event=commit_on_revoke_failed error=%s", e)
-                if self.producer.in_txn:
-                    self.producer.abort_quietly()
-                    self.metrics.transaction(False)
-                self.recovery.redo_from_committed(self.consumer.assigned - gone)
-        self._forget(gone)
-        _log.info("event=revoked partitions=%s now=%s", sorted(gone), sorted(self.consumer.assigned))
-
-    def on_lost(self, consumer: Any, partitions: list[Any]) -> None:
-        gone = {tp.partition for tp in partitions}
-        _log.warning("event=partitions_lost partitions=%s", sorted(gone))
-        self._forget(gone)
-
-    def _forget(self, gone: set[int]) -> None:
-        self.consumer.revoke(gone)
-        self.parts.forget(gone)
-        self.ledger.forget(gone)
-        self.metrics.assigned(len(self.consumer.assigned))
