@@ -46,9 +46,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from streams.ops.keda import KedaRule, keda_desired_replicas, partition_lag
-from streams.settings import Settings, load_settings
+from streams.settings import KafkaSettings, ScalingSettings, Settings, StageSettings, load_settings
 
-__all__ = ["GroupLag", "GroupMember", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "main", "serve"]
+__all__ = ["GroupLag", "GroupMember", "LagExporter", "LagReader", "PartitionLag", "burrow_status", "default_groups", "main", "serve"]
 
 STATUSES = ("OK", "WARN", "REWIND", "STALL", "STOP")  # ascending severity
 _MARKER_PROBE_MAX = 8  # a lag this short is read to see whether it is only transaction markers
@@ -145,18 +145,19 @@ class LagReader:
     by :meth:`close`.
     """
 
-    def __init__(self, settings: Settings, *, window: int = 10, timeout: float = 10.0) -> None:
+    def __init__(self, kafka: KafkaSettings, scaling: ScalingSettings, *, window: int = 10,
+                 timeout: float = 10.0) -> None:
         from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
-        self.settings = settings
+        self.kafka, self.scaling = kafka, scaling
         self.timeout = timeout
-        self._admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "socket.timeout.ms": 5000})
-        self._consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+        self._admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "socket.timeout.ms": 5000})
+        self._consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
                                    "group.id": "ttsflow-lag-unused",  # never subscribes nor commits
                                    "isolation.level": "read_uncommitted", "enable.auto.commit": False})
         # read_committed, to tell transaction markers from records in a short lag tail
-        self._probe = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+        self._probe = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
                                 "group.id": "ttsflow-lag-unused", "isolation.level": "read_committed",
                                 "enable.auto.commit": False, "enable.partition.eof": True})
         self._windows: dict[tuple[str, str, int], deque[_Sample]] = {}
@@ -176,11 +177,6 @@ class LagReader:
         self.close()
 
     # -- reading ---------------------------------------------------------------------------
-    def default_groups(self) -> list[tuple[str, str]]:
-        """(group, input topic): the worker group on segments, the stage on requests."""
-        s = self.settings
-        return [(s.worker_group, s.topic_segments), (s.stage_app_id, s.topic_requests)]
-
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
 
@@ -255,8 +251,8 @@ class LagReader:
 
     def read(self, group: str, topic: str, *, rule: KedaRule | None = None) -> GroupLag:
         """One sample of ``group``: every partition of ``topic`` and of its other commits."""
-        rule = rule or KedaRule(lag_threshold=self.settings.lag_threshold,
-                                activation_lag_threshold=self.settings.activation_lag_threshold)
+        rule = rule or KedaRule(lag_threshold=self.scaling.lag_threshold,
+                                activation_lag_threshold=self.scaling.activation_lag_threshold)
         committed = self.committed(group)
         state, member_ids = self.describe_members(group, topic)
         members = len(member_ids)
@@ -356,6 +352,11 @@ def _print_table(groups: Sequence[GroupLag]) -> None:
             print(f"  {r.topic:<32} {r.partition:>9} {cur:>14} {r.end_offset:>14} {lag:>8} {rec:>8} {r.status}")
 
 
+def default_groups(kafka: KafkaSettings, stage: StageSettings) -> list[tuple[str, str]]:
+    """(group, input topic): the worker group on segments, the stage on requests."""
+    return [(kafka.worker_group, kafka.topic_segments), (stage.stage_app_id, kafka.topic_requests)]
+
+
 def _stack_down_message(settings: Settings, timeout: float) -> str | None:
     from streams.client import probe_kafka
     from streams.client.errors import StackUnavailable
@@ -387,9 +388,9 @@ def main(argv: list[str]) -> int:
     if down:
         print(down, file=sys.stderr)
         return 1
-    with LagReader(settings, window=a.window if a.serve is not None else max(a.samples, 1),
+    with LagReader(settings.kafka, settings.scaling, window=a.window if a.serve is not None else max(a.samples, 1),
                    timeout=max(a.timeout, 5.0)) as reader:
-        groups = reader.default_groups()
+        groups = default_groups(settings.kafka, settings.stage)
         if a.group:
             groups = []
             for g in a.group:

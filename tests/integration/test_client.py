@@ -361,6 +361,6 @@ def test_client_against_real_stage_and_worker(settings: Settings, tmp_path: Path
                 client.wait(bad, timeout=120)
             assert ei.value.code == "empty_text"
         # everything answered: no segment waits for the worker group (markers aside)
-        with LagReader(settings) as reader:
+        with LagReader(settings.kafka, settings.scaling) as reader:
             g = reader.read(settings.worker_group, settings.topic_segments)
         assert g.members == 1 and g.records_waiting == 0 and g.status == "OK"

@@ -81,7 +81,7 @@ def test_lag_equals_kafka_consumer_groups_describe(settings: Settings, capsys: p
     theirs = _parse_describe(proc.stdout)
     assert theirs, proc.stdout
 
-    with LagReader(settings) as reader:
+    with LagReader(settings.kafka, settings.scaling) as reader:
         g = reader.read(group, settings.topic_segments)
     ours = {(r.topic, r.partition): {"current": r.committed, "end": r.end_offset, "lag": r.lag}
             for r in g.partitions}
@@ -134,7 +134,7 @@ def test_live_consumer_that_does_not_commit_is_stalled(settings: Settings) -> No
         while m is None or m.error():
             m = c.poll(1.0)
         c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)], asynchronous=False)
-        with LagReader(settings, window=3) as reader:
+        with LagReader(settings.kafka, settings.scaling, window=3) as reader:
             samples = [reader.read(group, settings.topic_segments) for _ in range(3)]
             c.poll(0)  # keep the member alive between samples
     finally:
@@ -157,7 +157,7 @@ def test_serve_exports_the_same_figures_over_http(settings: Settings) -> None:
     _load_group(settings, group)
     port = free_port()
     stop = threading.Event()
-    with LagReader(settings) as reader:
+    with LagReader(settings.kafka, settings.scaling) as reader:
         expected = reader.read(group, settings.topic_segments)
         t = threading.Thread(target=serve, args=(reader, [(group, settings.topic_segments)]),
                              kwargs={"port": port, "interval": 0.5, "stop": stop}, daemon=True)
@@ -204,7 +204,7 @@ def test_caught_up_transactional_group_keeps_marker_lag_but_is_ok(settings: Sett
                 continue
             got += 1
             c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)], asynchronous=False)
-        with LagReader(settings, window=3) as reader:
+        with LagReader(settings.kafka, settings.scaling, window=3) as reader:
             samples = [reader.read(group, settings.topic_segments) for _ in range(3)]
             c.poll(0)
     finally:

@@ -39,7 +39,7 @@ def _names(proc: Proc) -> dict[str, str]:
 
 def _holders(s: Settings) -> dict[str, list[int]]:
     """instance id -> partitions of the requests topic, as the coordinator says."""
-    with LagReader(s) as reader:
+    with LagReader(s.kafka, s.scaling) as reader:
         _state, members = reader.describe_members(s.stage_app_id, s.topic_requests)
     return {m.instance_id or f"(dynamic {m.client_id})": m.partitions for m in members}
 

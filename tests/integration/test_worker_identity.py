@@ -87,7 +87,7 @@ def test_two_groups_on_one_host_both_commit_under_their_own_ids(settings: Settin
         _answered_once(a, want_a)
         _answered_once(b, want_b)
         # `ttsflow lag --json` shows who holds the group: the worker's client id is its transactional id
-        with LagReader(a) as reader:
+        with LagReader(a.kafka, a.scaling) as reader:
             _state, members = reader.describe_members(a.worker_group, a.topic_segments)
         assert [m.client_id for m in members] == [ida["transactional_id"]]
         assert members[0].partitions == [0, 1, 2, 3]
