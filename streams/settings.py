@@ -62,6 +62,16 @@ class KafkaSettings:
     transactional_id: str
     transaction_timeout_ms: int
 
+    @property
+    def effective_transactional_id_prefix(self) -> str:
+        return self.transactional_id_prefix or self.worker_group
+
+    @property
+    def effective_transactional_id(self) -> str:
+        """The id a worker uses: given, or claimed at start (``streams.worker.claim_transactional_id``);
+        before the claim, the prefix and host without a slot."""
+        return self.transactional_id or f"{self.effective_transactional_id_prefix}-{socket.gethostname()}"
+
 
 @dataclass(frozen=True, slots=True)
 class S3Settings:
@@ -261,13 +271,12 @@ class Settings:
 
     @property
     def effective_transactional_id_prefix(self) -> str:
-        return self.transactional_id_prefix or self.worker_group
+        return self.kafka.effective_transactional_id_prefix
 
     @property
     def effective_transactional_id(self) -> str:
-        """The id a worker uses: given, or claimed at start (``streams.worker.claim_transactional_id``);
-        before the claim, the prefix and host without a slot."""
-        return self.transactional_id or f"{self.effective_transactional_id_prefix}-{socket.gethostname()}"
+        """:attr:`KafkaSettings.effective_transactional_id` of this settings' kafka section."""
+        return self.kafka.effective_transactional_id
 
     @property
     def effective_model_dir(self) -> Path:

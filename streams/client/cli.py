@@ -292,7 +292,7 @@ def main_watch(argv: list[str]) -> int:
 
     n = 0
     try:
-        for c, m in tail_completions(load_settings(), from_beginning=a.from_beginning, lookback_s=a.lookback):
+        for c, m in tail_completions(load_settings().kafka, from_beginning=a.from_beginning, lookback_s=a.lookback):
             if a.json:
                 print(encode(c).decode(), flush=True)
             else:
@@ -318,12 +318,12 @@ def main_fetch(argv: list[str]) -> int:
 
     settings = load_settings()
     try:
-        c = find_completion(settings, a.request_id, timeout=a.timeout)
+        c = find_completion(settings.kafka, a.request_id, timeout=a.timeout)
         if c is None:
             print(f"ttsflow fetch: no completion for request {a.request_id!r} in {settings.topic_completed} "
                   "(not finished yet, or older than the topic's retention)", file=sys.stderr)
             return 1
-        path = _write_atomic(Path(a.out), fetch_audio(settings, c))
+        path = _write_atomic(Path(a.out), fetch_audio(settings.s3, c))
     except CompletionTimeout:
         return _fail("fetch", f"scanning {settings.topic_completed} took longer than {a.timeout:g} s")
     except ClientError as e:

@@ -39,18 +39,18 @@ from typing import Any
 
 from schemas import Completion, Request, SchemaError, decode_completion, encode
 from streams.client.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
-from streams.settings import Settings, load_settings
+from streams.settings import KafkaSettings, S3Settings, Settings, load_settings
 
 __all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "probe_kafka", "tail_completions"]
 
 _log = logging.getLogger("ttsflow.client")
 
 
-def probe_kafka(settings: Settings, timeout: float = 3.0) -> None:
+def probe_kafka(kafka: KafkaSettings, timeout: float = 3.0) -> None:
     """Raise :class:`StackUnavailable` unless the broker answers a metadata request in time."""
     from confluent_kafka.admin import AdminClient
 
-    conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, "logger": _logger_sink(),
+    conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, "logger": _logger_sink(),
                             "socket.timeout.ms": max(int(timeout * 1000), 10)}
     admin = AdminClient(conf)
     try:
@@ -58,10 +58,10 @@ def probe_kafka(settings: Settings, timeout: float = 3.0) -> None:
     except Exception as e:
         err = e.args[0] if e.args else e
         why = err.str() if hasattr(err, "str") else str(err)
-        raise StackUnavailable(f"Kafka at {settings.bootstrap_servers} did not answer within {timeout:g} s "
+        raise StackUnavailable(f"Kafka at {kafka.bootstrap_servers} did not answer within {timeout:g} s "
                                f"({why}); is the stack up? (ttsflow stack up)") from None
     if not md.brokers:
-        raise StackUnavailable(f"Kafka at {settings.bootstrap_servers} has no brokers in its metadata")
+        raise StackUnavailable(f"Kafka at {kafka.bootstrap_servers} has no brokers in its metadata")
 
 
 def _logger_sink() -> logging.Logger:
@@ -71,13 +71,13 @@ def _logger_sink() -> logging.Logger:
     return lg
 
 
-def _reader(settings: Settings, **extra: Any) -> Any:
+def _reader(kafka: KafkaSettings, **extra: Any) -> Any:
     from confluent_kafka import Consumer
 
     from streams.kafka.config import reader_config
 
-    return Consumer(reader_config(settings, **{"group.id": f"ttsflow-client-{uuid.uuid4().hex[:12]}",  # never joins
-                                               "logger": _logger_sink(), **extra}))
+    return Consumer(reader_config(kafka, **{"group.id": f"ttsflow-client-{uuid.uuid4().hex[:12]}",  # never joins
+                                            "logger": _logger_sink(), **extra}))
 
 
 def _partitions(consumer: Any, topic: str, timeout: float) -> list[int]:
@@ -115,9 +115,10 @@ class TTSClient:
         from streams.kafka import producer_config
 
         self.settings = settings or load_settings()
+        self.kafka, self.s3 = self.settings.kafka, self.settings.s3  # all a client uses
         self.connect_timeout = connect_timeout
-        probe_kafka(self.settings, connect_timeout)
-        self._producer = Producer(producer_config(self.settings, logger=_logger_sink()))
+        probe_kafka(self.kafka, connect_timeout)
+        self._producer = Producer(producer_config(self.kafka, logger=_logger_sink()))
         self._lock = threading.Lock()
         self._waiters: dict[str, list[concurrent.futures.Future[Completion]]] = {}
         self._expected: set[str] = set()  # submitted here and not yet taken by wait()
@@ -126,11 +127,11 @@ class TTSClient:
         self._recent_max = recent_max
         self._stop = threading.Event()
         self._failure: BaseException | None = None
-        self._consumer = _reader(self.settings)
+        self._consumer = _reader(self.kafka)
         try:
-            parts = _partitions(self._consumer, self.settings.topic_completed, connect_timeout)
+            parts = _partitions(self._consumer, self.kafka.topic_completed, connect_timeout)
             since = int((time.time() - lookback_s) * 1000)
-            self._consumer.assign(_start_offsets(self._consumer, self.settings.topic_completed, parts, since,
+            self._consumer.assign(_start_offsets(self._consumer, self.kafka.topic_completed, parts, since,
                                                  connect_timeout))
         except Exception:
             self._consumer.close()
@@ -223,7 +224,7 @@ class TTSClient:
 
         while True:
             try:
-                self._producer.produce(self.settings.topic_requests, key=user_id.encode(), value=encode(req),
+                self._producer.produce(self.kafka.topic_requests, key=user_id.encode(), value=encode(req),
                                        on_delivery=on_delivery)
                 break
             except BufferError:  # local queue full: let deliveries drain, then retry
@@ -287,12 +288,12 @@ class TTSClient:
         if self._s3 is None or self._s3.bucket != bucket:
             if self._s3 is not None:
                 self._s3.close()
-            self._s3 = AudioStore.from_section(self.settings.s3, bucket=bucket, prefix="")
+            self._s3 = AudioStore.from_section(self.s3, bucket=bucket, prefix="")
         return self._s3
 
     def fetch(self, completion: Completion) -> bytes:
         """The completion's audio, checked against its sha256."""
-        return fetch_audio(self.settings, completion, store=self._store(_audio(completion).bucket))
+        return fetch_audio(self.s3, completion, store=self._store(_audio(completion).bucket))
 
     def save(self, completion: Completion, path: str | os.PathLike[str]) -> Path:
         """Write the completion's audio to ``path`` (atomically) and return the path."""
@@ -321,14 +322,14 @@ def _audio(c: Completion) -> Any:
     return c.audio
 
 
-def fetch_audio(settings: Settings, completion: Completion, *, store: Any = None) -> bytes:
+def fetch_audio(s3: S3Settings, completion: Completion, *, store: Any = None) -> bytes:
     """Download a completion's audio and verify its SHA-256; :class:`AudioFetchError` otherwise."""
     from storage import AudioStore, StorageError
 
     a = _audio(completion)
     own = store is None
     if own:
-        store = AudioStore.from_section(settings.s3, bucket=a.bucket, prefix="")
+        store = AudioStore.from_section(s3, bucket=a.bucket, prefix="")
     try:
         data: bytes = store.get(a.key)
     except StorageError as e:
@@ -353,21 +354,21 @@ def _write_atomic(path: Path, data: bytes) -> Path:
 
 # --- reading tts.completed without a client ---------------------------------------------------
 
-def tail_completions(settings: Settings, *, from_beginning: bool = False, lookback_s: float = 0.0,
+def tail_completions(kafka: KafkaSettings, *, from_beginning: bool = False, lookback_s: float = 0.0,
                      stop: threading.Event | None = None, poll_s: float = 0.5) -> Iterator[tuple[Completion, Any]]:
     """Yield (completion, message) as they commit, from the end of every partition (or the
     beginning, or ``lookback_s`` back) until ``stop`` is set. Undecodable records are skipped."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    probe_kafka(settings)
-    c = _reader(settings)
+    probe_kafka(kafka)
+    c = _reader(kafka)
     try:
-        parts = _partitions(c, settings.topic_completed, 10)
+        parts = _partitions(c, kafka.topic_completed, 10)
         if from_beginning:
-            c.assign([TopicPartition(settings.topic_completed, p, OFFSET_BEGINNING) for p in parts])
+            c.assign([TopicPartition(kafka.topic_completed, p, OFFSET_BEGINNING) for p in parts])
         else:
             since = int((time.time() - lookback_s) * 1000)
-            c.assign(_start_offsets(c, settings.topic_completed, parts, since, 10))
+            c.assign(_start_offsets(c, kafka.topic_completed, parts, since, 10))
         while stop is None or not stop.is_set():
             for m in c.consume(500, poll_s):
                 if m.error() is not None:
@@ -380,23 +381,23 @@ def tail_completions(settings: Settings, *, from_beginning: bool = False, lookba
         c.close()
 
 
-def find_completion(settings: Settings, request_id: str, *, timeout: float = 60.0) -> Completion | None:
+def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 60.0) -> Completion | None:
     """Scan every partition of ``tts.completed`` (it is keyed by user, not request) from the
     beginning to its current end; the completion of ``request_id`` or None."""
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-    probe_kafka(settings)
-    c = _reader(settings, **{"enable.partition.eof": True})
+    probe_kafka(kafka)
+    c = _reader(kafka, **{"enable.partition.eof": True})
     try:
-        parts = _partitions(c, settings.topic_completed, 10)
+        parts = _partitions(c, kafka.topic_completed, 10)
         ends = {}
         for p in parts:
-            lo, hi = c.get_watermark_offsets(TopicPartition(settings.topic_completed, p), timeout=10, cached=False)
+            lo, hi = c.get_watermark_offsets(TopicPartition(kafka.topic_completed, p), timeout=10, cached=False)
             if hi > lo:
                 ends[p] = hi
         if not ends:
             return None
-        c.assign([TopicPartition(settings.topic_completed, p, OFFSET_BEGINNING) for p in ends])
+        c.assign([TopicPartition(kafka.topic_completed, p, OFFSET_BEGINNING) for p in ends])
         found: Completion | None = None
         pending = set(ends)
         deadline = time.monotonic() + timeout

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.settings import Settings
+from streams.settings import KafkaSettings
 
 __all__ = ["consumer_config", "producer_config", "reader_config", "transactional_config"]
 
 
-def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+def producer_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
     """An idempotent producer that partitions like Java clients and faust."""
     return {
-        "bootstrap.servers": settings.bootstrap_servers,
+        "bootstrap.servers": kafka.bootstrap_servers,
         "partitioner": "murmur2_random",
         "enable.idempotence": True,
         "acks": "all",
@@ -31,26 +31,26 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     }
 
 
-def transactional_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+def transactional_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
     """The worker's transactional producer (``transactional.id`` fences older instances)."""
     return producer_config(
-        settings,
-        **{"transactional.id": settings.effective_transactional_id,
-           "transaction.timeout.ms": settings.transaction_timeout_ms,
+        kafka,
+        **{"transactional.id": kafka.effective_transactional_id,
+           "transaction.timeout.ms": kafka.transaction_timeout_ms,
            # back-to-back transactions: the next one's AddPartitions/AddOffsets meets the
            # coordinator still finishing the last (CONCURRENT_TRANSACTIONS) and is retried
            # after this backoff. librdkafka's 100 ms default made every transaction ~110 ms
            # on the local broker (20 ms: ~26 ms; Java's producer uses 20 ms here, KAFKA-5477),
            # and the worker's loop waits for each one
            "retry.backoff.ms": 20,
-           "client.id": settings.effective_transactional_id,
+           "client.id": kafka.effective_transactional_id,
            **extra})
 
 
-def consumer_config(settings: Settings, group: str, **extra: Any) -> dict[str, Any]:
+def consumer_config(kafka: KafkaSettings, group: str, **extra: Any) -> dict[str, Any]:
     """A group consumer whose offsets are committed only through a transaction."""
     return {
-        "bootstrap.servers": settings.bootstrap_servers,
+        "bootstrap.servers": kafka.bootstrap_servers,
         "group.id": group,
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
@@ -64,10 +64,10 @@ def consumer_config(settings: Settings, group: str, **extra: Any) -> dict[str, A
     }
 
 
-def reader_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+def reader_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
     """A group-less reader (explicit assignment) of committed records only."""
     return {
-        "bootstrap.servers": settings.bootstrap_servers,
+        "bootstrap.servers": kafka.bootstrap_servers,
         "group.id": "ttsflow-reader-unused",  # required by the client; never joins or commits
         "isolation.level": "read_committed",
         "enable.auto.commit": False,

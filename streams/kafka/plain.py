@@ -59,7 +59,7 @@ class Publisher:
     """Idempotent producer of requests (or any bytes) keyed by user id."""
 
     def __init__(self, settings: Settings, **conf: Any) -> None:
-        self._p = Producer(producer_config(settings, **{"linger.ms": 2, "message.timeout.ms": 300_000,
+        self._p = Producer(producer_config(settings.kafka, **{"linger.ms": 2, "message.timeout.ms": 300_000,
                                                         "logger": _kafka_log, **conf}))
         self._errors: list[str] = []
         self.sent = 0
@@ -105,7 +105,7 @@ class TopicReader:
     def __init__(self, settings: Settings, topic: str, *, start: Literal["beginning", "end"] = "beginning",
                  eof: bool = False) -> None:
         self.topic = topic
-        self._c = Consumer(reader_config(settings, **{
+        self._c = Consumer(reader_config(settings.kafka, **{
             "group.id": f"ttsflow-reader-{secrets.token_hex(4)}",  # never joined nor committed
             "enable.partition.eof": eof, "logger": _kafka_log}))
         md = self._c.list_topics(topic, timeout=30)

@@ -362,7 +362,7 @@ def _stack_down_message(settings: Settings, timeout: float) -> str | None:
     from streams.client.errors import StackUnavailable
 
     try:
-        probe_kafka(settings, timeout)
+        probe_kafka(settings.kafka, timeout)
     except StackUnavailable as e:
         return f"ttsflow lag: {e}"
     return None

@@ -124,13 +124,13 @@ class Worker:
         self.ledger = Ledger(dedup_window_s=settings.dedup_window_s, max_request_audio_s=settings.max_request_audio_s,
                              join_memory_bytes=settings.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
         self.consumer = PartitionedConsumer(consumer or Consumer(consumer_config(
-            settings, settings.worker_group, **{"client.id": settings.effective_transactional_id}, **_FAIR_FETCH)),
+            settings.kafka, settings.worker_group, **{"client.id": settings.effective_transactional_id}, **_FAIR_FETCH)),
             settings.topic_segments)
         self.producer = TransactionalProducer(
-            producer_factory or (lambda: Producer(transactional_config(settings))), producer=producer,
+            producer_factory or (lambda: Producer(transactional_config(settings.kafka))), producer=producer,
             wedge_grace_s=wedge_grace_s, heartbeat=metrics.heartbeat, on_replaced=metrics.producer_replaced,
             stopping=self._stop.is_set)
-        self.done_log = DoneLog(settings, reader or Consumer(reader_config(settings, **{"enable.partition.eof": True})),
+        self.done_log = DoneLog(settings, reader or Consumer(reader_config(settings.kafka, **{"enable.partition.eof": True})),
                                 retry=self._retry)
         # DSP/encode on a second thread while the model runs pays off when the model runs on a device;
         # on 2 CPU cores it measured within noise (the model already uses both), so auto = device only

@@ -208,9 +208,9 @@ def test_find_completion_scans_every_partition(settings: Settings, worker: FakeW
     for i in range(8):
         worker.ok(f"other-{i}-{want}", f"user{i}", b"x")
     worker.ok(want, "zed", b"the one")
-    c = find_completion(settings, want, timeout=30)
+    c = find_completion(settings.kafka, want, timeout=30)
     assert c is not None and c.request_id == want and c.user_id == "zed"
-    assert find_completion(settings, "no-such-id", timeout=30) is None
+    assert find_completion(settings.kafka, "no-such-id", timeout=30) is None
 
 
 def test_tail_completions_yields_what_commits(settings: Settings, worker: FakeWorker) -> None:
@@ -220,7 +220,7 @@ def test_tail_completions_yields_what_commits(settings: Settings, worker: FakeWo
     seen: list[str] = []
     rid = f"tail-{uuid.uuid4().hex[:8]}"
     worker.ok(rid, "tina", b"t")
-    for c, _m in tail_completions(settings, lookback_s=60, stop=stop):
+    for c, _m in tail_completions(settings.kafka, lookback_s=60, stop=stop):
         seen.append(c.request_id)
         if c.request_id == rid:
             stop.set()

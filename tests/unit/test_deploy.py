@@ -196,7 +196,7 @@ def test_scaledobject_trigger_agrees_with_settings_and_caps_at_partitions() -> N
     assert int(md["activationLagThreshold"]) >= cm.partitions
     # a partition without a committed offset is read from the start by the worker, so KEDA
     # must count it as its whole log
-    assert md["offsetResetPolicy"] == consumer_config(DEFAULTS, "g")["auto.offset.reset"] == "earliest"
+    assert md["offsetResetPolicy"] == consumer_config(DEFAULTS.kafka, "g")["auto.offset.reset"] == "earliest"
     assert all(isinstance(v, str) for v in md.values())  # KEDA metadata is a string map
     if md.get("allowIdleConsumers", "false") == "false":
         assert so["spec"]["maxReplicaCount"] <= cm.partitions
