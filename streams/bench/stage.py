@@ -113,7 +113,7 @@ def _pure(texts: list[str], settings: Settings, min_s: float = 2.0) -> dict[str,
             segs += len(pieces)
         return segs
 
-    core = StageCore(settings, voices=backend_voices(settings.backend))
+    core = StageCore(settings.stage, settings.kafka, settings.engine, voices=backend_voices(settings.backend))
     raws = [encode(Request(request_id=f"b{i}", user_id=f"user-{i % 97}", text=t)) for i, t in enumerate(texts)]
 
     def whole() -> int:

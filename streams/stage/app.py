@@ -74,7 +74,8 @@ async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
     """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
     _StageApp = stage_app_class()
-    core = core or StageCore(settings, voices=backend_voices(settings.backend), on_dropped=metrics.foreign_dropped)
+    core = core or StageCore(settings.stage, settings.kafka, settings.engine, voices=backend_voices(settings.backend),
+                             on_dropped=metrics.foreign_dropped)
     eos = settings.stage_guarantee == "exactly_once"
     brokers = [f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",") if b.strip()]
     # Static membership (KIP-345): a stage restarted after a SIGKILL rejoins under the same

@@ -33,7 +33,7 @@ from schemas import (
     segment_hash,
 )
 from schemas.errors import ContentError
-from streams.settings import Settings
+from streams.settings import EngineSettings, KafkaSettings, StageSettings
 from streams.stage.text import normalize, split_segments
 
 __all__ = ["DEAD_LETTER_ID_HEADER", "Outcome", "Record", "SeenIds", "StageCore", "backend_voices"]
@@ -109,12 +109,12 @@ class StageCore:
     """Validation, normalization, splitting and hashing of one record; no Kafka, no clock
     of its own (``clock`` returns epoch seconds)."""
 
-    def __init__(self, settings: Settings, *, voices: tuple[str, ...] | None = None,
-                 clock: Callable[[], float] = time.time,
+    def __init__(self, stage: StageSettings, kafka: KafkaSettings, engine: EngineSettings, *,
+                 voices: tuple[str, ...] | None = None, clock: Callable[[], float] = time.time,
                  on_dropped: Callable[[str, int], None] | None = None) -> None:
-        self.s = settings
+        self.stage, self.kafka, self.engine = stage, kafka, engine  # limits and dedup; topics; model identity
         self.voices = voices
-        self.default_voice = settings.voice or (voices[0] if voices else settings.backend)
+        self.default_voice = engine.voice or (voices[0] if voices else engine.backend)
         self.clock = clock
         # the voices this stage routes to whose languages are known (engine.voices)
         self.served: tuple[VoiceInfo, ...] = tuple(
@@ -124,7 +124,7 @@ class StageCore:
     def is_duplicate(self, request_id: str, seen: SeenIds, now: float) -> bool:
         """``seen`` maps the user's request ids to when they were first seen (epoch seconds)."""
         t = seen.get(request_id)
-        return t is not None and now - t < self.s.dedup_window_s
+        return t is not None and now - t < self.stage.dedup_window_s
 
     def handle(self, key: bytes | None, value: bytes | None, *, partition: int, offset: int,
                timestamp_ms: int | None, seen: SeenIds) -> Outcome:
@@ -157,11 +157,11 @@ class StageCore:
             else:
                 reason, message = "no_request_id", "request_id is missing or does not match " \
                                                    "^[A-Za-z0-9._:-]{1,128}$"
-        dl_id = f"{self.s.topic_requests}:{partition}:{offset}"
-        dl = DeadLetter(id=dl_id, reason=reason, message=message or reason, source_topic=self.s.topic_requests,
+        dl_id = f"{self.kafka.topic_requests}:{partition}:{offset}"
+        dl = DeadLetter(id=dl_id, reason=reason, message=message or reason, source_topic=self.kafka.topic_requests,
                         source_partition=partition, source_offset=offset, key_b64=_b64(key),
                         value_b64=_b64(value or b"") or "", timestamp_ms=timestamp_ms)
-        return Outcome("dead_letter", (Record(self.s.topic_dlq, key, encode(dl),
+        return Outcome("dead_letter", (Record(self.kafka.topic_dlq, key, encode(dl),
                                               headers=((DEAD_LETTER_ID_HEADER, dl_id.encode()),)),), code=reason)
 
     def _failed(self, key: bytes | None, value: bytes | None, rid: str, code: str, message: str, now: float,
@@ -174,7 +174,7 @@ class StageCore:
                       error=ErrorInfo(code=code, message=message), source_partition=partition,
                       source_offset=offset, enqueued_at=enqueued)
         out_key = key if key else (uid.encode() if uid is not None else None)
-        rec = Record(self.s.topic_segments, out_key, encode(r), partition=None if out_key else partition)
+        rec = Record(self.kafka.topic_segments, out_key, encode(r), partition=None if out_key else partition)
         return Outcome("failed", (rec,), request_id=rid, code=code, remember=rid)
 
     def _speakable(self, rid: str, requested: str | None, text: str) -> tuple[str, str]:
@@ -199,27 +199,27 @@ class StageCore:
 
     def _request(self, key: bytes | None, value: bytes, rid: str, now: float,
                  timestamp_ms: int | None, partition: int, offset: int) -> Outcome:
-        s = self.s
+        stage, engine = self.stage, self.engine
         try:
             req = decode_request(value)
             text = normalize(req.text)
-            check_content(req, max_text_chars=s.max_text_chars, voices=self.voices, text=text)
+            check_content(req, max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
             voice, text = self._speakable(rid, req.voice, text)
         except SchemaError as e:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
-        pieces = split_segments(text, s.max_segment_chars)
-        hashes = [segment_hash(p, voice=voice, model=s.backend, model_version=s.model_version, speed=req.speed,
+        pieces = split_segments(text, stage.max_segment_chars)
+        hashes = [segment_hash(p, voice=voice, model=engine.backend, model_version=engine.model_version, speed=req.speed,
                                sample_rate=req.sample_rate, format=req.format) for p in pieces]
         rh = request_hash(hashes, format=req.format)
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
         out_key = key if key else req.user_id.encode()
         n = len(pieces)
         records = tuple(
-            Record(s.topic_segments, out_key, encode(Segment(
+            Record(self.kafka.topic_segments, out_key, encode(Segment(
                 request_id=rid, user_id=req.user_id, seq=i, total=n, text=p, hash=h, request_hash=rh, voice=voice,
-                format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=s.backend,
-                model_version=s.model_version, created_at=req.created_at, enqueued_at=enqueued,
+                format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=engine.backend,
+                model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
                 parts=hashes if i == n - 1 else None)))
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
         return Outcome("segments", records, request_id=rid, remember=rid)

@@ -153,7 +153,7 @@ def _handle(c: StageCore, value: bytes) -> Any:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_stage_answers_unsupported_language_naming_the_script_and_the_speakers(name: str) -> None:
     text, script = CASES[name]
-    out = _handle(StageCore(S, voices=("heart",), clock=lambda: 1.0), _req(text))
+    out = _handle(StageCore(S.stage, S.kafka, S.engine, voices=("heart",), clock=lambda: 1.0), _req(text))
     assert out.kind == "failed" and out.code == "unsupported_language" and out.remember == "r-1"
     c = decode_segment_event(out.records[0].value)  # a rejection: the worker answers it
     assert isinstance(c, Rejection) and c.error.code == "unsupported_language"
@@ -168,7 +168,7 @@ def test_stage_answers_unsupported_language_naming_the_script_and_the_speakers(n
 
 def test_stage_cuts_a_foreign_word_and_counts_it() -> None:
     m = StageMetrics(0)
-    c = StageCore(S, voices=("heart",), clock=lambda: 1.0, on_dropped=m.foreign_dropped)
+    c = StageCore(S.stage, S.kafka, S.engine, voices=("heart",), clock=lambda: 1.0, on_dropped=m.foreign_dropped)
     out = _handle(c, _req("Your order 订单 has shipped and will arrive tomorrow. 😀"))
     assert out.kind == "segments"
     assert [decode_segment(r.value).text for r in out.records] == ["Your order has shipped and will arrive tomorrow."]
@@ -178,7 +178,7 @@ def test_stage_cuts_a_foreign_word_and_counts_it() -> None:
 
 
 def test_stage_picks_a_served_voice_that_speaks_the_text_when_none_is_named() -> None:
-    c = StageCore(S, voices=("heart", "chattts"), clock=lambda: 1.0)
+    c = StageCore(S.stage, S.kafka, S.engine, voices=("heart", "chattts"), clock=lambda: 1.0)
     zh = CASES["chinese"][0]
     segs = [decode_segment(r.value) for r in _handle(c, _req(zh)).records]
     assert segs and {s.voice for s in segs} == {"chattts"}
@@ -187,9 +187,9 @@ def test_stage_picks_a_served_voice_that_speaks_the_text_when_none_is_named() ->
 
 
 def test_stage_does_not_judge_voices_it_has_no_data_for() -> None:
-    c = StageCore(S, voices=("a", "b"), clock=lambda: 1.0)
+    c = StageCore(S.stage, S.kafka, S.engine, voices=("a", "b"), clock=lambda: 1.0)
     assert _handle(c, _req(CASES["chinese"][0])).kind == "segments"
-    c = StageCore(S, voices=None, clock=lambda: 1.0)
+    c = StageCore(S.stage, S.kafka, S.engine, voices=None, clock=lambda: 1.0)
     assert _handle(c, _req(CASES["korean"][0], voice="whatever")).kind == "segments"
 
 

@@ -23,7 +23,7 @@ NOW = 1_700_000_000.0
 
 def core(**changes: Any) -> StageCore:
     s = S.replace(**changes) if changes else S
-    return StageCore(s, voices=("heart",), clock=lambda: NOW)
+    return StageCore(s.stage, s.kafka, s.engine, voices=("heart",), clock=lambda: NOW)
 
 
 def req(**fields: Any) -> bytes:
@@ -39,7 +39,7 @@ def run(c: StageCore, value: bytes | None, key: bytes | None = b"alice", seen: d
 
 def test_good_request_becomes_ordered_segments_with_parts_on_the_last() -> None:
     # a voice that speaks both scripts keeps the Chinese sentence (heart would cut it: see test_languages)
-    out = run(StageCore(S, voices=("chattts",), clock=lambda: NOW), req(text="Ｈｅｌｌｏ there.\u200b How are you today? 你好。", speed=1.5, sample_rate=22050))
+    out = run(StageCore(S.stage, S.kafka, S.engine, voices=("chattts",), clock=lambda: NOW), req(text="Ｈｅｌｌｏ there.\u200b How are you today? 你好。", speed=1.5, sample_rate=22050))
     assert out.kind == "segments" and out.remember == "r-1"
     segs = [decode_segment(r.value) for r in out.records]
     assert {r.topic for r in out.records} == {S.topic_segments}
@@ -236,9 +236,9 @@ def test_an_unexpected_error_is_answered_not_raised(monkeypatch: pytest.MonkeyPa
 def test_default_voice_and_backend_voices() -> None:
     assert backend_voices("hibari") == ("heart",)
     assert backend_voices("piper") == ("joe",)
-    segs = run(StageCore(S, voices=backend_voices("hibari"), clock=lambda: NOW), req()).records
+    segs = run(StageCore(S.stage, S.kafka, S.engine, voices=backend_voices("hibari"), clock=lambda: NOW), req()).records
     assert decode_segment(segs[0].value).voice == "heart"
-    c = StageCore(S.replace(voice="joe"), voices=None, clock=lambda: NOW)
+    c = StageCore(S.stage, S.kafka, S.replace(voice="joe").engine, voices=None, clock=lambda: NOW)
     assert decode_segment(run(c, req(voice="anything")).records[0].value).voice == "anything"  # not checked
 
 
