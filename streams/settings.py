@@ -43,6 +43,13 @@ def _default_home() -> str:
     return str(Path.home() / ".local" / "share" / "ttsflow")
 
 
+def _buckets(length_buckets: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in length_buckets.split(",") if x.strip())
+    except ValueError as e:
+        raise SettingsError(f"TTS_LENGTH_BUCKETS={length_buckets!r}: {e}") from None
+
+
 # --- sections: frozen views of one Settings, one per component -----------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,11 @@ class BatchingSettings:
     length_buckets: str
     max_request_audio_s: int
     join_memory_mb: int
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """``length_buckets`` as integers (``Settings`` checks at load that they ascend)."""
+        return _buckets(self.length_buckets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,10 +276,7 @@ class Settings:
     # Derived values -----------------------------------------------------------------
     @property
     def buckets(self) -> tuple[int, ...]:
-        try:
-            return tuple(int(x) for x in self.length_buckets.split(",") if x.strip())
-        except ValueError as e:
-            raise SettingsError(f"TTS_LENGTH_BUCKETS={self.length_buckets!r}: {e}") from None
+        return _buckets(self.length_buckets)
 
     @property
     def effective_transactional_id_prefix(self) -> str:

@@ -19,7 +19,10 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from streams.settings import BatchingSettings
 
 __all__ = ["MicroBatcher"]
 
@@ -41,6 +44,11 @@ class MicroBatcher(Generic[T]):
         self._clock = clock
         self._queues: dict[tuple[int, Hashable], deque[tuple[float, T]]] = {}
         self._n = 0
+
+    @classmethod
+    def from_section(cls, batching: BatchingSettings, clock: Callable[[], float]) -> MicroBatcher[T]:
+        """The batcher the batching section describes (``max_batch``, ``max_wait_ms``, ``length_buckets``)."""
+        return cls(batching.max_batch, batching.max_wait_ms / 1000, batching.buckets, clock)
 
     def bucket_of(self, length: int) -> int:
         """Index of the bucket for an item of this length (len(buckets) = overflow)."""

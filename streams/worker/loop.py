@@ -136,8 +136,7 @@ class Worker:
         # on 2 CPU cores it measured within noise (the model already uses both), so auto = device only
         self.overlap = engine.info.provider != "CPUExecutionProvider" if overlap is None else overlap
         self._io = ThreadPoolExecutor(4, thread_name_prefix="s3")
-        batcher: MicroBatcher[Seg] = MicroBatcher(settings.max_batch, settings.max_wait_ms / 1000, settings.buckets,
-                                                  clock)
+        batcher: MicroBatcher[Seg] = MicroBatcher.from_section(settings.batching, clock)
         self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=settings.max_batch,
                                overlap=self.overlap, io=self._io)
         self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=settings.max_request_audio_s)
