@@ -77,7 +77,7 @@ def running_worker(settings: Settings, engine: Any, *, store: AudioStore | None 
 
     s = settings.replace(transactional_id=f"test-worker-{uuid.uuid4().hex[:8]}", max_wait_ms=20)
     store = store or new_store(s)
-    cache = cache or AudioCache(s.redis_url, 600, namespace=cache_namespace(s.s3))
+    cache = cache or AudioCache(s.redis_url, 600, namespace=cache_namespace(s))
     metrics = WorkerMetrics(0)
     w = Worker(s, engine, store, cache, metrics, overlap=overlap)
     errors: list[BaseException] = []
@@ -227,7 +227,7 @@ def test_redis_down_bypasses_the_cache_and_stays_correct(settings: Settings, eng
     segs = [s for i in range(n) for s in make_segments(f"nr-{i}", "frank", SENTENCES[i])]
     segs += make_segments("nr-repeat", "frank", SENTENCES[0])
     publish(settings, segs)
-    cache = AudioCache(f"redis://127.0.0.1:{_closed_port()}/0", 600, timeout_s=0.2, namespace=cache_namespace(settings.s3))
+    cache = AudioCache(f"redis://127.0.0.1:{_closed_port()}/0", 600, timeout_s=0.2, namespace=cache_namespace(settings))
     with running_worker(settings, engine, cache=cache) as w:
         cs = completions(settings, count=n + 1, timeout=90)
         assert w.metrics.value("ttsflow_worker_redis_errors_total") >= 1
