@@ -218,6 +218,11 @@ class DeadLetter(_Event, frozen=True, kw_only=True):
     offset is committed sends it again. ``id`` (``<topic>:<partition>:<offset>`` of the
     source record; also the ``ttsflow-dead-letter-id`` header) is the same on every copy,
     so an operator or a compacted store tells a re-sent dead letter from a new one.
+
+    The raw bytes are kept whole up to a bound (the stage's: 256 KiB of value, 16 KiB of
+    key), so a dead letter always fits in a Kafka record; past it ``truncated`` is true and
+    ``value_b64`` / ``key_b64`` hold a prefix, while ``value_bytes`` and ``value_sha256``
+    describe the whole original value.
     """
 
     id: str = ""
@@ -229,6 +234,9 @@ class DeadLetter(_Event, frozen=True, kw_only=True):
     key_b64: str | None
     value_b64: str
     timestamp_ms: int | None = None
+    value_bytes: NonNegInt | None = None
+    value_sha256: Sha256Hex | None = None
+    truncated: bool = False
     schema_version: Literal[1] = 1
 
 

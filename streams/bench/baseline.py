@@ -410,7 +410,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     if importlib.util.find_spec("celery") is None:
         raise RuntimeError("celery is not installed: pip install -e '.[bench]'")
     from streams.bench.corpus import bench_texts
-    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id
+    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -423,9 +423,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     burst_n = 10 if quick else 40
     run_id = new_run_id()
     base = load_settings()
-    down = [k for k, v in stack.status(base).items() if not v["ok"]]
-    if down:
-        raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up`")
+    require_stack_up(base)
     cpus = os.cpu_count() or 1
     threads = max(1, cpus // workers)
     s = isolated(base, run_id).replace(threads=threads)

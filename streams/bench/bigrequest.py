@@ -153,7 +153,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
               out_dir: Path = Path("out/bench-bigrequest"), keep_audio: bool = False) -> dict[str, Any]:
     from schemas import Request, SchemaError, decode_completion
     from streams.bench.corpus import encode_request, sentences
-    from streams.bench.harness import Publisher, TopicReader, cleanup_run_topics, isolated, new_run_id
+    from streams.bench.harness import Publisher, TopicReader, cleanup_run_topics, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -161,9 +161,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     run_id = new_run_id()
     base = load_settings()
-    down = [k for k, v in stack.status(base).items() if not v["ok"]]
-    if down:
-        raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up`")
+    require_stack_up(base)
     chars = chars if chars is not None else base.max_text_chars - 1000
     s = isolated(base, run_id).replace(s3_prefix=f"bench/{run_id}/", max_text_chars=max(base.max_text_chars, chars))
     stack.ensure_topics(s)

@@ -281,7 +281,15 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     """Run the pipeline under disruption; the report (also the command's JSON line)."""
     from schemas import SchemaError, decode_completion
     from streams.bench.corpus import bad_content_request, chaos_requests, encode_request
-    from streams.bench.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, s3_client
+    from streams.bench.harness import (
+        Publisher,
+        TopicReader,
+        delete_run_topics,
+        isolated,
+        new_run_id,
+        require_stack_up,
+        s3_client,
+    )
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -302,10 +310,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         stack.stack_up(base, quiet=True)
         timings["private_stack_up_s"] = round(time.monotonic() - t0, 1)
     else:
-        st = stack.status(base)
-        down = [k for k, v in st.items() if not v["ok"]]
-        if down:
-            raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up` first")
+        require_stack_up(base)
     s = isolated(base, run_id)
     stack.ensure_topics(s)
     stack.ensure_bucket(s)

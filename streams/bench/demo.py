@@ -35,7 +35,15 @@ def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
     """Run the demo; the report (the ``--json`` object). Raises on a setup failure."""
     from schemas import SchemaError, decode_completion, decode_dead_letter
     from streams.bench.corpus import demo_corpus, encode_request
-    from streams.bench.harness import Publisher, TopicReader, new_run_id, percentile, s3_client, sha256_hex
+    from streams.bench.harness import (
+        Publisher,
+        TopicReader,
+        new_run_id,
+        percentile,
+        require_stack_up,
+        s3_client,
+        sha256_hex,
+    )
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -45,9 +53,7 @@ def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
     if stack_up:
         stack.stack_up(s, quiet=True)
     else:
-        down = [k for k, v in stack.status(s).items() if not v["ok"]]
-        if down:
-            raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up`")
+        require_stack_up(s)
     timings: dict[str, float] = {"stack_s": round(time.monotonic() - t_start, 1)}
     run_id = new_run_id()
     items = demo_corpus(run_id)

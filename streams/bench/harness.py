@@ -26,7 +26,17 @@ from streams.kafka.plain import Publisher, Record, TopicReader
 from streams.settings import Settings
 
 __all__ = [
-    "Publisher", "Record", "TopicReader", "cleanup_run_topics", "delete_run_topics", "isolated", "new_run_id", "percentile", "s3_client", "sha256_hex",
+    "Publisher",
+    "Record",
+    "TopicReader",
+    "cleanup_run_topics",
+    "delete_run_topics",
+    "isolated",
+    "new_run_id",
+    "percentile",
+    "require_stack_up",
+    "s3_client",
+    "sha256_hex",
     "wait_for",
 ]
 
@@ -101,3 +111,12 @@ def delete_run_topics(s: Settings) -> None:
     existing = topic_names(s)
     names += [t for t in existing if t.startswith((s.stage_app_id + "-", s.stage_app_id + "."))]
     stack.delete_topics(s, [n for n in names if n in existing])
+
+
+def require_stack_up(settings: Settings) -> None:
+    """Raise ``RuntimeError`` naming the services of the local stack that do not answer."""
+    from streams.devstack import stack
+
+    down = [k for k, v in stack.status(settings).items() if not v["ok"]]
+    if down:
+        raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up`")

@@ -142,7 +142,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
               out_dir: Path = Path("out/bench-pipeline"), timeout_s: float = 300.0) -> dict[str, Any]:
     from schemas import Request
     from streams.bench.corpus import bench_texts
-    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id
+    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -150,9 +150,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     run_id = new_run_id()
     base = load_settings()
-    down = [k for k, v in stack.status(base).items() if not v["ok"]]
-    if down:
-        raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up`")
+    require_stack_up(base)
     s = isolated(base, run_id)
     stack.ensure_topics(s)
     rng = random.Random(seed)

@@ -8,6 +8,7 @@ the agent, so one bad record never stops a partition.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import time
@@ -42,6 +43,8 @@ _log = logging.getLogger("ttsflow.stage")
 
 Kind = Literal["segments", "failed", "dead_letter", "duplicate"]
 DEAD_LETTER_ID_HEADER = "ttsflow-dead-letter-id"
+DLQ_VALUE_KEEP = 256 * 1024  # raw bytes of a dead letter kept whole up to this; a prefix beyond
+DLQ_KEY_KEEP = 16 * 1024
 
 
 # --- voices without loading a model ---------------------------------------------------
@@ -158,9 +161,15 @@ class StageCore:
                 reason, message = "no_request_id", "request_id is missing or does not match " \
                                                    "^[A-Za-z0-9._:-]{1,128}$"
         dl_id = f"{self.kafka.topic_requests}:{partition}:{offset}"
+        raw = value or b""
+        # a hostile record near the broker's size limit must not make a dead letter over it
+        # (base64 grows it by a third): that send would fail on every restart, a poison pill
+        truncated = len(raw) > DLQ_VALUE_KEEP or (key is not None and len(key) > DLQ_KEY_KEEP)
         dl = DeadLetter(id=dl_id, reason=reason, message=message or reason, source_topic=self.kafka.topic_requests,
-                        source_partition=partition, source_offset=offset, key_b64=_b64(key),
-                        value_b64=_b64(value or b"") or "", timestamp_ms=timestamp_ms)
+                        source_partition=partition, source_offset=offset,
+                        key_b64=_b64(None if key is None else key[:DLQ_KEY_KEEP]),
+                        value_b64=_b64(raw[:DLQ_VALUE_KEEP]) or "", timestamp_ms=timestamp_ms,
+                        value_bytes=len(raw), value_sha256=hashlib.sha256(raw).hexdigest(), truncated=truncated)
         return Outcome("dead_letter", (Record(self.kafka.topic_dlq, key, encode(dl),
                                               headers=((DEAD_LETTER_ID_HEADER, dl_id.encode()),)),), code=reason)
 
@@ -170,7 +179,7 @@ class StageCore:
         explicitly when it has none); a worker answers it in its transaction."""
         uid = _peek_user_id(value)
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
-        r = Rejection(request_id=rid, user_id=uid or (key or b"").decode("utf-8", "replace") or "unknown",
+        r = Rejection(request_id=rid, user_id=uid or (key or b"")[:256].decode("utf-8", "replace") or "unknown",
                       error=ErrorInfo(code=code, message=message), source_partition=partition,
                       source_offset=offset, enqueued_at=enqueued)
         out_key = key if key else (uid.encode() if uid is not None else None)

@@ -15,11 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from tests.support.pipeline import by_request, check_audio, completions
+from tests.support.pipeline import answer_requests, by_request, check_audio
 
 pytestmark = pytest.mark.integration
 
@@ -45,16 +43,8 @@ def test_text_the_voice_cannot_speak_fails_once_and_mixed_text_is_ok(settings: S
     reqs = [{"request_id": f"lang-{k}", "user_id": f"user-{i % 3}", "text": t}
             for i, (k, (t, _)) in enumerate(UNSUPPORTED.items())]
     reqs += [{"request_id": f"lang-{k}", "user_id": f"user-{i % 3}", "text": t} for i, (k, t) in enumerate(SUPPORTED.items())]
-    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random"})
-    for r in reqs:
-        p.produce(settings.topic_requests, key=r["user_id"].encode(), value=json.dumps(r).encode())
-    assert p.flush(30) == 0
     expected = {r["request_id"] for r in reqs}
-    with Supervisor(tmp_path / "logs") as sup:
-        sup.stage("stage", settings)
-        sup.worker("worker", settings)
-        cs = completions(settings, count=len(expected), timeout=240)
-        sup.check_alive()
+    cs = answer_requests(settings, tmp_path / "logs", reqs, timeout=240)
     print(json.dumps({c.request_id: {"status": c.status, "code": c.error.code if c.error else None,
                                      "voice": c.model.voice if c.model else None,
                                      "message": c.error.message if c.error else None} for c in cs},

@@ -319,3 +319,23 @@ def test_a_stage_started_while_the_broker_is_away_waits_for_it(settings: Setting
         time.sleep(3)
         assert proc.popen is not None and proc.popen.poll() is None, f"the stage exited while waiting:\n{proc.log_tail()}"
     assert wait_for_broker(settings, timeout_s=30.0) is True
+
+
+def test_hostile_records_near_the_size_limit_are_dead_lettered_and_the_partition_goes_on(
+        stages: tuple[Supervisor, Settings]) -> None:
+    """A dead letter keeps a record's raw bytes, base64: whole, a 900 kB record would make a
+    1.2 MB dead letter the broker refuses, on every restart (a poison pill). Bounded, the
+    stage dead-letters it and the user's next request in the same partition is served."""
+    sup, s = stages
+    garbage = bytes(range(256)) * 3500  # ~900 kB, not JSON
+    no_id = json.dumps({"user_id": "user-1", "text": "x" * 850_000}).encode()  # an object, no request id
+    after = ("h-after", "user-1", "Still served after the hostile records.")
+    _produce(s, [(b"user-1", garbage), (b"user-1", no_id), (after[1].encode(), _req(*after))])
+    segs = drain_topic(s.bootstrap_servers, s.topic_segments, count=len(_expected(after[2], s)), timeout=60)
+    dlq = drain_topic(s.bootstrap_servers, s.topic_dlq, count=2, timeout=30)
+    sup.check_alive()
+    assert {decode_segment(m.value()).request_id for m in segs} == {"h-after"}
+    letters = sorted((decode_dead_letter(m.value()) for m in dlq), key=lambda d: d.source_offset)
+    assert [(d.reason, d.value_bytes, d.truncated) for d in letters] == [
+        ("invalid_json", len(garbage), True), ("no_request_id", len(no_id), True)]
+    assert all(len(m.value()) < 512_000 for m in dlq)

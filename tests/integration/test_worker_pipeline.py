@@ -7,16 +7,13 @@ worker), and every ok completion's audio is in S3 with its sha256.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from streams.devstack.procs import Supervisor
 from streams.settings import Settings
-from tests.support.pipeline import SENTENCES, by_request, check_audio, completions
+from tests.support.pipeline import SENTENCES, answer_requests, by_request, check_audio
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +31,8 @@ def test_stage_and_worker_answer_every_request_once(settings: Settings, tmp_path
              {"request_id": "p-0", "user_id": "user-0", "text": "A duplicate id must not be answered twice."},
              {"request_id": "p-empty", "user_id": "user-0", "text": "   "},
              {"request_id": "p-format", "user_id": "user-0", "text": "Hello.", "format": "mp3"}]
-    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random"})
-    for r in reqs:
-        p.produce(settings.topic_requests, key=r["user_id"].encode(), value=json.dumps(r).encode())
-    assert p.flush(30) == 0
     expected = {r["request_id"] for r in reqs}
-    with Supervisor(tmp_path / "logs") as sup:
-        sup.stage("stage", settings)
-        sup.worker("worker", settings)
-        cs = completions(settings, count=len(expected), timeout=180)
-        sup.check_alive()
+    cs = answer_requests(settings, tmp_path / "logs", reqs, timeout=180)
     assert by_request(cs) == Counter({rid: 1 for rid in expected})
     got = {c.request_id: c for c in cs}
     assert got["p-empty"].status == "failed" and got["p-empty"].error.code == "empty_text"  # type: ignore[union-attr]

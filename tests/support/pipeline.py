@@ -99,3 +99,24 @@ def corpus(n: int, tag: str, users: int = 7, salt: str = "") -> list:
         text = " ".join(f"{s[:-1]}, number {i}{salt}{s[-1]}" for s in picked)
         segs += make_segments(f"{tag}-{i}", f"user-{i % users}", text, max_chars=80)
     return segs
+
+
+def answer_requests(settings: Settings, log_dir: Any, requests: list[dict[str, Any]], *,
+                    timeout: float = 180) -> list[Completion]:
+    """Publish raw request JSON (murmur2, keyed by user) the way a user would, run one real stage
+    and one worker until a ``read_committed`` reader sees an answer per request id (or the
+    deadline), and return what it saw."""
+    import json
+
+    from streams.devstack.procs import Supervisor
+
+    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random"})
+    for r in requests:
+        p.produce(settings.topic_requests, key=r["user_id"].encode(), value=json.dumps(r).encode())
+    assert p.flush(30) == 0
+    with Supervisor(log_dir) as sup:
+        sup.stage("stage", settings)
+        sup.worker("worker", settings)
+        cs = completions(settings, count=len({r["request_id"] for r in requests}), timeout=timeout)
+        sup.check_alive()
+    return cs

@@ -309,3 +309,23 @@ def test_a_commit_never_starts_past_the_committed_offset() -> None:
     assert c._new_offset(tp) == 4  # type: ignore[operator]
     c._acked[tp], c._committed_offset[tp] = [2, 3], 0
     assert c._new_offset(tp) is None  # type: ignore[operator]
+
+
+def test_a_dead_letter_of_a_huge_record_stays_far_below_the_broker_limit() -> None:
+    import hashlib
+
+    value = b"\xff" * 900_000  # not JSON, close to Kafka's 1 MB record limit
+    key = b"k" * 100_000
+    (rec,) = run(core(), value, key=key).records
+    dl = decode_dead_letter(rec.value)
+    assert len(rec.value) < 400_000  # base64 of the whole would be 1.2 MB: that send fails forever
+    assert dl.truncated and dl.value_bytes == 900_000 and dl.value_sha256 == hashlib.sha256(value).hexdigest()
+    assert base64.b64decode(dl.value_b64) == value[:len(base64.b64decode(dl.value_b64))]
+    assert dl.key_b64 is not None and len(base64.b64decode(dl.key_b64)) < len(key)
+    small = decode_dead_letter(run(core(), b"garbage").records[0].value)
+    assert not small.truncated and base64.b64decode(small.value_b64) == b"garbage" and small.value_bytes == 7
+
+
+def test_a_rejection_keyed_by_a_huge_key_names_a_bounded_user_id() -> None:
+    (rec,) = run(core(), req(text="", user_id=5), key=b"u" * 200_000).records
+    assert len(rejection(rec.value).user_id) <= 256 and rec.key == b"u" * 200_000
