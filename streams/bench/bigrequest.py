@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streams.bench.harness import status_kb
+
 __all__ = ["RssSampler", "long_text", "main", "run_bench"]
 
 
@@ -55,17 +57,6 @@ def long_text(chars: int, seed: int) -> str:
     return " ".join(out)
 
 
-def _status_kb(pid: int, field_name: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 @dataclass
 class RssSampler:
     """Samples a process's ``VmRSS`` on a thread; ``peak_kb`` is the highest seen since :meth:`reset`."""
@@ -84,7 +75,7 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            kb = _status_kb(self.pid, "VmRSS")
+            kb = status_kb(self.pid, "VmRSS")
             if kb is None:
                 return
             self.peak_kb = max(self.peak_kb, kb)
@@ -98,7 +89,7 @@ class RssSampler:
 
     def reset(self) -> bool:
         """Start a new peak; also reset the kernel's VmHWM (True if the kernel allowed it)."""
-        self.peak_kb = _status_kb(self.pid, "VmRSS") or 0
+        self.peak_kb = status_kb(self.pid, "VmRSS") or 0
         try:
             with open(f"/proc/{self.pid}/clear_refs", "w") as f:
                 f.write("5")
@@ -107,10 +98,10 @@ class RssSampler:
             return False
 
     def rss_kb(self) -> int | None:
-        return _status_kb(self.pid, "VmRSS")
+        return status_kb(self.pid, "VmRSS")
 
     def hwm_kb(self) -> int | None:
-        return _status_kb(self.pid, "VmHWM")
+        return status_kb(self.pid, "VmHWM")
 
     def stop(self) -> None:
         self._stop.set()

@@ -120,3 +120,21 @@ def require_stack_up(settings: Settings) -> None:
     down = [k for k, v in stack.status(settings).items() if not v["ok"]]
     if down:
         raise RuntimeError(f"stack not up ({', '.join(down)}): run `ttsflow stack up`")
+
+
+def status_kb(pid: int | None, field_name: str) -> int | None:
+    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``, ...); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def proc_status_mib(pid: int | None, field_name: str) -> float | None:
+    """:func:`status_kb` in MiB, one decimal."""
+    kb = status_kb(pid, field_name)
+    return None if kb is None else round(kb / 1024, 1)

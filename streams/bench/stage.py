@@ -58,7 +58,15 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Request, decode_segment, encode, request_hash, segment_hash
-from streams.bench.harness import Publisher, TopicReader, delete_run_topics, isolated, new_run_id, percentile
+from streams.bench.harness import (
+    Publisher,
+    TopicReader,
+    delete_run_topics,
+    isolated,
+    new_run_id,
+    percentile,
+    proc_status_mib,
+)
 from streams.settings import Settings, load_settings
 from streams.stage.text import normalize, split_segments
 
@@ -244,7 +252,7 @@ def _backlog_throughput(s: Settings, sup: Any, reader: TopicReader, pub: Publish
     span = max(t_last - t_first, 1e-6)
     res.update(stage_requests_per_s=round(len(want) / span, 1), stage_segments_per_s=round(segs / span, 1),
                backlog_requests=len(want), backlog_users=users, backlog_span_s=round(span, 2),
-               stage_cpu_s=round(cpu_last - cpu_first, 2), stage_peak_rss_mib=_peak_rss_mib(proc.pid))
+               stage_cpu_s=round(cpu_last - cpu_first, 2), stage_peak_rss_mib=proc_status_mib(proc.pid, "VmHWM"))
     if cpu_last > cpu_first:
         # CPU seconds the stage process used between its first and last segment:
         # a rate per CPU-second does not depend on how loaded the machine was
@@ -362,33 +370,13 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
                 if not seen_probe:
                     raise RuntimeError(f"the probe never came through; see {home}/logs")
                 runs.append({"how": how, "restore_s": round(time.monotonic() - t0, 2),
-                             "rss_mib": _rss_mib(proc.pid), "repeated_id_dropped": not got_dup})
+                             "rss_mib": proc_status_mib(proc.pid, "VmRSS"), "repeated_id_dropped": not got_dup})
             res["runs"] = runs
             res["disk_mib"] = round(sum(f.stat().st_size for f in Path(home).rglob("*") if f.is_file()) / 2**20, 1)
     finally:
         delete_run_topics(s)
         shutil.rmtree(home, ignore_errors=True)
     return res
-
-
-def _rss_mib(pid: int | None) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _peak_rss_mib(pid: int | None) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _cpu_seconds(pid: int | None) -> float:
