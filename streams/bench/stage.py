@@ -298,12 +298,12 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
     RocksDB keeps the table and the changelog offset on disk."""
     from streams.devstack.procs import Supervisor
     from streams.kafka.plain import raw_producer
-    from streams.stage.dedup import SeenIndex, dedup_table_name
+    from streams.stage.dedup import SeenIndex, dedup_changelog_topic
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-restore-")
     s = _prepare(base, "bsr", home=home, stage_store=store, log_level="WARNING")
     index = SeenIndex(s.dedup_window_s)
-    changelog = f"{s.stage_app_id}-{dedup_table_name(s)}-changelog"
+    changelog = dedup_changelog_topic(s)
     now = time.time()
     users = 1000
     res: dict[str, Any] = {"mode": "restore", "store": store, "ids": ids, "partitions": 4}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.settings import Settings
-from streams.stage.dedup import dedup_table_name
+from streams.stage.dedup import dedup_changelog_topic
 
 __all__ = ["TopicSpec", "admin_client", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
            "kafka_exception", "topic_names", "topic_specs", "wait_for_broker"]
@@ -51,7 +51,7 @@ def topic_specs(settings: Settings, *, partitions: int | None = None) -> list[To
         TopicSpec(settings.topic_completed, n), TopicSpec(settings.topic_dlq, n),
         TopicSpec(settings.topic_done, n, _done_topic_config(settings)),
         # the dedup table's changelog: entries expire a bucket at a time (streams/stage/dedup.py)
-        TopicSpec(f"{app}-{dedup_table_name(settings)}-changelog", n,
+        TopicSpec(dedup_changelog_topic(settings), n,
                   {"cleanup.policy": "compact,delete", "retention.ms": str(2 * settings.dedup_window_s * 1000),
                    "segment.ms": str(min(3600, settings.dedup_window_s) * 1000)}),
         TopicSpec(f"{app}-__assignor-__leader", 1),

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from streams.settings import Settings
 
-__all__ = ["SeenIndex", "UserSeen", "dedup_table_name"]
+__all__ = ["SeenIndex", "UserSeen", "dedup_changelog_topic", "dedup_table_name"]
 
 _BUCKET_DIGITS = 10
 
@@ -102,3 +102,8 @@ def dedup_table_name(settings: Settings) -> str:
     per-user ``dedup`` maps; ids recorded there are not carried over (the worker's done set
     still stops a repeated id it answered)."""
     return "seen-eos" if settings.stage_guarantee == "exactly_once" else "seen"
+
+
+def dedup_changelog_topic(settings: Settings) -> str:
+    """The dedup table's changelog topic, named as faust names it (``<app id>-<table>-changelog``)."""
+    return f"{settings.stage_app_id}-{dedup_table_name(settings)}-changelog"
