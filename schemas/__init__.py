@@ -6,7 +6,9 @@ Imports nothing else of ttsflow. See ``schemas/asyncapi.yaml`` for the topics.
 from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError
 from schemas.events import (
     FORMATS,
+    PRIORITIES,
     AudioRef,
+    Chunk,
     Completion,
     DeadLetter,
     Done,
@@ -17,6 +19,7 @@ from schemas.events import (
     Segment,
     Timings,
     check_content,
+    decode_chunk,
     decode_completion,
     decode_dead_letter,
     decode_request,
@@ -30,7 +33,9 @@ from schemas.events import (
 
 __all__ = [
     "FORMATS",
+    "PRIORITIES",
     "AudioRef",
+    "Chunk",
     "Completion",
     "ContentError",
     "DeadLetter",
@@ -45,6 +50,7 @@ __all__ = [
     "Segment",
     "Timings",
     "check_content",
+    "decode_chunk",
     "decode_completion",
     "decode_dead_letter",
     "decode_request",

@@ -6,6 +6,7 @@ topic                  key         value
 ``tts.requests``       user id     :class:`Request`
 ``tts.segments``       user id     :class:`Segment` (one per segment) or :class:`Rejection`
 ``tts.completed``      user id     :class:`Completion` (``ok`` or ``failed``)
+``tts.chunks``         user id     :class:`Chunk` (one per segment of a streaming request)
 ``tts.requests.dlq``   raw key     :class:`DeadLetter`
 =====================  ==========  ===========================================
 
@@ -31,8 +32,10 @@ from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError
 
 __all__ = [
     "FORMATS",
+    "PRIORITIES",
     "REQUEST_ID_PATTERN",
     "AudioRef",
+    "Chunk",
     "Completion",
     "DeadLetter",
     "ErrorInfo",
@@ -42,6 +45,7 @@ __all__ = [
     "Segment",
     "Timings",
     "check_content",
+    "decode_chunk",
     "decode_completion",
     "decode_dead_letter",
     "decode_request",
@@ -55,6 +59,7 @@ __all__ = [
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 FORMATS: tuple[str, ...] = ("wav", "flac", "ogg")
+PRIORITIES: tuple[str, ...] = ("interactive", "bulk")
 _REQUEST_ID_RE = re.compile(REQUEST_ID_PATTERN)
 
 RequestId = Annotated[str, msgspec.Meta(pattern=REQUEST_ID_PATTERN, description="1-128 chars of [A-Za-z0-9._:-]")]
@@ -68,6 +73,11 @@ NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 # RFC 3339 wants an offset; a timestamp without one is read as UTC (decode_request) rather than
 # refused, since producers that write naive UTC times are common and the meaning is clear.
 AwareDatetime = Annotated[datetime, msgspec.Meta(description="RFC 3339 timestamp; no offset means UTC")]
+Stream = Annotated[bool, msgspec.Meta(description="Also send each segment's audio as a chunk event on tts.chunks as soon "
+                                                  "as it is stored; the completion still follows with the joined audio")]
+Priority = Annotated[Literal["interactive", "bulk"], msgspec.Meta(
+    description="interactive (default): served first; bulk (audiobooks, backfills): served when interactive work "
+                "leaves room, never starved")]
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
@@ -85,6 +95,8 @@ class Request(_Event, frozen=True, kw_only=True):
     speed: Speed = 1.0
     sample_rate: SampleRate | None = None
     created_at: AwareDatetime | None = None
+    stream: Stream = False
+    priority: Priority = "interactive"
     schema_version: Literal[1] = 1
 
 
@@ -112,6 +124,8 @@ class Segment(_Event, frozen=True, kw_only=True):
     created_at: datetime | None = None
     enqueued_at: datetime | None = None
     parts: list[Sha256Hex] | None = None
+    stream: bool = False
+    priority: Priority = "interactive"
     schema_version: Literal[1] = 1
 
     @property
@@ -177,6 +191,30 @@ class Completion(_Event, frozen=True, kw_only=True):
     completed_at: datetime | None = None
     schema_version: Literal[1] = 1
 
+
+
+class Chunk(_Event, frozen=True, kw_only=True):
+    """One segment's audio of a streaming request on ``tts.chunks`` (key: ``user_id``).
+
+    Produced in the worker's transaction as soon as the segment's audio is in S3, so a
+    ``read_committed`` reader sees each chunk once and, per request, in ``seq`` order; the
+    request's :class:`Completion` follows with the joined audio.
+    """
+
+    type: Literal["chunk"] = "chunk"
+    request_id: RequestId
+    user_id: str
+    seq: NonNegInt
+    total: Annotated[int, msgspec.Meta(ge=1)]
+    audio: AudioRef
+    cached: bool = False
+    model: ModelInfo | None = None
+    created_at: datetime | None = None
+    schema_version: Literal[1] = 1
+
+    @property
+    def last(self) -> bool:
+        return self.seq == self.total - 1
 
 
 class Done(_Event, frozen=True, kw_only=True):
@@ -290,6 +328,10 @@ def decode_segment(raw: bytes | str) -> Segment:
 
 def decode_completion(raw: bytes | str) -> Completion:
     return _decode(raw, Completion)
+
+
+def decode_chunk(raw: bytes | str) -> Chunk:
+    return _decode(raw, Chunk)
 
 
 class _Kind(msgspec.Struct):

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import Completion, DeadLetter, Done, Rejection, Request, Segment
+from schemas.events import Chunk, Completion, DeadLetter, Done, Rejection, Request, Segment
 
 __all__ = ["SCHEMAS", "render", "write_all"]
 
@@ -21,6 +21,7 @@ SCHEMAS: dict[str, type] = {
     "segment.v1": Segment,
     "rejection.v1": Rejection,
     "completion.v1": Completion,
+    "chunk.v1": Chunk,
     "dead_letter.v1": DeadLetter,
     "done.v1": Done,
 }

@@ -62,6 +62,7 @@ class KafkaSettings:
     topic_completed: str
     topic_dlq: str
     topic_done: str
+    topic_chunks: str
     partitions: int
     replication_factor: int
     worker_group: str
@@ -202,6 +203,7 @@ class Settings:
     topic_completed: str = _f("tts.completed", "Topic of completion events, ok or failed.")
     topic_dlq: str = _f("tts.requests.dlq", "Dead-letter topic for requests without a readable request_id.")
     topic_done: str = _f("tts.worker.done", "Compacted topic of completed request ids, written in the worker's transaction.")
+    topic_chunks: str = _f("tts.chunks", "Topic of per-segment audio chunks of streaming requests (key = user id), written in the worker's transaction.")
     partitions: int = _f(4, "Partitions of every ttsflow topic created by the stack; caps worker parallelism.", lo=1, hi=10_000)
     replication_factor: int = _f(1, "Replication factor of created topics (1 on the local single-node stack).", lo=1, hi=16)
     stage_app_id: str = _f("ttsflow-stage", "faust app id of the stage: its consumer group and table changelog prefix.")

@@ -111,8 +111,8 @@ class _Ttsflow:
         for p in list(self.sup.procs.values()):
             if p.name.startswith("tf-"):
                 self.sup.wait_ready(p, timeout=timeout)
-        self.pub = Publisher(self.s)
-        self.reader = TopicReader(self.s, self.s.topic_completed, start="end")
+        self.pub = Publisher(self.s.kafka)
+        self.reader = TopicReader(self.s.kafka, self.s.topic_completed, start="end")
 
     def model(self) -> str:
         """The model the first worker says it loaded (its ``event=model_loaded`` log line)."""

@@ -164,7 +164,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
                               "load_avg_start": [round(x, 2) for x in os.getloadavg()],
                               "max_text_chars": s.max_text_chars, "chars": len(text), "short_rate": short_rate}
     sup = Supervisor(out_dir / run_id / "logs")
-    pub = Publisher(s)
+    pub = Publisher(s.kafka)
     reader: TopicReader | None = None
     sampler: RssSampler | None = None
     sent: dict[str, float] = {}
@@ -215,7 +215,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
         worker = sup.worker("worker", s.replace(transactional_id=f"ttsflow-bench-{run_id}"))
         for p in list(sup.procs.values()):
             sup.wait_ready(p, timeout=180)
-        reader = TopicReader(s, s.topic_completed, start="end")
+        reader = TopicReader(s.kafka, s.topic_completed, start="end")
         assert worker.pid is not None
         sampler = RssSampler(worker.pid, limit_kb=max_rss_mb * 1024)
         sampler.start()

@@ -348,8 +348,8 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         _say(f"processes ready in {timings['startup_s']}s; publishing")
 
         # 2. publish at an even pace; fire each event when its moment comes; follow progress
-        reader = TopicReader(s, s.topic_completed, start="beginning")
-        pub = Publisher(s)
+        reader = TopicReader(s.kafka, s.topic_completed, start="beginning")
+        pub = Publisher(s.kafka)
         t_pub = time.monotonic()
         wall_pub = time.time()
         pending = list(events)
@@ -419,7 +419,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         # 3. stop everything, then read the whole completions topic as a user would
         codes = sup.stop_all()
         _say(f"stopped: {codes}")
-        with TopicReader(s, s.topic_completed, start="beginning", eof=True) as final_reader:
+        with TopicReader(s.kafka, s.topic_completed, start="beginning", eof=True) as final_reader:
             for recd in final_reader.read_to_end(timeout=120):
                 try:
                     c = decode_completion(recd.value)
@@ -498,10 +498,10 @@ def _where_lost(s: Any, lost: set[str]) -> dict[str, int]:
     from schemas import SchemaError, decode_segment, peek_request_id
     from streams.bench.harness import TopicReader
 
-    with TopicReader(s, s.topic_requests, eof=True) as r:
+    with TopicReader(s.kafka, s.topic_requests, eof=True) as r:
         published = [rid for rec in r.read_to_end(120) if (rid := peek_request_id(rec.value))]
     segs: list[tuple[str, int, int]] = []
-    with TopicReader(s, s.topic_segments, eof=True) as r:
+    with TopicReader(s.kafka, s.topic_segments, eof=True) as r:
         for rec in r.read_to_end(120):
             try:
                 seg = decode_segment(rec.value)

@@ -68,9 +68,9 @@ def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
         timings["processes_ready_s"] = round(time.monotonic() - t0, 1)
         _say(f"stage and worker ready in {timings['processes_ready_s']}s; publishing {len(items)} records")
 
-        completed = TopicReader(s, s.topic_completed, start="end")
-        dlq = TopicReader(s, s.topic_dlq, start="end")
-        pub = Publisher(s)
+        completed = TopicReader(s.kafka, s.topic_completed, start="end")
+        dlq = TopicReader(s.kafka, s.topic_dlq, start="end")
+        pub = Publisher(s.kafka)
         sent_at: dict[str, float] = {}
         deferred = [i for i in items if i.after]
         label_id = {i.label: i.request_id for i in items}

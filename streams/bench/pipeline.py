@@ -78,8 +78,8 @@ class _Driver:
         from streams.bench.harness import Publisher, TopicReader
 
         self.s = settings
-        self.pub = Publisher(settings)
-        self.reader = TopicReader(settings, settings.topic_completed, start="end")
+        self.pub = Publisher(settings.kafka)
+        self.reader = TopicReader(settings.kafka, settings.topic_completed, start="end")
         self.sent: dict[str, float] = {}
         self.got: dict[str, tuple[Any, float]] = {}
 

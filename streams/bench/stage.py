@@ -177,8 +177,8 @@ def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: floa
     res: dict[str, Any] = {}
     try:
         # 2. throughput: a backlog first, then one stage on one CPU
-        pub = Publisher(s)
-        with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
+        pub = Publisher(s.kafka)
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
             res.update(_backlog_throughput(s, sup, reader, pub, texts, users=97))
 
             # 3. latency at a steady rate, stage warm
@@ -272,8 +272,8 @@ def _users_run(base: Settings, *, requests: int, spread_users: int, id_chars: in
         home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-users-")
         s = _prepare(base, "bsu", home=home, log_level="WARNING")
         try:
-            with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
-                r = _backlog_throughput(s, sup, reader, Publisher(s), texts, users=users, id_chars=id_chars)
+            with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
+                r = _backlog_throughput(s, sup, reader, Publisher(s.kafka), texts, users=users, id_chars=id_chars)
             res[label] = {k: r[k] for k in ("stage_requests_per_s", "backlog_span_s", "stage_requests_per_cpu_s",
                                             "stage_peak_rss_mib", "backlog_users") if k in r}
         finally:
@@ -303,7 +303,7 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-restore-")
     s = _prepare(base, "bsr", home=home, stage_store=store, log_level="WARNING")
     index = SeenIndex(s.dedup_window_s)
-    changelog = dedup_changelog_topic(s)
+    changelog = dedup_changelog_topic(s.stage)
     now = time.time()
     users = 1000
     res: dict[str, Any] = {"mode": "restore", "store": store, "ids": ids, "partitions": 4}
@@ -319,14 +319,14 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
             # each user's entries in that user's partition, as the stage writes them: learn the
             # murmur2 partition of every user id from a scratch topic of the run's own
             part_of: dict[int, int] = {}
-            probe_p = raw_producer(s, partitioner="murmur2_random")
+            probe_p = raw_producer(s.kafka, partitioner="murmur2_random")
             def learned(u: int) -> Any:
                 return lambda err, m: part_of.__setitem__(u, m.partition())
 
             for u in range(users):
                 probe_p.produce(s.topic_dlq, key=user(u), value=b"", on_delivery=learned(u))
             probe_p.flush(60)
-            p = raw_producer(s, **{"linger.ms": 50, "batch.num.messages": 10000,
+            p = raw_producer(s.kafka, **{"linger.ms": 50, "batch.num.messages": 10000,
                                    "queue.buffering.max.messages": 1_000_000})
             t0 = time.monotonic()
             for i in range(ids):
@@ -341,8 +341,8 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
                     p.poll(0)
             p.flush(300)
             res["changelog_write_s"] = round(time.monotonic() - t0, 1)
-        pub = Publisher(s)
-        with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
+        pub = Publisher(s.kafka)
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
             runs: list[dict[str, Any]] = []
             for attempt, how in enumerate(("start", *(restarts if store == "rocksdb" else ()))):
                 t0 = time.monotonic()
@@ -411,7 +411,7 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
             for name in names:
                 sup.stage(name, s)
             sup.wait_group(s, s.stage_app_id, stages, timeout=120)
-            pub = Publisher(s)
+            pub = Publisher(s.kafka)
             publish_s = requests / rate
             kill_at = sorted(rng.uniform(0.15, 0.85) * publish_s for _ in range(kills))
             fired: list[dict[str, Any]] = []
@@ -438,7 +438,7 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
             seen: Counter[tuple[str, int]] = Counter()
             t_drain = time.monotonic()
             last_new = time.monotonic()
-            with TopicReader(s, s.topic_segments) as reader:
+            with TopicReader(s.kafka, s.topic_segments) as reader:
                 while time.monotonic() - t_drain < 240:
                     crashes += _revive(sup)
                     got = reader.poll(0.5, 5000)
@@ -511,11 +511,11 @@ def _stall_run(base: Settings, *, rate: float, episodes: int, gap_s: float, seco
                            "second_kill_s": second_kill_s}
     seen: dict[int, list[float]] = {p: [] for p in range(4)}
     try:
-        with Supervisor(Path(home) / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
             for name in names:
                 sup.stage(name, s)
             sup.wait_group(s, s.stage_app_id, stages, timeout=180)
-            pub = Publisher(s)
+            pub = Publisher(s.kafka)
             t0 = time.monotonic()
             wall0 = time.time()
             fired: list[dict[str, Any]] = []
@@ -574,7 +574,7 @@ def _crash_reasons(log_dir: Path) -> dict[str, int]:
 def _count_uncommitted(s: Settings) -> int:
     from streams.kafka.plain import count_records
 
-    return count_records(s, s.topic_segments, isolation="read_uncommitted")
+    return count_records(s.kafka, s.topic_segments, isolation="read_uncommitted")
 
 
 def main(argv: list[str]) -> int:

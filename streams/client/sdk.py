@@ -50,9 +50,10 @@ def probe_kafka(kafka: KafkaSettings, timeout: float = 3.0) -> None:
     """Raise :class:`StackUnavailable` unless the broker answers a metadata request in time."""
     from confluent_kafka.admin import AdminClient
 
-    conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, "logger": _logger_sink(),
-                            "socket.timeout.ms": max(int(timeout * 1000), 10)}
-    admin = AdminClient(conf)
+    from streams.kafka.config import client_config
+
+    admin = AdminClient(client_config(kafka, **{"logger": _logger_sink(),
+                                                "socket.timeout.ms": max(int(timeout * 1000), 10)}))
     try:
         md = admin.list_topics(timeout=timeout)
     except Exception as e:

@@ -109,7 +109,7 @@ def group_members(settings: Settings, group: str, timeout: float = 5.0) -> int:
     """Members of a consumer group right now (0 if it does not exist or is rebalancing)."""
     from streams.kafka.admin import group_members as members
 
-    return members(settings, group, timeout)
+    return members(settings.kafka, group, timeout)
 
 
 def health(port: int, timeout: float = 1.0) -> bool | None:

@@ -358,7 +358,7 @@ _quiet_kafka_log.propagate = False
 def _admin(settings: Settings, bootstrap: str | None = None) -> Any:
     from streams.kafka.admin import admin_client
 
-    return admin_client(settings, bootstrap=bootstrap, **{"socket.timeout.ms": 5000, "logger": _quiet_kafka_log})
+    return admin_client(settings.kafka, bootstrap=bootstrap, **{"socket.timeout.ms": 5000, "logger": _quiet_kafka_log})
 
 
 def _kafka_address(settings: Settings) -> str:
@@ -439,7 +439,7 @@ def ensure_topics(settings: Settings, *, partitions: int | None = None, timeout:
     from streams.kafka.admin import kafka_exception
 
     try:
-        return _ensure(settings, partitions=partitions, timeout=timeout)
+        return _ensure(settings.kafka, settings.stage, partitions=partitions, timeout=timeout)
     except kafka_exception() as e:
         raise StackError(f"could not create topics: {e}") from None
 

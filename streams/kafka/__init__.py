@@ -10,7 +10,7 @@ this package is cheap.
 """
 
 from streams.kafka.admin import TopicSpec, ensure_done_topic, ensure_topics, topic_specs, wait_for_broker
-from streams.kafka.config import consumer_config, producer_config, reader_config, transactional_config
+from streams.kafka.config import client_config, consumer_config, producer_config, reader_config, transactional_config
 
-__all__ = ["TopicSpec", "consumer_config", "ensure_done_topic", "ensure_topics", "producer_config", "reader_config",
+__all__ = ["TopicSpec", "client_config", "consumer_config", "ensure_done_topic", "ensure_topics", "producer_config", "reader_config",
            "topic_specs", "transactional_config", "wait_for_broker"]

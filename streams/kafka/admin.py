@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.settings import Settings
+from streams.kafka.config import client_config
+from streams.settings import KafkaSettings, StageSettings
 from streams.stage.dedup import dedup_changelog_topic
 
 __all__ = ["TopicSpec", "admin_client", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
@@ -36,38 +37,38 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
-def _done_topic_config(settings: Settings) -> dict[str, str]:
-    return {"cleanup.policy": "compact,delete", "retention.ms": str(2 * settings.dedup_window_s * 1000),
+def _done_topic_config(dedup_window_s: int) -> dict[str, str]:
+    return {"cleanup.policy": "compact,delete", "retention.ms": str(2 * dedup_window_s * 1000),
             "min.compaction.lag.ms": "0", "segment.ms": str(3600 * 1000)}
 
 
-def topic_specs(settings: Settings, *, partitions: int | None = None) -> list[TopicSpec]:
-    """Every topic of a ttsflow deployment of ``settings``: the five of the pipeline and the
-    stage's two faust-internal ones (names as faust derives them from the app id)."""
-    n = partitions or settings.partitions
-    app = settings.stage_app_id
+def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int | None = None) -> list[TopicSpec]:
+    """Every topic of a ttsflow deployment: the five of the pipeline and the stage's two
+    faust-internal ones (names as faust derives them from the app id)."""
+    n = partitions or kafka.partitions
+    app = stage.stage_app_id
     return [
-        TopicSpec(settings.topic_requests, n), TopicSpec(settings.topic_segments, n),
-        TopicSpec(settings.topic_completed, n), TopicSpec(settings.topic_dlq, n),
-        TopicSpec(settings.topic_done, n, _done_topic_config(settings)),
+        TopicSpec(kafka.topic_requests, n), TopicSpec(kafka.topic_segments, n),
+        TopicSpec(kafka.topic_completed, n), TopicSpec(kafka.topic_dlq, n), TopicSpec(kafka.topic_chunks, n),
+        TopicSpec(kafka.topic_done, n, _done_topic_config(stage.dedup_window_s)),
         # the dedup table's changelog: entries expire a bucket at a time (streams/stage/dedup.py)
-        TopicSpec(dedup_changelog_topic(settings), n,
-                  {"cleanup.policy": "compact,delete", "retention.ms": str(2 * settings.dedup_window_s * 1000),
-                   "segment.ms": str(min(3600, settings.dedup_window_s) * 1000)}),
+        TopicSpec(dedup_changelog_topic(stage), n,
+                  {"cleanup.policy": "compact,delete", "retention.ms": str(2 * stage.dedup_window_s * 1000),
+                   "segment.ms": str(min(3600, stage.dedup_window_s) * 1000)}),
         TopicSpec(f"{app}-__assignor-__leader", 1),
     ]
 
 
-def ensure_topics(settings: Settings, *, partitions: int | None = None, timeout: float = 30.0) -> list[str]:
+def ensure_topics(kafka: KafkaSettings, stage: StageSettings, *, partitions: int | None = None,
+                  timeout: float = 30.0) -> list[str]:
     """Create the topics of :func:`topic_specs` that are missing and wait until every one has
     a leader; returns the names created now. Existing topics are left as they are."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "socket.timeout.ms": 5000,
-                         "log_level": 3})
-    specs = topic_specs(settings, partitions=partitions)
-    new = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=settings.replication_factor,
+    admin = AdminClient(client_config(kafka, **{"socket.timeout.ms": 5000, "log_level": 3}))
+    specs = topic_specs(kafka, stage, partitions=partitions)
+    new = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=kafka.replication_factor,
                     config=t.config) for t in specs]
     created = []
     for name, fut in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
@@ -92,7 +93,7 @@ def ensure_topics(settings: Settings, *, partitions: int | None = None, timeout:
         time.sleep(0.1)
 
 
-def wait_for_broker(settings: Settings, *, timeout_s: float) -> bool:
+def wait_for_broker(kafka: KafkaSettings, *, timeout_s: float) -> bool:
     """Wait until the cluster answers a metadata request; False after ``timeout_s``. A process
     started while the broker restarts waits for it instead of exiting into its
     orchestrator's crash-loop back-off."""
@@ -101,64 +102,67 @@ def wait_for_broker(settings: Settings, *, timeout_s: float) -> bool:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3})
+    admin = AdminClient(client_config(kafka, log_level=3))
     deadline = time.monotonic() + timeout_s
     logged = False
     while True:
         try:
             admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
             if logged:
-                _log.info("event=broker_reachable bootstrap=%s", settings.bootstrap_servers)
+                _log.info("event=broker_reachable bootstrap=%s", kafka.bootstrap_servers)
             return True
         except KafkaException as e:
             if time.monotonic() >= deadline:
                 return False
             if not logged:
-                _log.warning("event=waiting_for_broker bootstrap=%s error=%s", settings.bootstrap_servers, e)
+                _log.warning("event=waiting_for_broker bootstrap=%s error=%s", kafka.bootstrap_servers, e)
                 logged = True
             time.sleep(1.0)
 
 
-def ensure_done_topic(settings: Settings, *, timeout: float = 10.0) -> int:
+def ensure_done_topic(kafka: KafkaSettings, dedup_window_s: int, *, timeout: float = 10.0) -> int:
     """Create the compacted done topic if missing; returns its partition count.
 
-    It gets ``max(settings.partitions, partitions of the segments topic)`` partitions,
+    It gets ``max(kafka.partitions, partitions of the segments topic)`` partitions,
     ``cleanup.policy=compact,delete`` with a retention of twice the stage's dedup window:
     a re-emitted segment older than that is no longer expected.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    admin = AdminClient(client_config(kafka))
     md = admin.list_topics(timeout=timeout)
-    seg = md.topics.get(settings.topic_segments)
-    want = max(settings.partitions, len(seg.partitions) if seg is not None and not seg.error else 0)
-    have = md.topics.get(settings.topic_done)
+    seg = md.topics.get(kafka.topic_segments)
+    want = max(kafka.partitions, len(seg.partitions) if seg is not None and not seg.error else 0)
+    have = md.topics.get(kafka.topic_done)
     if have is not None and not have.error:
         n = len(have.partitions)
         if n < want:
             from streams.errors import FatalError
 
-            raise FatalError(f"{settings.topic_done} has {n} partitions, fewer than {settings.topic_segments} "
+            raise FatalError(f"{kafka.topic_done} has {n} partitions, fewer than {kafka.topic_segments} "
                              f"({want}); add partitions to it (kafka-topics --alter --partitions {want})")
         return n
-    topic = NewTopic(settings.topic_done, num_partitions=want, replication_factor=settings.replication_factor,
-                     config=_done_topic_config(settings))
-    fut = admin.create_topics([topic], operation_timeout=timeout)[settings.topic_done]
+    topic = NewTopic(kafka.topic_done, num_partitions=want, replication_factor=kafka.replication_factor,
+                     config=_done_topic_config(dedup_window_s))
+    fut = admin.create_topics([topic], operation_timeout=timeout)[kafka.topic_done]
     try:
         fut.result(timeout)
-        _log.info("event=topic_created topic=%s partitions=%d", settings.topic_done, want)
+        _log.info("event=topic_created topic=%s partitions=%d", kafka.topic_done, want)
     except KafkaException as e:
         if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
     return want
 
 
-def admin_client(settings: Settings, *, bootstrap: str | None = None, **conf: Any) -> Any:
-    """A confluent-kafka ``AdminClient`` on the settings' cluster (or ``bootstrap``) with ``conf``."""
+def admin_client(kafka: KafkaSettings, *, bootstrap: str | None = None, **conf: Any) -> Any:
+    """A confluent-kafka ``AdminClient`` on the cluster (or ``bootstrap``) with ``conf``."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap or settings.bootstrap_servers, **conf})
+    base = client_config(kafka, **conf)
+    if bootstrap:
+        base["bootstrap.servers"] = bootstrap
+    return AdminClient(base)
 
 
 def kafka_exception() -> type[Exception]:
@@ -168,9 +172,9 @@ def kafka_exception() -> type[Exception]:
     return KafkaException
 
 
-def topic_names(settings: Settings, *, timeout: float = 10.0) -> set[str]:
+def topic_names(kafka: KafkaSettings, *, timeout: float = 10.0) -> set[str]:
     """The names of every topic of the cluster now."""
-    return set(admin_client(settings).list_topics(timeout=timeout).topics)
+    return set(admin_client(kafka).list_topics(timeout=timeout).topics)
 
 
 def delete_topics(admin: Any, names: Sequence[str], *, timeout: float = 30.0) -> None:
@@ -184,9 +188,9 @@ def delete_topics(admin: Any, names: Sequence[str], *, timeout: float = 30.0) ->
             fut.result(timeout)
 
 
-def group_members(settings: Settings, group: str, timeout: float = 5.0) -> int:
+def group_members(kafka: KafkaSettings, group: str, timeout: float = 5.0) -> int:
     """Members of a consumer group right now (0 if it does not exist or is rebalancing)."""
-    admin = admin_client(settings)
+    admin = admin_client(kafka)
     try:
         desc = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
     except Exception:  # KafkaException: coordinator not available yet, group unknown

@@ -16,19 +16,24 @@ from typing import Any
 
 from streams.settings import KafkaSettings
 
-__all__ = ["consumer_config", "producer_config", "reader_config", "transactional_config"]
+__all__ = ["client_config", "consumer_config", "producer_config", "reader_config", "transactional_config"]
+
+
+def client_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
+    """What every client of the cluster needs (where it is and how to reach it): the base of every
+    config below and of ttsflow's admin clients and tools' readers."""
+    return {"bootstrap.servers": kafka.bootstrap_servers, **extra}
 
 
 def producer_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
     """An idempotent producer that partitions like Java clients and faust."""
-    return {
-        "bootstrap.servers": kafka.bootstrap_servers,
-        "partitioner": "murmur2_random",
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        **extra,
-    }
+    return client_config(
+        kafka,
+        **{"partitioner": "murmur2_random",
+           "enable.idempotence": True,
+           "acks": "all",
+           "linger.ms": 5,
+           **extra})
 
 
 def transactional_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
@@ -49,29 +54,27 @@ def transactional_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
 
 def consumer_config(kafka: KafkaSettings, group: str, **extra: Any) -> dict[str, Any]:
     """A group consumer whose offsets are committed only through a transaction."""
-    return {
-        "bootstrap.servers": kafka.bootstrap_servers,
-        "group.id": group,
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "partition.assignment.strategy": "cooperative-sticky",
-        "session.timeout.ms": 10_000,
-        "heartbeat.interval.ms": 1_000,
-        "max.poll.interval.ms": 300_000,
-        **extra,
-    }
+    return client_config(
+        kafka,
+        **{"group.id": group,
+           "isolation.level": "read_committed",
+           "enable.auto.commit": False,
+           "enable.auto.offset.store": False,
+           "auto.offset.reset": "earliest",
+           "partition.assignment.strategy": "cooperative-sticky",
+           "session.timeout.ms": 10_000,
+           "heartbeat.interval.ms": 1_000,
+           "max.poll.interval.ms": 300_000,
+           **extra})
 
 
 def reader_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
     """A group-less reader (explicit assignment) of committed records only."""
-    return {
-        "bootstrap.servers": kafka.bootstrap_servers,
-        "group.id": "ttsflow-reader-unused",  # required by the client; never joins or commits
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        **extra,
-    }
+    return client_config(
+        kafka,
+        **{"group.id": "ttsflow-reader-unused",  # required by the client; never joins or commits
+           "isolation.level": "read_committed",
+           "enable.auto.commit": False,
+           "enable.auto.offset.store": False,
+           "auto.offset.reset": "earliest",
+           **extra})

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from streams.kafka.config import producer_config, reader_config
-from streams.settings import Settings
+from streams.kafka.config import client_config, producer_config, reader_config
+from streams.settings import KafkaSettings
 
 __all__ = ["Publisher", "Record", "TopicReader", "count_records", "raw_producer"]
 
@@ -27,16 +27,16 @@ _kafka_log.addHandler(logging.NullHandler())
 _kafka_log.propagate = False
 
 
-def raw_producer(settings: Settings, **conf: Any) -> Any:
-    """A plain confluent-kafka ``Producer`` on the settings' cluster with ``conf`` (tools only)."""
-    return Producer({"bootstrap.servers": settings.bootstrap_servers, **conf})
+def raw_producer(kafka: KafkaSettings, **conf: Any) -> Any:
+    """A plain confluent-kafka ``Producer`` on the cluster with ``conf`` (tools only)."""
+    return Producer(client_config(kafka, **conf))
 
 
-def count_records(settings: Settings, topic: str, *, isolation: str = "read_uncommitted",
+def count_records(kafka: KafkaSettings, topic: str, *, isolation: str = "read_uncommitted",
                   timeout: float = 60.0) -> int:
     """How many records ``topic`` holds now, as a reader with ``isolation`` sees them."""
-    c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"bench-{secrets.token_hex(4)}",
-                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
+    c = Consumer(client_config(kafka, **{"group.id": f"bench-{secrets.token_hex(4)}", "enable.auto.commit": False,
+                                         "isolation.level": isolation, "enable.partition.eof": True}))
     try:
         md = c.list_topics(topic, timeout=10).topics[topic]
         c.assign([TopicPartition(topic, p, -2) for p in md.partitions])
@@ -58,8 +58,8 @@ def count_records(settings: Settings, topic: str, *, isolation: str = "read_unco
 class Publisher:
     """Idempotent producer of requests (or any bytes) keyed by user id."""
 
-    def __init__(self, settings: Settings, **conf: Any) -> None:
-        self._p = Producer(producer_config(settings.kafka, **{"linger.ms": 2, "message.timeout.ms": 300_000,
+    def __init__(self, kafka: KafkaSettings, **conf: Any) -> None:
+        self._p = Producer(producer_config(kafka, **{"linger.ms": 2, "message.timeout.ms": 300_000,
                                                         "logger": _kafka_log, **conf}))
         self._errors: list[str] = []
         self.sent = 0
@@ -102,17 +102,17 @@ class Record:
 class TopicReader:
     """A ``read_committed`` reader of every partition of one topic (assigned, no group)."""
 
-    def __init__(self, settings: Settings, topic: str, *, start: Literal["beginning", "end"] = "beginning",
+    def __init__(self, kafka: KafkaSettings, topic: str, *, start: Literal["beginning", "end"] = "beginning",
                  eof: bool = False) -> None:
         self.topic = topic
-        self._c = Consumer(reader_config(settings.kafka, **{
+        self._c = Consumer(reader_config(kafka, **{
             "group.id": f"ttsflow-reader-{secrets.token_hex(4)}",  # never joined nor committed
             "enable.partition.eof": eof, "logger": _kafka_log}))
         md = self._c.list_topics(topic, timeout=30)
         tmd = md.topics.get(topic)
         if tmd is None or tmd.error is not None or not tmd.partitions:
             self._c.close()
-            raise RuntimeError(f"topic {topic} does not exist on {settings.bootstrap_servers}")
+            raise RuntimeError(f"topic {topic} does not exist on {kafka.bootstrap_servers}")
         self.partitions = sorted(tmd.partitions)
         tps = []
         for p in self.partitions:

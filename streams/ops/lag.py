@@ -152,14 +152,15 @@ class LagReader:
 
         self.kafka, self.scaling = kafka, scaling
         self.timeout = timeout
-        self._admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "socket.timeout.ms": 5000})
-        self._consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
-                                   "group.id": "ttsflow-lag-unused",  # never subscribes nor commits
-                                   "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+        from streams.kafka import client_config, reader_config
+
+        self._admin = AdminClient(client_config(kafka, **{"socket.timeout.ms": 5000}))
+        # group-less readers (never subscribe nor commit): one for watermarks, and one
         # read_committed, to tell transaction markers from records in a short lag tail
-        self._probe = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
-                                "group.id": "ttsflow-lag-unused", "isolation.level": "read_committed",
-                                "enable.auto.commit": False, "enable.partition.eof": True})
+        self._consumer = Consumer(reader_config(kafka, **{"group.id": "ttsflow-lag-unused",
+                                                          "isolation.level": "read_uncommitted"}))
+        self._probe = Consumer(reader_config(kafka, **{"group.id": "ttsflow-lag-unused",
+                                                       "enable.partition.eof": True}))
         self._windows: dict[tuple[str, str, int], deque[_Sample]] = {}
         self._window = window
         self._closed = False

@@ -120,7 +120,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     # markers, and faust's non-transactional recovery waits forever for an event at the
     # marker's offset (seen when a stage switched from exactly_once to at_least_once).
     # Switching modes therefore starts with an empty dedup table.
-    seen = app.Table(dedup_table_name(settings), default=None, partitions=settings.partitions, key_type=bytes,
+    seen = app.Table(dedup_table_name(settings.stage), default=None, partitions=settings.partitions, key_type=bytes,
                      value_type=bytes)
     index = SeenIndex(settings.dedup_window_s)
     source_topic = settings.topic_requests
@@ -270,17 +270,17 @@ def prepare_topics(settings: Settings) -> Settings:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from streams.kafka import ensure_topics
+    from streams.kafka import client_config, ensure_topics
 
     try:
-        md = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 3}).list_topics(
+        md = AdminClient(client_config(settings.kafka, log_level=3)).list_topics(
             settings.topic_requests, timeout=10)
         t = md.topics.get(settings.topic_requests)
         if t is not None and t.error is None and t.partitions and len(t.partitions) != settings.partitions:
             _log.warning("event=partitions_from_topic topic=%s partitions=%d setting=%d", settings.topic_requests,
                          len(t.partitions), settings.partitions)
             settings = settings.replace(partitions=len(t.partitions))
-        created = ensure_topics(settings)
+        created = ensure_topics(settings.kafka, settings.stage)
         _log.info("event=topics_ready created=%s", ",".join(created) or "-")
     except KafkaException as e:
         _log.warning("event=topics_not_prepared error=%s", e)

@@ -229,7 +229,7 @@ class StageCore:
                 request_id=rid, user_id=req.user_id, seq=i, total=n, text=p, hash=h, request_hash=rh, voice=voice,
                 format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=engine.backend,
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
-                parts=hashes if i == n - 1 else None)))
+                parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority)))
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
         return Outcome("segments", records, request_id=rid, remember=rid)
 

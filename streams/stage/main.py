@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # faust exits at once when it cannot bootstrap; a stage started during a broker restart
     # waits for it instead (bounded: past that, exit non-zero for the orchestrator)
-    if not wait_for_broker(settings, timeout_s=_BROKER_WAIT_S):
+    if not wait_for_broker(settings.kafka, timeout_s=_BROKER_WAIT_S):
         print(f"ttsflow stage: no broker at {settings.bootstrap_servers} after {_BROKER_WAIT_S:.0f} s", file=sys.stderr)
         return 1
 

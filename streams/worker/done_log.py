@@ -21,7 +21,6 @@ from typing import Any
 
 from schemas import Done, encode
 from streams.errors import FatalError, RetriableError, classify
-from streams.settings import Settings
 from streams.worker.ledger import Answer
 
 __all__ = ["DoneLog"]
@@ -35,9 +34,10 @@ _OP_TIMEOUT_S = 30.0
 class DoneLog:
     """Writes done records (through the caller's transaction) and reads them back on assignment."""
 
-    def __init__(self, settings: Settings, reader: Any, *, retry: Callable[[str, Callable[[], Any]], Any]) -> None:
-        self.topic = settings.topic_done
-        self.dedup_window_s = settings.dedup_window_s
+    def __init__(self, topic: str, dedup_window_s: int, reader: Any, *,
+                 retry: Callable[[str, Callable[[], Any]], Any]) -> None:
+        self.topic = topic
+        self.dedup_window_s = dedup_window_s
         self._reader = reader  # a group-less read_committed Consumer with enable.partition.eof
         self._retry = retry
 

@@ -75,7 +75,7 @@ from streams.errors import AbortableError, ProducerWedged, RetriableError, Stora
 from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import PartitionedConsumer
 from streams.kafka.producer import TransactionalProducer, transaction_error
-from streams.settings import Settings
+from streams.settings import BatchingSettings, KafkaSettings
 from streams.worker.answers import build_completion
 from streams.worker.batcher import MicroBatcher
 from streams.worker.done_log import DoneLog
@@ -109,47 +109,49 @@ _FAIR_FETCH = {"max.partition.fetch.bytes": 16 * 1024, "queued.min.messages": 16
 class Worker:
     """One worker process's loop over its collaborators. Used from one thread (the loop's)."""
 
-    def __init__(self, settings: Settings, engine: Engine | ModelManager, store: AudioStore, cache: AudioCache, metrics: Any,
-                 *, consumer: Any = None, producer: Any = None, reader: Any = None, overlap: bool | None = None,
+    def __init__(self, kafka: KafkaSettings, batching: BatchingSettings, engine: Engine | ModelManager,
+                 store: AudioStore, cache: AudioCache, metrics: Any, *, dedup_window_s: int, consumer: Any = None, producer: Any = None, reader: Any = None, overlap: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, reload_max_wait_s: float = _RELOAD_MAX_WAIT_S,
                  producer_factory: Callable[[], Any] | None = None, wedge_grace_s: float = _WEDGE_GRACE_S) -> None:
         from confluent_kafka import Consumer, Producer
 
         from streams.kafka import consumer_config, reader_config, transactional_config
 
-        self.settings, self.engine, self.store, self.cache, self.metrics, self.clock = \
-            settings, engine, store, cache, metrics, clock
+        self.kafka, self.engine, self.store, self.cache, self.metrics, self.clock = \
+            kafka, engine, store, cache, metrics, clock
+        self.dedup_window_s = dedup_window_s
         self._stop = threading.Event()
         self.gate = ReloadGate(engine, metrics, clock=clock, max_wait_s=reload_max_wait_s)
-        self.ledger = Ledger(dedup_window_s=settings.dedup_window_s, max_request_audio_s=settings.max_request_audio_s,
-                             join_memory_bytes=settings.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
+        self.ledger = Ledger(dedup_window_s=dedup_window_s, max_request_audio_s=batching.max_request_audio_s,
+                             join_memory_bytes=batching.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
         self.consumer = PartitionedConsumer(consumer or Consumer(consumer_config(
-            settings.kafka, settings.worker_group, **{"client.id": settings.effective_transactional_id}, **_FAIR_FETCH)),
-            settings.topic_segments)
+            kafka, kafka.worker_group, **{"client.id": kafka.effective_transactional_id}, **_FAIR_FETCH)),
+            kafka.topic_segments)
         self.producer = TransactionalProducer(
-            producer_factory or (lambda: Producer(transactional_config(settings.kafka))), producer=producer,
+            producer_factory or (lambda: Producer(transactional_config(kafka))), producer=producer,
             wedge_grace_s=wedge_grace_s, heartbeat=metrics.heartbeat, on_replaced=metrics.producer_replaced,
             stopping=self._stop.is_set)
-        self.done_log = DoneLog(settings, reader or Consumer(reader_config(settings.kafka, **{"enable.partition.eof": True})),
+        self.done_log = DoneLog(kafka.topic_done, dedup_window_s,
+                                reader or Consumer(reader_config(kafka, **{"enable.partition.eof": True})),
                                 retry=self._retry)
         # DSP/encode on a second thread while the model runs pays off when the model runs on a device;
         # on 2 CPU cores it measured within noise (the model already uses both), so auto = device only
         self.overlap = engine.info.provider != "CPUExecutionProvider" if overlap is None else overlap
         self._io = ThreadPoolExecutor(4, thread_name_prefix="s3")
-        batcher: MicroBatcher[Seg] = MicroBatcher.from_section(settings.batching, clock)
-        self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=settings.max_batch,
+        batcher: MicroBatcher[Seg] = MicroBatcher.from_section(batching, clock)
+        self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batching.max_batch,
                                overlap=self.overlap, io=self._io)
-        self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=settings.max_request_audio_s)
+        self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s)
         self.recovery = Recovery(ledger=self.ledger, parts=self.parts, joiner=self.joiner, consumer=self.consumer,
                                  producer=self.producer, store=store, metrics=metrics, clock=clock,
-                                 stopping=self._stop.is_set, transactional_id=settings.effective_transactional_id)
+                                 stopping=self._stop.is_set, transactional_id=kafka.effective_transactional_id)
         self.rebalance = Rebalance(ledger=self.ledger, done_log=self.done_log, consumer=self.consumer, parts=self.parts,
                                    producer=self.producer, recovery=self.recovery, metrics=metrics,
-                                   segments_topic=settings.topic_segments, commit_durable=self._commit_durable)
+                                   segments_topic=kafka.topic_segments, commit_durable=self._commit_durable)
         self.on_assign, self.on_revoke, self.on_lost = \
             self.rebalance.on_assign, self.rebalance.on_revoke, self.rebalance.on_lost
         self._last_commit = clock()
-        self._cap = 4 * settings.max_batch
+        self._cap = 4 * batching.max_batch
         self.cache.on_error = metrics.redis_error
 
     @property
@@ -166,12 +168,12 @@ class Worker:
         """Create the done topic, initialise transactions (fencing older instances), subscribe."""
         from streams.kafka import ensure_done_topic
 
-        self.rebalance.done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.settings))
+        self.rebalance.done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.kafka, self.dedup_window_s))
         self.producer.init_transactions()
         self.consumer.subscribe(on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
         self.metrics.ready(True)
         _log.info("event=worker_started transactional_id=%s group=%s model=%s provider=%s overlap=%s",
-                  self.settings.effective_transactional_id, self.settings.worker_group, self.identity,
+                  self.kafka.effective_transactional_id, self.kafka.worker_group, self.identity,
                   self.gate.model_info.provider, self.overlap)
 
     def stop(self) -> None:
@@ -340,10 +342,10 @@ class Worker:
         try:
             self.producer.begin()
             for a in answers:
-                self.producer.produce(self.settings.topic_completed, a.user_id.encode(), encode(a.completion))
+                self.producer.produce(self.kafka.topic_completed, a.user_id.encode(), encode(a.completion))
                 self.producer.produce(*self.done_log.record(a))
             if offsets:
-                self.producer.send_offsets(self.settings.topic_segments, offsets, self.consumer.group_metadata())
+                self.producer.send_offsets(self.kafka.topic_segments, offsets, self.consumer.group_metadata())
             self.producer.commit()
         except KafkaException as e:
             raise transaction_error(e) from e

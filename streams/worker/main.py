@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     metrics.identify(transactional_id=settings.effective_transactional_id, group=settings.worker_group)
     store = AudioStore.from_section(settings.s3)
     cache = AudioCache.from_section(settings.redis, namespace=cache_namespace(settings.s3))
-    worker = Worker(settings, engine, store, cache, metrics, overlap=args.overlap)
+    worker = Worker(settings.kafka, settings.batching, engine, store, cache, metrics,
+                    dedup_window_s=settings.dedup_window_s, overlap=args.overlap)
 
     def _on_signal(signum: int, _frame: Any) -> None:
         _log.info("event=signal signum=%d", signum)

@@ -307,7 +307,7 @@ def test_a_stage_started_while_the_broker_is_away_waits_for_it(settings: Setting
     from streams.kafka import wait_for_broker
 
     away = settings.replace(bootstrap_servers=f"127.0.0.1:{free_port()}", home=str(tmp_path / "home"))
-    assert wait_for_broker(away, timeout_s=1.0) is False
+    assert wait_for_broker(away.kafka, timeout_s=1.0) is False
     with Supervisor(tmp_path / "logs") as sup:
         proc = sup.stage("early", away)
         # its first metadata request times out after 5 s; a loaded machine adds seconds of imports
@@ -318,7 +318,7 @@ def test_a_stage_started_while_the_broker_is_away_waits_for_it(settings: Setting
             time.sleep(0.5)
         time.sleep(3)
         assert proc.popen is not None and proc.popen.poll() is None, f"the stage exited while waiting:\n{proc.log_tail()}"
-    assert wait_for_broker(settings, timeout_s=30.0) is True
+    assert wait_for_broker(settings.kafka, timeout_s=30.0) is True
 
 
 def test_hostile_records_near_the_size_limit_are_dead_lettered_and_the_partition_goes_on(

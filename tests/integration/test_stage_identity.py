@@ -59,7 +59,7 @@ def test_a_sigkilled_stage_restarted_in_place_takes_its_partitions_back_and_the_
         settings: Settings, tmp_path: Path) -> None:
     s = settings.replace(home=str(tmp_path / "home"), log_level="INFO")
     n, rate, kill_at = 1000, 40.0, 6.0
-    with Supervisor(tmp_path / "logs") as sup, TopicReader(s, s.topic_segments) as reader:
+    with Supervisor(tmp_path / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
         ids = _two_stages(sup, s)
         deadline = time.monotonic() + 60
         while True:
@@ -71,7 +71,7 @@ def test_a_sigkilled_stage_restarted_in_place_takes_its_partitions_back_and_the_
         assert set(held) == set(ids.values()), held
         b_parts = held[ids["stage-b"]]
 
-        pub = Publisher(s)
+        pub = Publisher(s.kafka)
         done = threading.Event()
 
         def publish() -> None:

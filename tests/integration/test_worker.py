@@ -79,7 +79,7 @@ def running_worker(settings: Settings, engine: Any, *, store: AudioStore | None 
     store = store or new_store(s)
     cache = cache or AudioCache(s.redis_url, 600, namespace=cache_namespace(s))
     metrics = WorkerMetrics(0)
-    w = Worker(s, engine, store, cache, metrics, overlap=overlap)
+    w = Worker(s.kafka, s.batching, engine, store, cache, metrics, dedup_window_s=s.dedup_window_s, overlap=overlap)
     errors: list[BaseException] = []
 
     def run() -> None:

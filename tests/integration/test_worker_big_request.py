@@ -39,11 +39,11 @@ def test_a_request_at_the_text_limit_is_answered_while_short_ones_keep_being_ans
     text = long_text(LIMIT, seed=11)
     assert LIMIT - 120 < len(text) <= LIMIT
     shorts = sentences(12)
-    pub = Publisher(settings)
+    pub = Publisher(settings.kafka)
     sent: dict[str, float] = {}
     got: dict[str, tuple[Completion, float]] = {}
     seen: Counter[str] = Counter()
-    with Supervisor(tmp_path / "logs") as sup, TopicReader(settings, settings.topic_completed) as reader:
+    with Supervisor(tmp_path / "logs") as sup, TopicReader(settings.kafka, settings.topic_completed) as reader:
         sup.stage("stage", settings)
         sup.worker("worker", settings)
 

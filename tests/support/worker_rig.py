@@ -322,8 +322,9 @@ class Rig:
         """A fresh worker process on the same broker/store (a restart)."""
         self.consumer = FakeConsumer(self.broker)
         self.producer = FakeProducer(self.broker)
-        self.worker = Worker(self.settings, Engine(self.backend, max_batch=self.settings.max_batch), self.store,
-                             self.cache, self.metrics, consumer=self.consumer, producer=self.producer,
+        self.worker = Worker(self.settings.kafka, self.settings.batching,
+                             Engine(self.backend, max_batch=self.settings.max_batch), self.store, self.cache,
+                             self.metrics, dedup_window_s=self.settings.dedup_window_s, consumer=self.consumer, producer=self.producer,
                              reader=FakeReader(self.broker), overlap=False, clock=lambda: self.now)
         self.consumer.assign_now(self.worker, range(self.broker.partitions))
         return self.worker

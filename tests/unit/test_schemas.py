@@ -298,7 +298,8 @@ def test_asyncapi_documents_every_topic_and_existing_schema_files() -> None:
     here = Path(__file__).resolve().parents[2] / "schemas"
     doc = yaml.safe_load((here / "asyncapi.yaml").read_text())
     s = Settings()
-    assert set(doc["channels"]) == {s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done}
+    assert set(doc["channels"]) == {s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done,
+                                     s.topic_chunks}
     refs = {m["payload"]["$ref"] for m in doc["components"]["messages"].values() if "$ref" in m["payload"]}
     assert refs == {f"./json/{name}.schema.json" for name in SCHEMAS}
     for ref in refs:

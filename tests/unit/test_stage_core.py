@@ -56,6 +56,16 @@ def test_good_request_becomes_ordered_segments_with_parts_on_the_last() -> None:
     assert segs[0].enqueued_at is not None and segs[0].enqueued_at.timestamp() == pytest.approx(1_699_999_999.0)
 
 
+def test_stream_and_priority_travel_from_the_request_to_every_segment() -> None:
+    plain = [decode_segment(r.value) for r in run(core(), req(text="One. Two. Three.")).records]
+    assert {(s.stream, s.priority) for s in plain} == {(False, "interactive")}  # v1 requests without the fields
+    asked = [decode_segment(r.value) for r in run(core(), req(text="One. Two. Three.", stream=True,
+                                                              priority="bulk")).records]
+    assert {(s.stream, s.priority) for s in asked} == {(True, "bulk")}
+    bad = decode_segment_event(run(core(), req(priority="urgent")).records[0].value)
+    assert isinstance(bad, Rejection) and bad.error.code == "invalid_field" and "priority" in bad.error.message
+
+
 def test_long_text_respects_the_segment_limit() -> None:
     text = "This sentence is rather long, it has clauses, and it keeps going on and on. " * 5
     segs = [decode_segment(r.value) for r in run(core(), req(text=text)).records]

@@ -339,8 +339,8 @@ def _reload_rig(tmp_path: Any, max_wait_s: float = 30.0) -> tuple[Rig, Any, Any]
     rig = Rig()
     rig.worker.close()
     rig.consumer, rig.producer = FakeConsumer(rig.broker), FakeProducer(rig.broker)
-    rig.worker = Worker(rig.settings, manager, rig.store, rig.cache, rig.metrics,
-                        consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker), overlap=False,
+    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, manager, rig.store, rig.cache, rig.metrics,
+                        dedup_window_s=rig.settings.dedup_window_s, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker), overlap=False,
                         clock=lambda: rig.now, reload_max_wait_s=max_wait_s)
     rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
     return rig, store, manager
@@ -440,8 +440,8 @@ def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkey
 
     rig.worker.close()
     rig.consumer = FakeConsumer(rig.broker)
-    rig.worker = Worker(rig.settings, Engine(rig.backend, max_batch=rig.settings.max_batch), rig.store, rig.cache,
-                        rig.metrics, consumer=rig.consumer, producer=wedged, producer_factory=factory,
+    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.max_batch),
+                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.dedup_window_s, consumer=rig.consumer, producer=wedged, producer_factory=factory,
                         reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now, wedge_grace_s=0.2)
     rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
     try:
@@ -480,8 +480,8 @@ def test_a_rewind_that_cannot_read_offsets_stays_pending_and_admits_nothing_unti
     rig.consumer = SlowOffsetsConsumer(rig.broker, fail=3)
     rig.producer = FakeProducer(rig.broker)
     rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._STATE, "boom", txn_requires_abort=True))]
-    rig.worker = Worker(rig.settings, Engine(rig.backend, max_batch=rig.settings.max_batch), rig.store, rig.cache,
-                        rig.metrics, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker),
+    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.max_batch),
+                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.dedup_window_s, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker),
                         overlap=False, clock=lambda: rig.now)
     rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
     rig.publish(0, segments("p", "u1", ["Aborted, then re-read."]))
