@@ -56,6 +56,7 @@ lint: venv
 	$(BIN)/mypy
 
 # Downloads here what deploy/gpu/device_bench.sh needs on a machine without a registry (<= 50 MiB, git-ignored).
+# Pins the versions this venv runs: make gpu-wheels EXTRAS=dev,piper,chattts,torch
 gpu-wheels: venv
 	$(BIN)/python deploy/gpu/gpu_wheels.py
 

@@ -101,7 +101,7 @@ def _register_converters() -> None:
                 it = iter(bounds)
                 lo = next(it).to(x.dtype) if self.lo_dynamic else self.lo
                 hi = next(it).to(x.dtype) if self.hi_dynamic else self.hi
-                return torch.clamp(x, lo, hi)
+                return torch.clamp(x, lo, hi)  # type: ignore[arg-type]  # clamp takes numbers too
 
         from onnx2torch.utils.common import OnnxMapping, get_const_value
 
@@ -129,8 +129,10 @@ def _register_converters() -> None:
             add_converter(operation_type="NonZero", version=version)(nonzero)
 
         def clip(node: OnnxNode, graph: OnnxGraph) -> OperationConverterResult:
-            names = list(node.input_values) + ["", ""]
-            inputs, bounds, dynamic = [names[0]], [], []
+            names = [*node.input_values, "", ""]
+            inputs: list[str] = [names[0]]
+            bounds: list[float | None] = []
+            dynamic: list[bool] = []
             for name in names[1:3]:
                 if not name:
                     bounds.append(None)

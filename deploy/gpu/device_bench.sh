@@ -4,7 +4,7 @@
 #     bash deploy/gpu/device_bench.sh                        # on the GPU: piper, hibari, chattts; < 8 min
 #     bash deploy/gpu/device_bench.sh --device cpu --quick   # the same code paths, tiny, on a CPU (the test)
 #
-# Prepare here first (needs a registry and the piper extra): `make gpu-wheels` downloads the
+# Prepare here first (needs a registry): `make gpu-wheels EXTRAS=dev,piper,chattts,torch` downloads the
 # cp312 wheels the bench needs beyond the lent machine's image, plus the Piper graph (weights
 # stored fp16, ~31 MiB) and the corpus' phoneme ids, into deploy/gpu/wheels/ (git-ignored,
 # <= 50 MiB; the tree itself is ~1.5 MiB, the device carries 64 MiB in all). Then the device

