@@ -4,6 +4,7 @@
 #   make test   the ONE test command: stack up, then every test under tests/ against it
 #   make up / make down / make status   the local Kafka + S3 + Redis stack (no Docker)
 #   make lint   ruff + mypy
+#   make gpu-wheels   wheels + voice graphs for deploy/gpu/device_bench.sh on a lent GPU machine (no registry there)
 #
 # Settings come from TTS_* environment variables (see streams/settings.py), e.g.
 # TTS_HOME=/tmp/other TTS_KAFKA_PORT=19092 make test   runs a second stack beside the first.
@@ -21,7 +22,7 @@ comma := ,
 STAMP := $(VENV)/.ttsflow-installed-$(subst $(comma),-,$(EXTRAS))
 
 .DEFAULT_GOAL := venv
-.PHONY: venv up down status test demo lint clean
+.PHONY: venv up down status test demo lint clean gpu-wheels
 
 venv: $(STAMP)
 
@@ -53,6 +54,11 @@ demo: venv up
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# Downloads here what deploy/gpu/device_bench.sh needs on a machine without a registry (<= 50 MiB, git-ignored).
+# Pins the versions this venv runs: make gpu-wheels EXTRAS=dev,piper,chattts,torch
+gpu-wheels: venv
+	$(BIN)/python deploy/gpu/gpu_wheels.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

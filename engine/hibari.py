@@ -78,6 +78,7 @@ class HibariBackend(Backend):
 
             precision = detect_precision(onnx.load(str(path), load_external_data=False))
         self._session, provider = make_session(path, providers=providers or "auto", threads=threads, name="hibari")
+        precision = getattr(self._session, "precision", precision)  # what runs: the torch provider runs an int8 graph as fp32
         self._input_names = {i.name for i in self._session.get_inputs()}
         if not {"ids", "speed"} <= self._input_names:
             raise ModelLoadError(f"hibari: {path} does not have hibari's inputs (ids, speed): {sorted(self._input_names)}")

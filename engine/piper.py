@@ -86,6 +86,7 @@ class PiperBackend(Backend):
             add_alignment_output(model, ceil[0])
         self._session, provider = make_session(model.SerializeToString(), providers=providers or "auto",
                                                threads=threads, name="piper")
+        precision = getattr(self._session, "precision", precision)  # what runs: the torch provider runs an int8 graph as fp32
         del model
         outputs = [o.name for o in self._session.get_outputs()]
         self._out_audio = outputs.index("output") if "output" in outputs else 0

@@ -5,6 +5,10 @@ this onnxruntime build offers. onnxruntime silently falls back to CPU when a pro
 fails to initialise (missing CUDA libraries, for instance), so ``make_session`` logs and
 returns the provider that actually runs (``session.get_providers()[0]``): that is the one
 ``ModelInfo.provider`` reports, never the one that was asked for.
+
+``torch`` (or ``torch-cuda`` / ``torch-cpu``) as the first provider runs the same graph on
+torch instead (:class:`engine.torch_session.TorchSession`, onnx2torch): for a GPU where
+onnxruntime-gpu cannot be installed. Its provider reads ``torch-cuda`` or ``torch-cpu``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from engine.errors import ModelLoadError
 
-__all__ = ["choose_providers", "detect_precision", "make_session"]
+__all__ = ["choose_providers", "detect_precision", "make_session", "torch_requested"]
 
 _log = logging.getLogger("ttsflow.engine")
 
@@ -68,13 +72,30 @@ def choose_providers(requested: str | Sequence[str] | None = "auto") -> list[str
     return chosen
 
 
+def torch_requested(providers: str | Sequence[str] | None) -> str | None:
+    """The torch provider's name when ``providers`` asks for it first (``torch``, ``torch-cuda``, ``torch-cpu``)."""
+    if providers is None:
+        return None
+    names = providers.split(",") if isinstance(providers, str) else list(providers)
+    first = next((n.strip().lower() for n in names if n.strip()), "")
+    return first if first.startswith("torch") else None
+
+
 def make_session(model: str | Path | bytes, *, providers: str | Sequence[str] | None = "auto",
                  threads: int = 0, name: str = "model") -> tuple[Any, str]:
-    """An ``InferenceSession`` and the provider that really runs it.
+    """An ``InferenceSession`` (or a ``TorchSession``) and the provider that really runs it.
 
     ``threads`` is the intra-op thread count (0 = onnxruntime's default: all cores).
     Raises ``ModelLoadError`` when the file is missing or onnxruntime refuses the graph.
     """
+    wanted_torch = torch_requested(providers)
+    if wanted_torch is not None:
+        from engine.torch_session import TorchSession
+
+        tsession = TorchSession(model, provider=wanted_torch, threads=threads, name=name)
+        _log.info("event=session_ready model=%s provider=%s precision=%s", name, tsession.provider,
+                  tsession.precision)
+        return tsession, tsession.provider
     import onnxruntime as ort
 
     if isinstance(model, Path | str) and not Path(model).is_file():

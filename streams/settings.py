@@ -241,7 +241,7 @@ class Settings:
     backend: str = _f("hibari", "Engine backend.", choices=("hibari", "piper", "chattts"))
     voice: str = _f("", "Default voice when a request names none; empty means the backend's default.")
     precision: str = _f("auto", "Model precision: auto picks fp16 on GPU, the shipped model on CPU.", choices=("auto", "fp32", "fp16", "int8"))
-    providers: str = _f("auto", "onnxruntime execution providers, comma separated, or auto (TensorRT, CUDA, CPU).")
+    providers: str = _f("auto", "onnxruntime execution providers, comma separated, or auto (TensorRT, CUDA, CPU); torch (torch-cuda, torch-cpu) runs the same graph on torch (extra torch).")
     threads: int = _f(0, "Engine intra-op threads; 0 means all cores.", lo=0, hi=1024)
     model_dir: str = _f("", "Versioned model store; empty means <home>/models.")
     model_version: str = _f("", "Model version the stage writes into segment hashes and events; the worker keys audio by its own loaded model too.")
