@@ -41,7 +41,7 @@ from schemas import Completion, Request, SchemaError, decode_completion, encode
 from streams.client.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
 from streams.settings import KafkaSettings, S3Settings, Settings, load_settings
 
-__all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "probe_kafka", "tail_completions"]
+__all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "pipeline_problems", "probe_kafka", "tail_completions"]
 
 _log = logging.getLogger("ttsflow.client")
 
@@ -104,6 +104,20 @@ def _start_offsets(consumer: Any, topic: str, parts: list[int], since_ms: int, t
             time.sleep(0.1)  # back-off between retries of a retriable broker answer
     # -1: nothing at or after the timestamp in that partition, start at its end
     return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END) for tp in got]
+
+
+def pipeline_problems(settings: Settings, timeout: float = 3.0) -> list[str]:
+    """What stops a request from being answered now, one sentence each: no active member in the
+    stage's group or the worker group (empty: both have members). Costs two admin requests."""
+    from streams.kafka.admin import group_members
+
+    out = []
+    for group, what, start in ((settings.stage_app_id, "stage", "ttsflow stage"),
+                               (settings.worker_group, "worker", "ttsflow worker")):
+        if group_members(settings.kafka, group, timeout) == 0:
+            out.append(f"no {what} is running (consumer group {group!r} has no active members; start one: {start}, "
+                       f"or everything at once: ttsflow run)")
+    return out
 
 
 class TTSClient:
@@ -382,15 +396,24 @@ def tail_completions(kafka: KafkaSettings, *, from_beginning: bool = False, look
         c.close()
 
 
-def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 60.0) -> Completion | None:
+def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 60.0, user_id: str | None = None,
+                    since_s: float | None = None) -> Completion | None:
     """Scan every partition of ``tts.completed`` (it is keyed by user, not request) from the
-    beginning to its current end; the completion of ``request_id`` or None."""
+    beginning to its current end; the completion of ``request_id`` or None.
+
+    ``user_id`` narrows the scan to that user's partition (murmur2, as every ttsflow producer
+    maps it), ``since_s`` to the records of the last ``since_s`` seconds: what the gateway reads
+    for a retry whose completion it no longer holds in memory."""
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    from streams.kafka.partitioner import partition_for
 
     probe_kafka(kafka)
     c = _reader(kafka, **{"enable.partition.eof": True})
     try:
         parts = _partitions(c, kafka.topic_completed, 10)
+        if user_id is not None:
+            parts = [partition_for(user_id.encode(), len(parts))]
         ends = {}
         for p in parts:
             lo, hi = c.get_watermark_offsets(TopicPartition(kafka.topic_completed, p), timeout=10, cached=False)
@@ -398,7 +421,18 @@ def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 6
                 ends[p] = hi
         if not ends:
             return None
-        c.assign([TopicPartition(kafka.topic_completed, p, OFFSET_BEGINNING) for p in ends])
+        if since_s is None:
+            c.assign([TopicPartition(kafka.topic_completed, p, OFFSET_BEGINNING) for p in ends])
+        else:
+            since = int((time.time() - since_s) * 1000)
+            starts = _start_offsets(c, kafka.topic_completed, sorted(ends), since, 10)
+            from confluent_kafka import OFFSET_END
+
+            starts = [tp for tp in starts if tp.offset != OFFSET_END]
+            if not starts:
+                return None
+            ends = {tp.partition: ends[tp.partition] for tp in starts}
+            c.assign(starts)
         found: Completion | None = None
         pending = set(ends)
         deadline = time.monotonic() + timeout
