@@ -197,6 +197,7 @@ class GatewaySettings:
     gateway_probe_s: float
     gateway_recent_max: int
     gateway_lookup_s: int
+    gateway_reader_lookback_s: float
 
     @property
     def aliases(self) -> dict[str, str]:
@@ -305,6 +306,7 @@ class Settings:
     gateway_wait_s: float = _f(120.0, "Gateway: how long a request waits for its completion before answering 504 (with its request id; a retry with the same Idempotency-Key collects the audio later).", lo=0.1, hi=3600)
     gateway_probe_s: float = _f(3.0, "Gateway (and ttsflow say/submit): after this long without a completion, check that the stage and worker groups have members and say so when not.", lo=0.1, hi=600)
     gateway_recent_max: int = _f(10_000, "Gateway: completions kept in memory for retries with an Idempotency-Key (oldest dropped first).", lo=1, hi=10_000_000)
+    gateway_reader_lookback_s: float = _f(60.0, "Gateway: its completions reader starts this many seconds back, so a completion committed just before (a restart) is still dispatched.", lo=0, hi=24 * 3600)
     gateway_lookup_s: int = _f(24 * 3600, "Gateway: how far back a retry whose completion is not in memory looks for it in its user's partition of tts.completed (keep >= TTS_DEDUP_WINDOW_S).", lo=0, hi=30 * 24 * 3600)
 
     def __post_init__(self) -> None:

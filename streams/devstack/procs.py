@@ -280,6 +280,12 @@ class Supervisor:
             p.history.append((time.monotonic(), f"signal SIGKILL pid={p.popen.pid} (deadline)"))
             return p.popen.wait(10)
 
+    def remove(self, name: str, sig: signal.Signals = signal.SIGTERM) -> int | None:
+        """Stop the named process (as :meth:`kill`) and forget it; its exit code."""
+        code = self.kill(name, sig)
+        del self.procs[name]
+        return code
+
     def restart(self, name: str, *, sig: signal.Signals = signal.SIGKILL) -> Proc:
         """Stop the named process with ``sig`` (if running) and start it again, same settings."""
         self.kill(name, sig)

@@ -99,7 +99,7 @@ class Pipeline:
     async def connect(cls, settings: Settings) -> Pipeline:
         loop = asyncio.get_running_loop()
         client = await loop.run_in_executor(
-            None, lambda: TTSClient(settings, lookback_s=60.0, recent_max=settings.gateway_recent_max))
+            None, lambda: TTSClient(settings, lookback_s=settings.gateway_reader_lookback_s, recent_max=settings.gateway_recent_max))
         return cls(settings, client)
 
     def close(self) -> None:
