@@ -237,3 +237,30 @@ def test_bad_input_gets_openai_errors(rig: Rig) -> None:
     with pytest.raises(openai.APIStatusError) as big:
         client.audio.speech.create(model="tts-1", voice="alloy", input="a" * 5000)
     assert big.value.status_code == 413
+
+
+def test_say_and_submit_say_when_no_stage_or_worker_runs(settings: Settings, tmp_path: Path) -> None:
+    """The new user's trap: ``ttsflow say`` after ``make up`` alone used to wait in silence."""
+    import subprocess
+    import sys
+    import time
+
+    from streams.devstack.procs import settings_env
+
+    env = {**settings_env(settings.replace(gateway_probe_s=1.0)), "PATH": "/usr/bin:/bin"}
+    (tmp_path / "in.txt").write_text("Hello there.\n")
+    for argv in (["say", "Hello", "-o", str(tmp_path / "x.wav"), "--timeout", "8"],
+                 ["submit", str(tmp_path / "in.txt"), "--out", str(tmp_path / "out"), "--timeout", "8"]):
+        t0 = time.monotonic()
+        p = subprocess.Popen([sys.executable, "-m", "streams.cli", *argv], env=env, stderr=subprocess.PIPE, text=True)
+        assert p.stderr is not None
+        with p.stderr:
+            first = p.stderr.readline()
+            while first and not first.startswith("ttsflow"):  # submit's progress bar comes first
+                first = p.stderr.readline()
+            noticed = time.monotonic() - t0  # the notice comes before the timeout, not with it
+            rest = p.stderr.read()
+        assert p.wait(60) == 1
+        assert "no stage is running" in first, first + rest
+        assert "no worker is running" in rest or "no worker is running" in first
+        assert noticed < 7.5, noticed
