@@ -264,3 +264,19 @@ def test_say_and_submit_say_when_no_stage_or_worker_runs(settings: Settings, tmp
         assert "no stage is running" in first, first + rest
         assert "no worker is running" in rest or "no worker is running" in first
         assert noticed < 7.5, noticed
+
+
+def test_partition_for_is_where_murmur2_random_puts_a_key(settings: Settings) -> None:
+    from confluent_kafka import Producer
+
+    from streams.kafka import producer_config
+    from streams.kafka.partitioner import partition_for
+
+    got: dict[str, int] = {}
+    p = Producer(producer_config(settings.kafka))
+    users = [f"user-{i}" for i in range(40)] + ["alice", "é-ü", "x" * 300]
+    for u in users:
+        p.produce(settings.topic_requests, key=u.encode(), value=b"{}",
+                  on_delivery=lambda err, m, u=u: got.__setitem__(u, m.partition()))
+    assert p.flush(30) == 0
+    assert got == {u: partition_for(u.encode(), TEST_PARTITIONS) for u in users}
