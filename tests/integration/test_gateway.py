@@ -203,7 +203,7 @@ def test_with_no_stage_or_worker_the_gateway_says_so(rig: Rig) -> None:
     try:
         lonely = rig.sup.gateway(f"lonely-{unique}", s)
         rig.sup.wait_ready(lonely, timeout=120)
-        status, headers, raw = http("POST", f"http://127.0.0.1:{lonely.settings.gateway_port}/v1/audio/speech",
+        status, _, raw = http("POST", f"http://127.0.0.1:{lonely.settings.gateway_port}/v1/audio/speech",
                                     {"model": "tts-1", "input": "Hello.", "voice": "alloy"})
         assert status == 504
         msg = raw.decode().lower()

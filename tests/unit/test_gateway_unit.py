@@ -11,20 +11,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
-pytest.importorskip("fastapi")
-
-from fastapi.testclient import TestClient  # noqa: E402
-
-from schemas import AudioRef, Completion, ErrorInfo  # noqa: E402
-from streams.gateway.app import build_app  # noqa: E402
-from streams.gateway.audio import RATE, encode, transcode  # noqa: E402
-from streams.gateway.auth import Limiter, load_keys  # noqa: E402
-from streams.gateway.errors import ApiError, KeyFileError  # noqa: E402
-from streams.gateway.pipeline import failed_error, request_id_for  # noqa: E402
-from streams.kafka.partitioner import partition_for  # noqa: E402
-from streams.settings import load_settings  # noqa: E402
-from schemas.events import REQUEST_ID_PATTERN  # noqa: E402
+from schemas import AudioRef, Completion, ErrorInfo
+from schemas.events import REQUEST_ID_PATTERN
+from streams.gateway.app import build_app
+from streams.gateway.audio import RATE, encode, transcode
+from streams.gateway.auth import Limiter, load_keys
+from streams.gateway.errors import ApiError, KeyFileError
+from streams.gateway.pipeline import failed_error, request_id_for
+from streams.kafka.partitioner import partition_for
+from streams.settings import load_settings
 
 
 def _wav(seconds: float = 1.0) -> bytes:
