@@ -14,6 +14,10 @@ Guarantees (README, "How it works"):
   not yet done (:class:`~streams.worker.offsets.OffsetTracker`). A segment is done when its
   audio is in S3; a last segment (and every segment of a failed request) when its
   request's completion is produced in the transaction that commits the offset.
+* Streaming requests: a chunk per segment (``tts.chunks``, key = user id) with the part's
+  audio, produced in the transaction whose offsets pass the segment
+  (:meth:`~streams.worker.ledger.Ledger.take_chunks`), so a segment redone after a crash is
+  one whose chunk was never committed: each chunk once, in ``seq`` order.
 * One transaction per commit: completions (``tts.completed``, key = user id), a record
   per answered request in the compacted done topic (key = request id, partition = the
   segment's partition) and the consumer offsets (``send_offsets_to_transaction`` with
@@ -61,10 +65,13 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from engine.base import Failure
 from engine.engine import Engine
 from schemas import (
     AudioRef,
+    Chunk,
     ErrorInfo,
     encode,
 )
@@ -81,7 +88,8 @@ from streams.worker.batcher import MicroBatcher
 from streams.worker.done_log import DoneLog
 from streams.worker.intake import admit_record
 from streams.worker.joiner import Joiner
-from streams.worker.ledger import Ledger, Request, Seg
+from streams.worker.keys import PART_FORMAT
+from streams.worker.ledger import ChunkDue, Ledger, Request, Seg
 from streams.worker.parts import PartMaker
 from streams.worker.rebalance import Rebalance
 from streams.worker.recovery import Recovery
@@ -334,13 +342,16 @@ class Worker:
         from confluent_kafka import KafkaException
 
         if not self.ledger.answers and not (self.ledger.tracker.advanced() and (
-                force or self.clock() - self._last_commit >= _COMMIT_INTERVAL_S)):
+                force or self.ledger.chunks or self.clock() - self._last_commit >= _COMMIT_INTERVAL_S)):
             return
         answers = self.ledger.take_answers()  # from here every segment of theirs counts as done
         offsets = self.ledger.to_commit(self.consumer.assigned)
+        chunks = self.ledger.take_chunks(offsets)  # the streaming parts these offsets pass, in seq order
         t0 = time.perf_counter()
         try:
             self.producer.begin()
+            for c in chunks:
+                self.producer.produce(self.kafka.topic_chunks, c.user_id.encode(), encode(self._chunk(c)))
             for a in answers:
                 self.producer.produce(self.kafka.topic_completed, a.user_id.encode(), encode(a.completion))
                 self.producer.produce(*self.done_log.record(a))
@@ -354,6 +365,14 @@ class Worker:
         self.metrics.transaction(True, time.perf_counter() - t0)
         for a in answers:
             self.metrics.completion(a.completion.status, a.e2e_s)
+
+    def _chunk(self, c: ChunkDue) -> Chunk:
+        p = c.part
+        return Chunk(request_id=c.request_id, user_id=c.user_id, seq=c.seq, total=c.total, cached=p.cached,
+                     audio=AudioRef(uri=self.store.uri(p.key), bucket=self.store.bucket, key=p.key, format=PART_FORMAT,
+                                    sample_rate=self.engine.sample_rate, duration_s=p.duration_s, bytes=p.bytes,
+                                    sha256=p.sha256),
+                     model=msgspec.structs.replace(self.gate.model_info, voice=c.voice), created_at=datetime.now(UTC))
 
     def _retry(self, what: str, fn: Callable[[], Any]) -> Any:
         return kafka_retry.call_with_retry(what, fn, stopping=self._stop.is_set)
