@@ -137,6 +137,7 @@ class Ledger:
         self.chunks: dict[int, list[ChunkDue]] = {}        # partition -> chunks waiting for their offset's commit
         self._seen: set[tuple[int, str, int]] = set()      # (partition, request_id, seq) in flight here
         self._done: dict[int, dict[str, float]] = {}       # durable: request id -> answered at (epoch s)
+        self._answering: set[tuple[int, str]] = set()      # answered, its transaction not yet committed
         self._gen: dict[int, int] = {}                     # partition -> generation of its in-memory work
 
     # -- partitions ---------------------------------------------------------------------
@@ -156,7 +157,11 @@ class Ledger:
         self._done[partition] = answered
 
     def is_done(self, partition: int, request_id: str) -> bool:
-        """Answered within the stage's dedup window. Older ids may be reused: the stage lets them through."""
+        """Answered within the stage's dedup window (or answered here, its transaction in flight: a
+        later copy of one of its segments must not start it again). Older ids may be reused: the
+        stage lets them through."""
+        if (partition, request_id) in self._answering:
+            return True
         at = self._done.get(partition, {}).get(request_id)
         if at is None:
             return False
@@ -320,6 +325,7 @@ class Ledger:
         """``req`` is answered by ``completion``: it leaves the ledger, produced and committed in step 8."""
         self.answers.append(Answer(req.partition, req.request_id, req.user_id, completion, list(req.offsets), e2e_s))
         self.requests.pop(req.key, None)
+        self._answering.add(req.key)
         self._seen.difference_update({(req.partition, req.request_id, s) for s in req.seqs})
 
     # -- 8) the committed-offset rule -------------------------------------------------------------
@@ -359,6 +365,7 @@ class Ledger:
         self.tracker.committed(offsets)
         for a in answers:
             self._done.setdefault(a.partition, {})[a.request_id] = self.wall()
+            self._answering.discard((a.partition, a.request_id))
 
     # -- dropping work ------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -369,6 +376,7 @@ class Ledger:
         for p in set(self._gen) | assigned:
             self._gen[p] = self._gen.get(p, 0) + 1  # results of tasks still running are ignored
         self.answers = []
+        self._answering.clear()
         self.chunks.clear()
         self.tracker.drop(self.tracker.partitions())
         self.waiting.clear()
@@ -393,3 +401,4 @@ class Ledger:
         for key in [k for k in self.requests if k[0] in gone]:
             del self.requests[key]
         self._seen = {k for k in self._seen if k[0] not in gone}
+        self._answering = {k for k in self._answering if k[0] not in gone}
