@@ -35,7 +35,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from pydantic import BaseModel, ConfigDict
 
 from engine import voices as engine_voices
-from streams.gateway.audio import CONTENT_TYPES, transcode
+from schemas import Chunk, Completion
+from streams.gateway.audio import CONTENT_TYPES, StreamEncoder, to_rate, transcode
 from streams.gateway.auth import ApiKey, KeyRing, Limiter, load_keys
 from streams.gateway.errors import ApiError
 from streams.gateway.metrics import CONTENT_TYPE, GatewayMetrics
@@ -202,6 +203,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
         metrics.started()
         status = 500
         key: ApiKey | None = None
+        entered = handed_off = False
         try:
             key = _caller(request)
             _validate(body, settings)
@@ -211,28 +213,40 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
                 raise ApiError(400, f"Idempotency-Key must be 1-{_MAX_KEY} characters.", param="Idempotency-Key",
                                code="invalid_value")
             limiter.enter(key)
-            try:
-                p: Pipeline | None = state["pipeline"]
-                if p is None:
-                    raise ApiError(503, "The gateway is starting.", type="server_error", code="unavailable",
-                                   headers={"Retry-After": "1"})
-                rid = request_id_for(key.user, idem)
-                c, found = await p.completion(rid=rid, user=key.user, text=body.input, voice=voice, speed=body.speed,
-                                              idempotent=idem is not None)
-                data = await p.audio(c)
-                out, duration = await p.run(transcode, data, body.response_format)
-            finally:
-                limiter.leave(key)
-            headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA, "x-ttsflow-found": found,
-                       "x-ttsflow-cached": "true" if c.segments and c.cached_segments == c.segments else "false",
-                       "x-ttsflow-segments": str(c.segments), "x-ttsflow-duration-s": f"{duration:.3f}",
-                       "x-ttsflow-latency-ms": f"{(time.monotonic() - t0) * 1000:.0f}"}
+            entered = True
+            p: Pipeline | None = state["pipeline"]
+            if p is None:
+                raise ApiError(503, "The gateway is starting.", type="server_error", code="unavailable",
+                               headers={"Retry-After": "1"})
+            rid = request_id_for(key.user, idem)
+            ask: dict[str, Any] = {"rid": rid, "user": key.user, "text": body.input, "voice": voice, "speed": body.speed,
+                   "idempotent": idem is not None}
+            headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA}
+            sse = body.stream_format == "sse"
+            if "stream_format" in body.model_fields_set:  # asked to stream: audio as each segment commits
+                events = p.events(**ask)
+                first = await anext(events)
+                if isinstance(first, Chunk):
+                    status, handed_off = 200, True
+                    headers["x-ttsflow-streamed"] = "true"
+                    gen = _stream(p, first, events, body.response_format, sse, t0, key, rid)
+                    return StreamingResponse(gen, headers=headers,
+                                             media_type="text/event-stream" if sse else CONTENT_TYPES[fmt])
+                c, found = first, "memory"
+            else:
+                c, found = await p.completion(**ask)
+            data = await p.audio(c)
+            out, duration = await p.run(transcode, data, body.response_format)
+            headers.update({"x-ttsflow-found": found,
+                            "x-ttsflow-cached": "true" if c.segments and c.cached_segments == c.segments else "false",
+                            "x-ttsflow-segments": str(c.segments), "x-ttsflow-duration-s": f"{duration:.3f}",
+                            "x-ttsflow-latency-ms": f"{(time.monotonic() - t0) * 1000:.0f}"})
             _log.info("event=speech request_id=%s user=%r voice=%s format=%s found=%s chars=%d ms=%.0f", rid,
                       key.user, voice, body.response_format, found, len(body.input), (time.monotonic() - t0) * 1000)
             status = 200
             metrics.first_byte(fmt, time.monotonic() - t0)
-            if body.stream_format == "sse":
-                return StreamingResponse(_sse(out), media_type="text/event-stream", headers=headers)
+            if sse:
+                return StreamingResponse(_sse([out]), media_type="text/event-stream", headers=headers)
             return Response(out, media_type=CONTENT_TYPES[body.response_format], headers=headers)
         except ApiError as e:
             status = e.status
@@ -241,15 +255,58 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
                              key.user if key else None, e.message)
             return _error_response(e)
         finally:
-            metrics.finished(status, fmt, time.monotonic() - t0)
+            if not handed_off:
+                if entered and key is not None:
+                    limiter.leave(key)
+                metrics.finished(status, fmt, time.monotonic() - t0)
+
+    async def _stream(p: Pipeline, first: Chunk, events: AsyncIterator[Chunk | Completion], fmt: str, sse: bool,
+                      t0: float, key: ApiKey, rid: str) -> AsyncIterator[bytes]:
+        """The body of a streamed answer: each chunk's part fetched, resampled and encoded as it comes."""
+        enc = StreamEncoder(fmt)
+        sent = 0
+        outcome = 200
+        try:
+            ev: Chunk | Completion | None = first
+            while ev is not None:
+                if isinstance(ev, Chunk):
+                    samples = await p.run(to_rate, await p.part(ev))
+                    piece = await p.run(enc.feed, samples)
+                    if piece:
+                        if sent == 0:
+                            metrics.first_byte(fmt, time.monotonic() - t0)
+                        sent += len(piece)
+                        yield _sse_event(piece) if sse else piece
+                ev = await anext(events, None)
+            tail = await p.run(enc.close)
+            if tail:
+                yield _sse_event(tail) if sse else tail
+            if sse:
+                yield _sse_done()
+        except ApiError as e:  # the status line is gone: end the body short and say why in the log
+            outcome = e.status
+            _log.warning("event=stream_cut request_id=%s status=%d message=%r", rid, e.status, e.message)
+        finally:
+            limiter.leave(key)
+            metrics.finished(outcome, fmt, time.monotonic() - t0)
+            _log.info("event=speech_streamed request_id=%s user=%r format=%s bytes=%d ms=%.0f", rid, key.user, fmt,
+                      sent, (time.monotonic() - t0) * 1000)
 
     return app
 
 
-async def _sse(audio: bytes, chunk: int = 32_768) -> AsyncIterator[bytes]:
-    """OpenAI's speech SSE: ``speech.audio.delta`` events with base64 audio, then ``speech.audio.done``."""
-    for i in range(0, len(audio), chunk):
-        ev = {"type": "speech.audio.delta", "audio": base64.b64encode(audio[i:i + chunk]).decode()}
-        yield f"data: {json.dumps(ev)}\n\n".encode()
+def _sse_event(piece: bytes) -> bytes:
+    return f"data: {json.dumps({'type': 'speech.audio.delta', 'audio': base64.b64encode(piece).decode()})}\n\n".encode()
+
+
+def _sse_done() -> bytes:
     done = {"type": "speech.audio.done", "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}
-    yield f"data: {json.dumps(done)}\n\n".encode()
+    return f"data: {json.dumps(done)}\n\n".encode()
+
+
+async def _sse(pieces: list[bytes], chunk: int = 32_768) -> AsyncIterator[bytes]:
+    """OpenAI's speech SSE: ``speech.audio.delta`` events with base64 audio, then ``speech.audio.done``."""
+    for audio in pieces:
+        for i in range(0, len(audio), chunk):
+            yield _sse_event(audio[i:i + chunk])
+    yield _sse_done()

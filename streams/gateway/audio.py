@@ -19,7 +19,7 @@ import numpy as np
 
 from streams.gateway.errors import TranscodeError
 
-__all__ = ["CONTENT_TYPES", "RATE", "decode_wav", "encode", "transcode"]
+__all__ = ["CONTENT_TYPES", "RATE", "StreamEncoder", "decode_wav", "encode", "to_rate", "transcode"]
 
 RATE = 24_000
 CONTENT_TYPES: dict[str, str] = {
@@ -97,3 +97,82 @@ def transcode(data: bytes, fmt: str) -> tuple[bytes, float]:
     samples, rate = decode_wav(data)
     samples = _resample(samples, rate)
     return encode(samples, fmt), len(samples) / RATE
+
+
+def to_rate(data: bytes) -> np.ndarray:
+    """The pipeline's audio (a request's or one part's) as mono int16 at :data:`RATE`."""
+    samples, rate = decode_wav(data)
+    return _resample(samples, rate)
+
+
+class _Sink:
+    """A write-only, non-seekable file for PyAV: muxed bytes are taken as they come."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def write(self, b: bytes) -> int:
+        self._parts.append(bytes(b))
+        return len(b)
+
+    def take(self) -> bytes:
+        out = b"".join(self._parts)
+        self._parts.clear()
+        return out
+
+
+class StreamEncoder:
+    """One response encoded as its audio arrives: :meth:`feed` each part's samples, get the bytes
+    ready so far; :meth:`close` flushes the encoder. The concatenation of everything returned is
+    one valid file: ``pcm`` raw, ``wav`` with the "unknown length" sizes (0xFFFFFFFF) streaming
+    WAV readers accept, the others one encoder and one muxer over a non-seekable output (so a
+    streamed ``flac`` leaves its STREAMINFO total at 0, "unknown", as the format allows)."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self._out: Any = None
+        self._header = fmt == "wav"
+        if fmt in _AV or fmt == "flac":
+            import av
+
+            container, codec, bit_rate = _AV.get(fmt, ("flac", "flac", 0))
+            self._sink = _Sink()
+            self._out = av.open(self._sink, mode="w", format=container)
+            self._stream: Any = self._out.add_stream(codec, rate=RATE, layout="mono")
+            if bit_rate:
+                self._stream.bit_rate = bit_rate
+            self._resampler = av.AudioResampler(format=self._stream.codec_context.format, layout="mono", rate=RATE,
+                                                frame_size=self._stream.codec_context.frame_size or None)
+        elif fmt not in ("pcm", "wav"):
+            raise TranscodeError(f"unknown format {fmt!r}")
+
+    def feed(self, samples: np.ndarray) -> bytes:
+        if self._out is None:
+            head = b""
+            if self._header:
+                self._header = False
+                head = (b"RIFF" + (0xFFFFFFFF).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little")
+                        + (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + RATE.to_bytes(4, "little")
+                        + (RATE * 2).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
+                        + b"data" + (0xFFFFFFFF).to_bytes(4, "little"))
+            return head + samples.astype("<i2").tobytes()
+        import av
+
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = RATE
+        for f in self._resampler.resample(frame):
+            for packet in self._stream.encode(f):
+                self._out.mux(packet)
+        return self._sink.take()
+
+    def close(self) -> bytes:
+        if self._out is None:
+            return self.feed(np.zeros(0, np.int16)) if self._header else b""
+        for f in self._resampler.resample(None):
+            for packet in self._stream.encode(f):
+                self._out.mux(packet)
+        for packet in self._stream.encode(None):
+            self._out.mux(packet)
+        self._out.close()
+        self._out = None
+        return self._sink.take()

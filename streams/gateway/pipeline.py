@@ -33,9 +33,10 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from schemas import Completion
+from schemas import Chunk, Completion
 from streams.client import TTSClient, find_completion, pipeline_problems
 from streams.client.errors import ClientError, StackUnavailable
 from streams.gateway.audio import RATE
@@ -99,7 +100,7 @@ class Pipeline:
     async def connect(cls, settings: Settings) -> Pipeline:
         loop = asyncio.get_running_loop()
         client = await loop.run_in_executor(
-            None, lambda: TTSClient(settings, lookback_s=settings.gateway_reader_lookback_s, recent_max=settings.gateway_recent_max))
+            None, lambda: TTSClient(settings, lookback_s=settings.gateway_reader_lookback_s, chunks=True, recent_max=settings.gateway_recent_max))
         return cls(settings, client)
 
     def close(self) -> None:
@@ -125,7 +126,7 @@ class Pipeline:
             return self._recent.get(rid)
 
     async def completion(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
-                         idempotent: bool) -> tuple[Completion, str]:
+                         idempotent: bool, stream: bool = False) -> tuple[Completion, str]:
         """The request's completion (ok or failed) and where it was found; raises :class:`ApiError`."""
         c = self._recalled(rid)
         if c is not None:
@@ -136,7 +137,7 @@ class Pipeline:
         t0 = time.monotonic()
         try:
             await self.run(lambda: self.client.submit(text, user, voice=voice, format="wav", request_id=rid,
-                                                      speed=speed, sample_rate=RATE, timeout=10.0))
+                                                      speed=speed, sample_rate=RATE, timeout=10.0, stream=stream))
         except StackUnavailable as e:
             self.client._forget(rid, fut)
             raise ApiError(503, f"The pipeline is unreachable: {e}", type="server_error", code="unavailable",
@@ -185,6 +186,59 @@ class Pipeline:
         raise ApiError(504, f"No completion for request {rid} within {self.gw.gateway_wait_s:g} s.{why} "
                             "Retry with the same Idempotency-Key to collect it when it is done.",
                        type="server_error", code="timeout", headers={"x-request-id": rid})
+
+    async def events(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
+                     idempotent: bool) -> AsyncIterator[Chunk | Completion]:
+        """A streaming request: its chunks as each segment commits (in ``seq`` order), ending with
+        the last chunk, or with its completion when that comes first (a failed request, or one
+        answered before: from memory, the reader or the topic). Raises :class:`ApiError` 504 when
+        nothing arrives within the wait."""
+        c = self._recalled(rid)
+        if c is not None:
+            yield c
+            return
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Chunk | Completion] = asyncio.Queue()
+
+        def on_chunk(ch: Chunk) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ch)
+
+        self.client.listen_chunks(rid, on_chunk)
+        try:
+            task = asyncio.ensure_future(self.completion(rid=rid, user=user, text=text, voice=voice, speed=speed,
+                                                         idempotent=idempotent, stream=True))
+            task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else queue.put_nowait(t.result()[0]))
+            seen = 0
+            pending: set[asyncio.Future[object]] = {task}  # type: ignore[arg-type]
+            while True:
+                get = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({get, *pending}, return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
+                if task in done and task in pending:
+                    pending.discard(task)  # (it runs on after the stream ends, to remember the completion)
+                    task.result()  # raises the ApiError (504, 503) that ended the wait
+                if get not in done:
+                    get.cancel()
+                    continue  # the completion is queued by the task's callback
+                ev = get.result()
+                if isinstance(ev, Completion):
+                    yield ev
+                    return
+                if ev.seq < seen:  # each chunk is read once (read_committed); a repeat would be harmless
+                    continue
+                seen = ev.seq + 1
+                yield ev
+                if ev.last:
+                    return
+        finally:
+            self.client.stop_listening(rid, on_chunk)
+
+    async def part(self, ch: Chunk) -> bytes:
+        try:
+            data: bytes = await self.run(self.client.fetch_ref, ch.audio)
+        except ClientError as e:
+            raise ApiError(502, f"A part of request {ch.request_id} could not be fetched: {e}", type="server_error",
+                           code="storage_failed", headers={"x-request-id": ch.request_id}) from None
+        return data
 
     async def audio(self, c: Completion) -> bytes:
         """The completion's audio bytes (sha256-checked); raises :class:`ApiError` for a failed one."""

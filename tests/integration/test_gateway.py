@@ -55,7 +55,8 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     unique = f"gw-{uuid.uuid4().hex[:8]}"
-    s = isolated(require_stack(), unique).replace(partitions=TEST_PARTITIONS, gateway_probe_s=1.0)
+    s = isolated(require_stack(), unique).replace(partitions=TEST_PARTITIONS, gateway_probe_s=1.0,
+                                                               max_segment_chars=64)
     ensure_topics(s, partitions=TEST_PARTITIONS)
     try:
         with Supervisor(tmp_path_factory.mktemp("gw-logs")) as sup:
@@ -116,6 +117,59 @@ def test_with_streaming_response_receives_the_audio(rig: Rig, tmp_path: Path) ->
     assert len(pieces) >= 1
     out.write_bytes(b"".join(pieces))
     _check(out.read_bytes(), "mp3", SENTENCES[2])
+
+
+LONG = " ".join(SENTENCES[12:17])  # five sentences: five segments of at most 64 characters
+
+
+def fresh(sentences: list[str] | tuple[str, ...]) -> str:
+    """``sentences`` with a random number in each, so no segment is a cache hit (Redis is shared by runs)."""
+    import random
+
+    return " ".join(f"{t[:-1]}, number {random.randint(100, 999)}{t[-1]}" for t in sentences)
+
+
+@pytest.mark.parametrize("fmt", ["pcm", "mp3"])
+def test_streaming_sends_bytes_before_the_completion(rig: Rig, fmt: str) -> None:
+    import time
+    from datetime import UTC, datetime
+
+    text = fresh(SENTENCES[12:16])
+    t0 = time.time()
+    first_at = None
+    pieces = []
+    with rig.client().audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=text, response_format=fmt, extra_body={"stream_format": "audio"}) as r:
+        assert r.http_response.status_code == 200 and r.headers["x-ttsflow-streamed"] == "true"
+        rid = r.headers["x-request-id"]
+        for piece in r.iter_bytes():
+            if first_at is None and piece:
+                first_at = time.time()
+            pieces.append(piece)
+    msgs = drain_topic(rig.settings.bootstrap_servers, rig.settings.topic_completed, timeout=30)
+    done = [decode_completion(m.value()) for m in msgs if decode_completion(m.value()).request_id == rid]
+    assert len(done) == 1 and done[0].segments >= 4 and done[0].completed_at is not None
+    assert first_at is not None
+    completed = done[0].completed_at.astimezone(UTC).timestamp()
+    print(f"stream {fmt}: first byte {first_at - t0:.2f}s, completion {completed - t0:.2f}s after the call")
+    assert first_at < completed, (first_at - t0, completed - t0)
+    _check(b"".join(pieces), fmt, text)
+    assert datetime.now(UTC).timestamp() >= completed
+
+
+def test_sse_streams_deltas_then_done(rig: Rig) -> None:
+    import base64
+    import json
+
+    status, headers, raw = http("POST", f"{rig.url}/v1/audio/speech",
+                                {"model": "gpt-4o-mini-tts", "input": LONG, "voice": "alloy",
+                                 "response_format": "pcm", "stream_format": "sse"})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done"
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 4  # one per segment at least
+    _check(b"".join(base64.b64decode(e["audio"]) for e in deltas), "pcm", LONG)
 
 
 def test_an_idempotency_key_retried_is_answered_once(rig: Rig) -> None:
