@@ -1,6 +1,7 @@
 # ttsflow developer entry points. `make` alone creates .venv with everything the tests need.
 #
 #   make demo   bring the local stack up and run the demo (the whole pipeline once it exists)
+#   make run    the local service in the foreground: stack, stage, worker(s), gateway on :8000 (WORKERS=N)
 #   make test   the ONE test command: stack up, then every test under tests/ against it
 #   make up / make down / make status   the local Kafka + S3 + Redis stack (no Docker)
 #   make lint   ruff + mypy
@@ -22,7 +23,7 @@ comma := ,
 STAMP := $(VENV)/.ttsflow-installed-$(subst $(comma),-,$(EXTRAS))
 
 .DEFAULT_GOAL := venv
-.PHONY: venv up down status test demo lint clean gpu-wheels
+.PHONY: venv up down status test demo run lint clean gpu-wheels
 
 venv: $(STAMP)
 
@@ -50,6 +51,10 @@ test: venv up
 # The README's main job: stack up, one stage + one worker, the demo corpus, audio in out/demo/, a table.
 demo: venv up
 	$(BIN)/ttsflow demo
+
+WORKERS ?= 1
+run: venv
+	$(BIN)/ttsflow run --workers $(WORKERS)
 
 lint: venv
 	$(BIN)/ruff check .

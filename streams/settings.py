@@ -9,7 +9,8 @@ instead of failing later in the hot path. Nothing else in ttsflow reads
 
 The fields are grouped into frozen sections (:data:`SECTIONS`: ``settings.kafka``,
 ``settings.s3``, ``settings.redis``, ``settings.stage``, ``settings.batching``,
-``settings.engine``, ``settings.scaling``, ``settings.process``, ``settings.local_stack``),
+``settings.engine``, ``settings.scaling``, ``settings.process``, ``settings.local_stack``,
+``settings.gateway``),
 views with the same field names and values, so a component can take only the section it
 needs; the ``TTS_*`` names and the README table come from the flat fields.
 """
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 
 from streams.errors import SettingsError
 
-__all__ = ["SECTIONS", "BatchingSettings", "EngineSettings", "KafkaSettings", "LocalStackSettings", "ProcessSettings",
+__all__ = ["SECTIONS", "BatchingSettings", "EngineSettings", "GatewaySettings", "KafkaSettings", "LocalStackSettings", "ProcessSettings",
            "RedisSettings", "S3Settings", "ScalingSettings", "Settings", "SettingsError", "StageSettings", "load_settings",
            "settings_table", "with_settings_table"]
 
@@ -69,6 +70,7 @@ class KafkaSettings:
     transactional_id_prefix: str
     transactional_id: str
     transaction_timeout_ms: int
+    worker_commit_interval_ms: int
 
     @property
     def effective_transactional_id_prefix(self) -> str:
@@ -181,6 +183,38 @@ class LocalStackSettings:
     redis_port: int
 
 
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """The OpenAI-compatible HTTP gateway (``ttsflow gateway``)."""
+
+    gateway_host: str
+    gateway_port: int
+    gateway_reuse_port: bool
+    gateway_keys_file: str
+    gateway_open_user: str
+    gateway_voice_aliases: str
+    gateway_max_input_chars: int
+    gateway_wait_s: float
+    gateway_probe_s: float
+    gateway_recent_max: int
+    gateway_lookup_s: int
+    gateway_reader_lookback_s: float
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """``gateway_voice_aliases`` as {alias: voice}; an alias without ``=voice`` maps to "" (the default voice)."""
+        return _aliases(self.gateway_voice_aliases)
+
+
+def _aliases(raw: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in raw.split(","):
+        name, _, voice = item.strip().partition("=")
+        if name.strip():
+            out[name.strip().lower()] = voice.strip()
+    return out
+
+
 SECTIONS: dict[str, type] = {
     "kafka": KafkaSettings,
     "s3": S3Settings,
@@ -191,6 +225,7 @@ SECTIONS: dict[str, type] = {
     "scaling": ScalingSettings,
     "process": ProcessSettings,
     "local_stack": LocalStackSettings,
+    "gateway": GatewaySettings,
 }
 
 
@@ -217,6 +252,7 @@ class Settings:
     transactional_id_prefix: str = _f("", "Prefix of the default transactional ids of this worker group (grant the group TransactionalId by PREFIXED pattern <prefix>-); empty means the worker group.")
     transactional_id: str = _f("", "Stable transactional.id of this worker, used as given; empty means <transactional_id_prefix>-<hostname>-<lowest slot free on this host for this cluster and prefix> (side-by-side workers never fence each other, a restarted one takes its predecessor's id).")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
+    worker_commit_interval_ms: int = _f(50, "Longest a worker's finished segments wait for a transaction that commits their offsets, milliseconds; answers and stream chunks start one as soon as none is in flight (one at a time, on its own thread). Lower commits progress sooner at a few ms of broker and client CPU per transaction.", lo=1, hi=60_000)
     # --- S3 ----------------------------------------------------------------------
     s3_endpoint: str = _f("http://127.0.0.1:9000", "S3-compatible endpoint URL.")
     s3_bucket: str = _f("ttsflow-audio", "Bucket holding segment and request audio.")
@@ -260,6 +296,20 @@ class Settings:
     kafka_controller_port: int = _f(9093, "Local stack: KRaft controller port.", lo=1, hi=65535)
     s3_port: int = _f(9000, "Local stack: S3 server port.", lo=1, hi=65535)
     redis_port: int = _f(6379, "Local stack: Redis port.", lo=1, hi=65535)
+    # --- Gateway (ttsflow gateway: OpenAI's POST /v1/audio/speech) -------------------
+    gateway_host: str = _f("127.0.0.1", "Gateway: address to listen on (0.0.0.0 in a container).")
+    gateway_port: int = _f(8000, "Gateway: HTTP port of /v1/audio/speech, the playground, /healthz, /readyz and /metrics.", lo=1, hi=65535)
+    gateway_reuse_port: bool = _f(False, "Gateway: bind with SO_REUSEPORT, so several replicas on one host share one port (the kernel spreads connections).")
+    gateway_keys_file: str = _f("", "Gateway: JSON file (or mounted Secret) of bearer API keys, {key: user id} or {key: {user, rate_per_s, burst, concurrency}}; empty means open: every caller is TTS_GATEWAY_OPEN_USER (local use only, logged loudly at start).")
+    gateway_open_user: str = _f("local", "Gateway: the user id (partition key) of every caller when no key file is configured.")
+    gateway_voice_aliases: str = _f("alloy,ash,ballad,coral,echo,fable,nova,onyx,sage,shimmer,verse",
+                                    "Gateway: voice names accepted besides the engine's own, comma separated, each alias or alias=voice; an alias without a voice speaks with the default voice.")
+    gateway_max_input_chars: int = _f(4096, "Gateway: longest accepted input in characters (OpenAI's limit is 4096); longer answers 413.", lo=1, hi=10_000_000)
+    gateway_wait_s: float = _f(120.0, "Gateway: how long a request waits for its completion before answering 504 (with its request id; a retry with the same Idempotency-Key collects the audio later).", lo=0.1, hi=3600)
+    gateway_probe_s: float = _f(3.0, "Gateway (and ttsflow say/submit): after this long without a completion, check that the stage and worker groups have members and say so when not.", lo=0.1, hi=600)
+    gateway_recent_max: int = _f(10_000, "Gateway: completions kept in memory for retries with an Idempotency-Key (oldest dropped first).", lo=1, hi=10_000_000)
+    gateway_reader_lookback_s: float = _f(60.0, "Gateway: its completions reader starts this many seconds back, so a completion committed just before (a restart) is still dispatched.", lo=0, hi=24 * 3600)
+    gateway_lookup_s: int = _f(24 * 3600, "Gateway: how far back a retry whose completion is not in memory looks for it in its user's partition of tts.completed (keep >= TTS_DEDUP_WINDOW_S).", lo=0, hi=30 * 24 * 3600)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -329,6 +379,10 @@ class Settings:
     @property
     def local_stack(self) -> LocalStackSettings:
         return self._section(LocalStackSettings)
+
+    @property
+    def gateway(self) -> GatewaySettings:
+        return self._section(GatewaySettings)
 
     def _section(self, cls: type[_S]) -> _S:
         return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ _KINDS = {
     "pipeline": "streams.bench.pipeline",
     "baseline": "streams.bench.baseline",
     "bigrequest": "streams.bench.bigrequest",
+    "gateway": "streams.bench.gateway",
 }
 
 

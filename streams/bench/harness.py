@@ -54,6 +54,7 @@ def isolated(settings: Settings, run_id: str) -> Settings:
         topic_completed=f"{settings.topic_completed}.{run_id}",
         topic_dlq=f"{settings.topic_dlq}.{run_id}",
         topic_done=f"{settings.topic_done}.{run_id}",
+        topic_chunks=f"{settings.topic_chunks}.{run_id}",
         stage_app_id=f"{settings.stage_app_id}-{run_id}",
         worker_group=f"{settings.worker_group}-{run_id}",
     )

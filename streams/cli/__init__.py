@@ -18,6 +18,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "stack": ("streams.devstack.stack", "start, stop or inspect the local Kafka/Redis/S3 stack"),
     "stage": ("streams.stage.main", "run the CPU stream stage (faust): validate, normalize, split"),
     "worker": ("streams.worker.main", "run a synthesis worker (exactly-once, micro-batched)"),
+    "gateway": ("streams.gateway.main", "serve the OpenAI-compatible speech API (POST /v1/audio/speech) on the pipeline"),
+    "run": ("streams.devstack.run", "the stack, a stage, N workers and the gateway in the foreground; Ctrl-C stops all"),
     "synth": ("streams.cli.synth", "speak TEXT into a file with the engine directly, no Kafka"),
     "model": ("streams.cli.model", "convert (fp16/int8), install and reload model versions"),
     "bench": ("streams.bench", "benchmarks that print one JSON object: engine, stage, pipeline, baseline"),

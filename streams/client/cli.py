@@ -56,6 +56,29 @@ def _describe(c: Completion) -> str:
     return " ".join(parts)
 
 
+class _Watchdog:
+    """Says once per stall, on stderr, when nothing completed for ``TTS_GATEWAY_PROBE_S`` seconds
+    and the stage or worker group has no active member (the usual reason: not started)."""
+
+    def __init__(self, cmd: str, settings: Any, timeout: float) -> None:
+        self.cmd, self.settings, self.timeout = cmd, settings, timeout
+        self.probe_s = settings.gateway_probe_s
+        self.last = time.monotonic()
+        self.warned = False
+
+    def progressed(self) -> None:
+        self.last, self.warned = time.monotonic(), False
+
+    def check(self) -> None:
+        if self.warned or time.monotonic() - self.last < self.probe_s:
+            return
+        self.warned = True
+        from streams.client import pipeline_problems
+
+        for p in pipeline_problems(self.settings):
+            print(f"ttsflow {self.cmd}: {p}; still waiting (up to {self.timeout:g} s)", file=sys.stderr, flush=True)
+
+
 # --- say ---------------------------------------------------------------------------------------
 
 def main_say(argv: list[str]) -> int:
@@ -71,10 +94,16 @@ def main_say(argv: list[str]) -> int:
     from streams.client import TTSClient
 
     try:
-        with TTSClient(load_settings(), connect_timeout=3.0) as client:
+        settings = load_settings()
+        with TTSClient(settings, connect_timeout=3.0) as client:
             t0 = time.monotonic()
             rid = client.submit(a.text, a.user, voice=a.voice, format=fmt)
-            c = client.wait(rid, a.timeout)
+            dog = _Watchdog("say", settings, a.timeout)
+            try:
+                c = client.wait(rid, min(a.timeout, dog.probe_s))
+            except CompletionTimeout:
+                dog.check()
+                c = client.wait(rid, max(a.timeout - (time.monotonic() - t0), 0.0))
             path = client.save(c, a.out)
     except ClientError as e:
         return _fail("say", e)
@@ -213,8 +242,10 @@ def main_submit(argv: list[str]) -> int:
     codes: Counter[str] = Counter()
     t0 = time.monotonic()
     prog = _Progress(len(todo), sys.stderr)
+    settings = load_settings()
+    dog = _Watchdog("submit", settings, a.timeout)
     try:
-        with TTSClient(load_settings(), lookback_s=lookback, connect_timeout=3.0) as client, \
+        with TTSClient(settings, lookback_s=lookback, connect_timeout=3.0) as client, \
                 (a.out / STATE_FILE).open("a", encoding="utf-8") as state:
             pending: dict[concurrent.futures.Future[Completion], _Item] = {}
             queue = list(reversed(todo))
@@ -231,6 +262,10 @@ def main_submit(argv: list[str]) -> int:
                 state.flush()
                 finished, _ = concurrent.futures.wait(list(pending), timeout=0.5,
                                                       return_when=concurrent.futures.FIRST_COMPLETED)
+                if finished:
+                    dog.progressed()
+                elif pending:
+                    dog.check()
                 for f in finished:
                     it = pending.pop(f)
                     c = f.result()

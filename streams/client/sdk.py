@@ -33,15 +33,15 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from schemas import Completion, Request, SchemaError, decode_completion, encode
+from schemas import AudioRef, Chunk, Completion, Request, SchemaError, decode_chunk, decode_completion, encode
 from streams.client.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
 from streams.settings import KafkaSettings, S3Settings, Settings, load_settings
 
-__all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "probe_kafka", "tail_completions"]
+__all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "pipeline_problems", "probe_kafka", "tail_completions"]
 
 _log = logging.getLogger("ttsflow.client")
 
@@ -106,11 +106,28 @@ def _start_offsets(consumer: Any, topic: str, parts: list[int], since_ms: int, t
     return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END) for tp in got]
 
 
+def pipeline_problems(settings: Settings, timeout: float = 3.0) -> list[str]:
+    """What stops a request from being answered now, one sentence each: no active member in the
+    stage's group or the worker group (empty: both have members). Costs two admin requests."""
+    from streams.kafka.admin import group_members
+
+    out = []
+    for group, what, start in ((settings.stage_app_id, "stage", "ttsflow stage"),
+                               (settings.worker_group, "worker", "ttsflow worker")):
+        if group_members(settings.kafka, group, timeout) == 0:
+            out.append(f"no {what} is running (consumer group {group!r} has no active members; start one: {start}, "
+                       f"or everything at once: ttsflow run)")
+    return out
+
+
 class TTSClient:
     """Submit requests, wait for completions, fetch audio. Thread-safe; close it when done."""
 
     def __init__(self, settings: Settings | None = None, *, lookback_s: float = 30.0, recent_max: int = 10_000,
-                 connect_timeout: float = 5.0) -> None:
+                 connect_timeout: float = 5.0, chunks: bool = False) -> None:
+        """``chunks``: the same reader also reads ``tts.chunks`` and hands each chunk to the
+        listener registered for its request (:meth:`listen_chunks`); chunks nobody listens
+        for are dropped (a streaming caller registers before it submits)."""
         from confluent_kafka import Producer
 
         from streams.kafka import producer_config
@@ -128,12 +145,16 @@ class TTSClient:
         self._recent_max = recent_max
         self._stop = threading.Event()
         self._failure: BaseException | None = None
+        self._chunk_listeners: dict[str, list[Callable[[Chunk], None]]] = {}
         self._consumer = _reader(self.kafka)
         try:
-            parts = _partitions(self._consumer, self.kafka.topic_completed, connect_timeout)
             since = int((time.time() - lookback_s) * 1000)
-            self._consumer.assign(_start_offsets(self._consumer, self.kafka.topic_completed, parts, since,
-                                                 connect_timeout))
+            topics = [self.kafka.topic_completed, *([self.kafka.topic_chunks] if chunks else [])]
+            starts = []
+            for topic in topics:
+                parts = _partitions(self._consumer, topic, connect_timeout)
+                starts += _start_offsets(self._consumer, topic, parts, since, connect_timeout)
+            self._consumer.assign(starts)
         except Exception:
             self._consumer.close()
             raise
@@ -170,6 +191,9 @@ class TTSClient:
                         if m.error().fatal():
                             raise StackUnavailable(f"completions reader: {m.error().str()}")
                         continue  # transient: librdkafka retries by itself
+                    if m.topic() == self.kafka.topic_chunks:
+                        self._dispatch_chunk(m)
+                        continue
                     try:
                         c = decode_completion(m.value())
                     except SchemaError as e:
@@ -186,6 +210,30 @@ class TTSClient:
                     f.set_exception(e)
         finally:
             self._consumer.close()
+
+    def _dispatch_chunk(self, m: Any) -> None:
+        try:
+            ch = decode_chunk(m.value())
+        except SchemaError as e:
+            _log.warning("event=bad_chunk partition=%s offset=%s error=%s", m.partition(), m.offset(), e)
+            return
+        with self._lock:
+            listeners = list(self._chunk_listeners.get(ch.request_id, ()))
+        for listener in listeners:
+            listener(ch)
+
+    def listen_chunks(self, request_id: str, listener: Callable[[Chunk], None]) -> None:
+        """Call ``listener(chunk)`` on the reader thread for each chunk of ``request_id`` (needs ``chunks=True``)."""
+        with self._lock:
+            self._chunk_listeners.setdefault(request_id, []).append(listener)
+
+    def stop_listening(self, request_id: str, listener: Callable[[Chunk], None]) -> None:
+        with self._lock:
+            ls = self._chunk_listeners.get(request_id, [])
+            if listener in ls:
+                ls.remove(listener)
+            if not ls:
+                self._chunk_listeners.pop(request_id, None)
 
     def _dispatch(self, c: Completion) -> None:
         with self._lock:
@@ -206,13 +254,13 @@ class TTSClient:
     # -- submit ----------------------------------------------------------------------------
     def submit(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
-               block: bool = True, timeout: float = 30.0) -> str:
+               block: bool = True, timeout: float = 30.0, stream: bool = False) -> str:
         """Publish one request; returns its id. ``block`` waits for the broker's ack."""
         rid = request_id or uuid.uuid4().hex
         from datetime import UTC, datetime
 
         req = Request(request_id=rid, user_id=user_id, text=text, voice=voice, format=format, speed=speed,
-                      sample_rate=sample_rate, created_at=datetime.now(UTC))
+                      sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream)
         with self._lock:
             self._expected.add(rid)
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -295,6 +343,18 @@ class TTSClient:
     def fetch(self, completion: Completion) -> bytes:
         """The completion's audio, checked against its sha256."""
         return fetch_audio(self.s3, completion, store=self._store(_audio(completion).bucket))
+
+    def fetch_ref(self, ref: AudioRef) -> bytes:
+        """The bytes of one stored object (a chunk's part), checked against its sha256."""
+        from storage import StorageError
+
+        try:
+            data: bytes = self._store(ref.bucket).get(ref.key)
+        except StorageError as e:
+            raise AudioFetchError(f"audio at s3://{ref.bucket}/{ref.key}: {e}") from e
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise AudioFetchError(f"audio at s3://{ref.bucket}/{ref.key} does not match its sha256")
+        return data
 
     def save(self, completion: Completion, path: str | os.PathLike[str]) -> Path:
         """Write the completion's audio to ``path`` (atomically) and return the path."""
@@ -382,15 +442,24 @@ def tail_completions(kafka: KafkaSettings, *, from_beginning: bool = False, look
         c.close()
 
 
-def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 60.0) -> Completion | None:
+def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 60.0, user_id: str | None = None,
+                    since_s: float | None = None) -> Completion | None:
     """Scan every partition of ``tts.completed`` (it is keyed by user, not request) from the
-    beginning to its current end; the completion of ``request_id`` or None."""
+    beginning to its current end; the completion of ``request_id`` or None.
+
+    ``user_id`` narrows the scan to that user's partition (murmur2, as every ttsflow producer
+    maps it), ``since_s`` to the records of the last ``since_s`` seconds: what the gateway reads
+    for a retry whose completion it no longer holds in memory."""
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    from streams.kafka.partitioner import partition_for
 
     probe_kafka(kafka)
     c = _reader(kafka, **{"enable.partition.eof": True})
     try:
         parts = _partitions(c, kafka.topic_completed, 10)
+        if user_id is not None:
+            parts = [partition_for(user_id.encode(), len(parts))]
         ends = {}
         for p in parts:
             lo, hi = c.get_watermark_offsets(TopicPartition(kafka.topic_completed, p), timeout=10, cached=False)
@@ -398,7 +467,18 @@ def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 6
                 ends[p] = hi
         if not ends:
             return None
-        c.assign([TopicPartition(kafka.topic_completed, p, OFFSET_BEGINNING) for p in ends])
+        if since_s is None:
+            c.assign([TopicPartition(kafka.topic_completed, p, OFFSET_BEGINNING) for p in ends])
+        else:
+            since = int((time.time() - since_s) * 1000)
+            starts = _start_offsets(c, kafka.topic_completed, sorted(ends), since, 10)
+            from confluent_kafka import OFFSET_END
+
+            starts = [tp for tp in starts if tp.offset != OFFSET_END]
+            if not starts:
+                return None
+            ends = {tp.partition: ends[tp.partition] for tp in starts}
+            c.assign(starts)
         found: Completion | None = None
         pending = set(ends)
         deadline = time.monotonic() + timeout

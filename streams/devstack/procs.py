@@ -44,7 +44,7 @@ from streams.settings import Settings
 
 __all__ = ["Proc", "ProcError", "Supervisor", "free_port", "group_members", "health", "metrics_up", "settings_env"]
 
-Kind = Literal["stage", "worker"]
+Kind = Literal["stage", "worker", "gateway"]
 
 
 def free_port() -> int:
@@ -170,6 +170,9 @@ class Supervisor:
         if name in self.procs:
             raise ValueError(f"a process named {name!r} already exists")
         changes: dict[str, object] = {"metrics_port": free_port()}
+        if kind == "gateway":  # serves /readyz and /metrics on its HTTP port: a free one unless claim_id keeps it
+            changes = {"metrics_port": settings.gateway_port} if claim_id else {
+                "metrics_port": changes["metrics_port"], "gateway_port": changes["metrics_port"]}
         if kind == "worker" and not claim_id:
             changes["transactional_id"] = settings.transactional_id or f"ttsflow-worker-{name}-{os.getpid()}"
         s = settings.replace(**changes)
@@ -183,6 +186,10 @@ class Supervisor:
 
     def worker(self, name: str, settings: Settings, *, claim_id: bool = False) -> Proc:
         return self.add(name, "worker", settings, claim_id=claim_id)
+
+    def gateway(self, name: str, settings: Settings, *, keep_port: bool = False) -> Proc:
+        """A ``ttsflow gateway`` on a free port (its ``settings.gateway_port`` with ``keep_port``)."""
+        return self.add(name, "gateway", settings, claim_id=keep_port)
 
     def _spawn(self, proc: Proc) -> None:
         with open(proc.log_path, "ab") as log:
@@ -272,6 +279,12 @@ class Supervisor:
             p.popen.kill()
             p.history.append((time.monotonic(), f"signal SIGKILL pid={p.popen.pid} (deadline)"))
             return p.popen.wait(10)
+
+    def remove(self, name: str, sig: signal.Signals = signal.SIGTERM) -> int | None:
+        """Stop the named process (as :meth:`kill`) and forget it; its exit code."""
+        code = self.kill(name, sig)
+        del self.procs[name]
+        return code
 
     def restart(self, name: str, *, sig: signal.Signals = signal.SIGKILL) -> Proc:
         """Stop the named process with ``sig`` (if running) and start it again, same settings."""

@@ -1,9 +1,10 @@
 """The layers of STYLE.md, checked on the source.
 
 * engine/ is pure compute: it must not pull in Kafka, S3, Redis or Prometheus.
-* The product rooms of streams/ (stage, worker, kafka, client) never import the tools
+* The product rooms of streams/ (stage, worker, kafka, client, gateway) never import the tools
   (streams.bench, streams.devstack, streams.cli).
-* Only streams/kafka, stage, worker, client and ops talk to confluent_kafka or faust.
+* Only streams/kafka, stage, worker, client and ops talk to confluent_kafka or faust; the
+  gateway reaches Kafka only through streams.client (its one producer and reader).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def test_no_engine_source_imports_a_service_client() -> None:
 
 
 STREAMS_DIR = ENGINE_DIR.parent / "streams"
-PRODUCT_ROOMS = ("stage", "worker", "kafka", "client")
+PRODUCT_ROOMS = ("stage", "worker", "kafka", "client", "gateway")
 TOOL_ROOMS = ("bench", "devstack", "cli")
 KAFKA_ROOMS = ("kafka", "stage", "worker", "client", "ops")
 KAFKA_LIBS = ("confluent_kafka", "faust", "aiokafka")
@@ -101,6 +102,12 @@ def test_only_the_kafka_rooms_import_confluent_kafka_or_faust() -> None:
             continue
         offenders += [f"{rel}: {n}" for n in _imports(path) if n.split(".")[0] in KAFKA_LIBS]
     assert offenders == []
+
+
+def test_the_gateway_reaches_kafka_only_through_the_client() -> None:
+    names = [n for p in _room_files("gateway") for n in _imports(p)]
+    assert "streams.client" in {n.split(".client")[0] + ".client" for n in names if n.startswith("streams.client")}
+    assert [n for n in names if n.split(".")[0] in KAFKA_LIBS or n.startswith("streams.kafka")] == []
 
 
 def test_the_source_checks_would_catch_an_offender(tmp_path: Path) -> None:

@@ -1,0 +1,312 @@
+"""The HTTP surface: OpenAI's ``POST /v1/audio/speech`` and its neighbours, on FastAPI.
+
+=========================  =======================================================
+``POST /v1/audio/speech``  OpenAI's body; audio bytes (or SSE events) back
+``GET /v1/models``         the model names accepted in ``model``
+``GET /v1/audio/voices``   our voices and the aliases that map onto them
+``GET /``                  the playground page
+``/healthz`` ``/readyz``   liveness (the completions reader runs) and readiness
+``/metrics``               Prometheus: requests by status, latency, in flight
+=========================  =======================================================
+
+Guarantees: every error is OpenAI's ``{"error": {...}}`` shape (:mod:`streams.gateway.errors`);
+every answer about a request carries ``x-request-id``; ``instructions`` is accepted and ignored
+(the voices take no style prompt); caller-supplied strings reach logs only through ``%r``
+and never reach an object key (request ids are derived, audio keys content-addressed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict
+
+from engine import voices as engine_voices
+from schemas import Chunk, Completion
+from streams.gateway.audio import CONTENT_TYPES, StreamEncoder, to_rate, transcode
+from streams.gateway.auth import ApiKey, KeyRing, Limiter, load_keys
+from streams.gateway.errors import ApiError
+from streams.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from streams.gateway.pipeline import Pipeline, request_id_for
+from streams.settings import Settings
+
+__all__ = ["MODELS", "SpeechBody", "build_app"]
+
+_log = logging.getLogger("ttsflow.gateway")
+
+MODELS: tuple[str, ...] = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "ttsflow")
+_REPLICA = f"{socket.gethostname()}-{os.getpid()}"
+_MAX_KEY = 255
+
+
+class SpeechBody(BaseModel):
+    """OpenAI's speech request; unknown fields are ignored, as OpenAI's SDK may add some."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    input: str
+    voice: str | dict[str, Any]
+    response_format: str = "mp3"
+    speed: float = 1.0
+    instructions: str | None = None  # accepted and ignored: the voices take no style prompt
+    stream_format: str = "audio"
+
+
+class Voices:
+    """Our voices by name plus the alias map; an alias with no target speaks with the default voice."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.names = engine_voices.backend_voices(settings.backend) or ()
+        self.default = settings.voice or (self.names[0] if self.names else "")
+        self.aliases = {a: (v or self.default) for a, v in settings.gateway.aliases.items()}
+
+    def resolve(self, voice: str | dict[str, Any]) -> str:
+        name = voice.get("id") if isinstance(voice, dict) else voice
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "voice must be a voice name.", param="voice", code="invalid_value")
+        if name in self.names:
+            return name
+        target = self.aliases.get(name.lower())
+        if target:
+            return target
+        known = ", ".join([*self.names, *sorted(self.aliases)])
+        raise ApiError(400, f"Unknown voice {name[:64]!r}; known voices: {known}.", param="voice", code="unknown_voice")
+
+    def listing(self) -> dict[str, Any]:
+        return {"voices": [{"id": n, "name": n, "default": n == self.default} for n in self.names],
+                "aliases": dict(sorted(self.aliases.items()))}
+
+
+def _validate(body: SpeechBody, settings: Settings) -> None:
+    gw = settings.gateway
+    if body.model not in MODELS and body.model != settings.backend:
+        raise ApiError(400, f"Unknown model {body.model[:64]!r}; use one of {', '.join(MODELS)}.", param="model",
+                       code="model_not_found")
+    if not body.input.strip():
+        raise ApiError(400, "input must not be empty.", param="input", code="empty_input")
+    if len(body.input) > gw.gateway_max_input_chars:
+        raise ApiError(413, f"input is {len(body.input)} characters; the limit is {gw.gateway_max_input_chars}.",
+                       param="input", code="input_too_long")
+    if body.response_format not in CONTENT_TYPES:
+        raise ApiError(400, f"Unknown response_format {body.response_format[:32]!r}; use one of "
+                            f"{', '.join(CONTENT_TYPES)}.", param="response_format", code="invalid_value")
+    if not 0.25 <= body.speed <= 4.0:
+        raise ApiError(400, f"speed must be between 0.25 and 4.0, not {body.speed:g}.", param="speed",
+                       code="invalid_value")
+    if body.stream_format not in ("audio", "sse"):
+        raise ApiError(400, "stream_format must be 'audio' or 'sse'.", param="stream_format", code="invalid_value")
+
+
+def _error_response(e: ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAPI:
+    """The gateway's ASGI app. It connects to the pipeline at start-up (or uses ``pipeline``)."""
+    gw = settings.gateway
+    keys: KeyRing | None = load_keys(gw.gateway_keys_file)
+    open_key = ApiKey(gw.gateway_open_user, name="open")
+    limiter = Limiter()
+    voices = Voices(settings)
+    metrics = GatewayMetrics()
+    state: dict[str, Any] = {"pipeline": pipeline}
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if keys is None:
+            _log.warning("event=gateway_open WARNING: no TTS_GATEWAY_KEYS_FILE: the gateway is OPEN, every caller is "
+                         "user %r. Use it only locally; configure API keys before exposing it.", gw.gateway_open_user)
+        else:
+            _log.info("event=gateway_keys keys=%d", len(keys))
+        if state["pipeline"] is None:
+            state["pipeline"] = await Pipeline.connect(settings)
+        _log.info("event=gateway_ready replica=%s host=%s port=%d", _REPLICA, gw.gateway_host, gw.gateway_port)
+        try:
+            yield
+        finally:
+            p, state["pipeline"] = state["pipeline"], None
+            if p is not None:
+                await asyncio.get_running_loop().run_in_executor(None, p.close)
+
+    app = FastAPI(title="ttsflow gateway", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_req: Request, e: ApiError) -> JSONResponse:
+        return _error_response(e)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(_req: Request, e: RequestValidationError) -> JSONResponse:
+        errs = e.errors()
+        first = errs[0] if errs else {}
+        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+        param = ".".join(loc) or None
+        msg = f"{param}: {first.get('msg', 'invalid')}" if param else str(first.get("msg", "invalid request body"))
+        return _error_response(ApiError(422, msg, param=param, code="invalid_request_body"))
+
+    def _caller(request: Request) -> ApiKey:
+        if keys is None:
+            return open_key
+        return keys.lookup(request.headers.get("authorization"))
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        p = state["pipeline"]
+        ok = p is not None and p.healthy
+        return Response("ok\n" if ok else "completions reader down\n", status_code=200 if ok else 503,
+                        media_type="text/plain")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        p = state["pipeline"]
+        ok = p is not None and p.healthy
+        return Response(("ready\n" if ok else "not ready\n") + f"replica={_REPLICA}\n", status_code=200 if ok else 503,
+                        media_type="text/plain")
+
+    @app.get("/metrics")
+    async def prom() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        _caller(request)
+        names = (*MODELS, settings.backend)
+        return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "ttsflow"}
+                                           for m in dict.fromkeys(names)]}
+
+    @app.get("/v1/audio/voices")
+    async def voice_list(request: Request) -> dict[str, Any]:
+        _caller(request)
+        return voices.listing()
+
+    @app.get("/", response_class=HTMLResponse)
+    async def playground() -> HTMLResponse:
+        return HTMLResponse(resources.files("streams.gateway").joinpath("playground.html").read_text("utf-8"))
+
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request, body: SpeechBody) -> Response:
+        t0 = time.monotonic()
+        fmt = body.response_format if body.response_format in CONTENT_TYPES else "invalid"
+        metrics.started()
+        status = 500
+        key: ApiKey | None = None
+        entered = handed_off = False
+        try:
+            key = _caller(request)
+            _validate(body, settings)
+            voice = voices.resolve(body.voice)
+            idem = request.headers.get("idempotency-key")
+            if idem is not None and not 1 <= len(idem) <= _MAX_KEY:
+                raise ApiError(400, f"Idempotency-Key must be 1-{_MAX_KEY} characters.", param="Idempotency-Key",
+                               code="invalid_value")
+            limiter.enter(key)
+            entered = True
+            p: Pipeline | None = state["pipeline"]
+            if p is None:
+                raise ApiError(503, "The gateway is starting.", type="server_error", code="unavailable",
+                               headers={"Retry-After": "1"})
+            rid = request_id_for(key.user, idem)
+            ask: dict[str, Any] = {"rid": rid, "user": key.user, "text": body.input, "voice": voice, "speed": body.speed,
+                   "idempotent": idem is not None}
+            headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA}
+            sse = body.stream_format == "sse"
+            if "stream_format" in body.model_fields_set:  # asked to stream: audio as each segment commits
+                events = p.events(**ask)
+                first = await anext(events)
+                if isinstance(first, Chunk):
+                    status, handed_off = 200, True
+                    headers["x-ttsflow-streamed"] = "true"
+                    gen = _stream(p, first, events, body.response_format, sse, t0, key, rid)
+                    return StreamingResponse(gen, headers=headers,
+                                             media_type="text/event-stream" if sse else CONTENT_TYPES[fmt])
+                c, found = first, "memory"
+            else:
+                c, found = await p.completion(**ask)
+            data = await p.audio(c)
+            out, duration = await p.run(transcode, data, body.response_format)
+            headers.update({"x-ttsflow-found": found,
+                            "x-ttsflow-cached": "true" if c.segments and c.cached_segments == c.segments else "false",
+                            "x-ttsflow-segments": str(c.segments), "x-ttsflow-duration-s": f"{duration:.3f}",
+                            "x-ttsflow-latency-ms": f"{(time.monotonic() - t0) * 1000:.0f}"})
+            _log.info("event=speech request_id=%s user=%r voice=%s format=%s found=%s chars=%d ms=%.0f", rid,
+                      key.user, voice, body.response_format, found, len(body.input), (time.monotonic() - t0) * 1000)
+            status = 200
+            metrics.first_byte(fmt, time.monotonic() - t0)
+            if sse:
+                return StreamingResponse(_sse([out]), media_type="text/event-stream", headers=headers)
+            return Response(out, media_type=CONTENT_TYPES[body.response_format], headers=headers)
+        except ApiError as e:
+            status = e.status
+            if status >= 500:
+                _log.warning("event=speech_error status=%d code=%s user=%r message=%r", status, e.code,
+                             key.user if key else None, e.message)
+            return _error_response(e)
+        finally:
+            if not handed_off:
+                if entered and key is not None:
+                    limiter.leave(key)
+                metrics.finished(status, fmt, time.monotonic() - t0)
+
+    async def _stream(p: Pipeline, first: Chunk, events: AsyncIterator[Chunk | Completion], fmt: str, sse: bool,
+                      t0: float, key: ApiKey, rid: str) -> AsyncIterator[bytes]:
+        """The body of a streamed answer: each chunk's part fetched, resampled and encoded as it comes."""
+        enc = StreamEncoder(fmt)
+        sent = 0
+        outcome = 200
+        try:
+            ev: Chunk | Completion | None = first
+            while ev is not None:
+                if isinstance(ev, Chunk):
+                    samples = await p.run(to_rate, await p.part(ev))
+                    piece = await p.run(enc.feed, samples)
+                    if piece:
+                        if sent == 0:
+                            metrics.first_byte(fmt, time.monotonic() - t0)
+                        sent += len(piece)
+                        yield _sse_event(piece) if sse else piece
+                ev = await anext(events, None)
+            tail = await p.run(enc.close)
+            if tail:
+                yield _sse_event(tail) if sse else tail
+            if sse:
+                yield _sse_done()
+        except ApiError as e:  # the status line is gone: end the body short and say why in the log
+            outcome = e.status
+            _log.warning("event=stream_cut request_id=%s status=%d message=%r", rid, e.status, e.message)
+        finally:
+            limiter.leave(key)
+            metrics.finished(outcome, fmt, time.monotonic() - t0)
+            _log.info("event=speech_streamed request_id=%s user=%r format=%s bytes=%d ms=%.0f", rid, key.user, fmt,
+                      sent, (time.monotonic() - t0) * 1000)
+
+    return app
+
+
+def _sse_event(piece: bytes) -> bytes:
+    return f"data: {json.dumps({'type': 'speech.audio.delta', 'audio': base64.b64encode(piece).decode()})}\n\n".encode()
+
+
+def _sse_done() -> bytes:
+    done = {"type": "speech.audio.done", "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}
+    return f"data: {json.dumps(done)}\n\n".encode()
+
+
+async def _sse(pieces: list[bytes], chunk: int = 32_768) -> AsyncIterator[bytes]:
+    """OpenAI's speech SSE: ``speech.audio.delta`` events with base64 audio, then ``speech.audio.done``."""
+    for audio in pieces:
+        for i in range(0, len(audio), chunk):
+            yield _sse_event(audio[i:i + chunk])
+    yield _sse_done()
