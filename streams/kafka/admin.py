@@ -96,22 +96,22 @@ def ensure_topics(kafka: KafkaSettings, stage: StageSettings, *, partitions: int
 def wait_for_broker(kafka: KafkaSettings, *, timeout_s: float) -> bool:
     """Wait until the cluster answers a metadata request; False after ``timeout_s``. A process
     started while the broker restarts waits for it instead of exiting into its
-    orchestrator's crash-loop back-off."""
+    orchestrator's crash-loop back-off. A cluster that refuses this client (wrong password,
+    untrusted CA) raises :class:`~streams.errors.KafkaAccessError` at once instead."""
     import time
 
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
+    from streams.errors import RetriableError
+    from streams.kafka.access import connect
 
-    admin = AdminClient(client_config(kafka, log_level=3))
     deadline = time.monotonic() + timeout_s
     logged = False
     while True:
         try:
-            admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+            connect(kafka, timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
             if logged:
                 _log.info("event=broker_reachable bootstrap=%s", kafka.bootstrap_servers)
             return True
-        except KafkaException as e:
+        except RetriableError as e:
             if time.monotonic() >= deadline:
                 return False
             if not logged:
