@@ -173,7 +173,8 @@ def acl_specs(settings: Settings) -> list[AclSpec]:
     allow(user, "TOPIC", k.topic_requests, ("WRITE", "DESCRIBE"))
     allow(user, "TOPIC", k.topic_completed, ("READ", "DESCRIBE"))
     allow(user, "TOPIC", k.topic_chunks, ("READ", "DESCRIBE"))
-    for prefix in ("ttsflow-client-", f"{PRINCIPALS['user']}-"):
+    # (ttsflow's group-less readers name a group librdkafka looks up but never join: ttsflow-reader-*)
+    for prefix in ("ttsflow-client-", "ttsflow-reader-", f"{PRINCIPALS['user']}-"):
         allow(user, "GROUP", prefix, ("READ", "DESCRIBE"), "PREFIXED")
     # stage: requests in, segments and dead letters out; its faust topics (changelog, leader),
     # group and (exactly_once) transactional ids all start with its app id
@@ -191,6 +192,7 @@ def acl_specs(settings: Settings) -> list[AclSpec]:
     allow(worker, "TOPIC", k.topic_chunks, ("WRITE", "DESCRIBE"))
     allow(worker, "TOPIC", k.topic_done, ("READ", "WRITE", "DESCRIBE"))
     allow(worker, "GROUP", k.worker_group, ("READ", "DESCRIBE"))
+    allow(worker, "GROUP", "ttsflow-reader-", ("READ", "DESCRIBE"), "PREFIXED")
     allow(worker, "TRANSACTIONAL_ID", f"{k.effective_transactional_id_prefix}-", ("WRITE", "DESCRIBE"), "PREFIXED")
     return out
 
