@@ -38,6 +38,8 @@ ADMIN = "admin"
 #: The three principals of a ttsflow deployment (SCRAM user names), by role.
 PRINCIPALS: dict[str, str] = {"user": "ttsflow-user", "stage": "ttsflow-stage", "worker": "ttsflow-worker"}
 MECHANISM = "SCRAM-SHA-512"
+#: The Redis ACL user of ttsflow's processes on a secured stack.
+REDIS_USER = "ttsflow"
 _VALIDITY_DAYS = "825"
 _SAN = "SAN=dns:localhost,ip:127.0.0.1"
 
@@ -97,7 +99,7 @@ def ensure_material(home: Path) -> SecurePaths:
     sp = secure_paths(home)
     sp.root.mkdir(parents=True, exist_ok=True)
     sp.root.chmod(0o700)
-    for user in (ADMIN, *PRINCIPALS.values()):
+    for user in (ADMIN, *PRINCIPALS.values(), f"redis-{REDIS_USER}"):
         _password(sp.password_file(user))
     store_pw = _password(sp.store_password)
     if sp.keystore.is_file() and sp.ca_pem.is_file():
@@ -142,11 +144,32 @@ def scram_format_args(sp: SecurePaths) -> list[str]:
 
 
 def client_settings(settings: Settings, home: Path, user: str = ADMIN) -> Settings:
-    """``settings`` as ``user`` of the secured stack at ``home`` sees the broker."""
+    """``settings`` as ``user`` of the secured stack at ``home`` sees it: Kafka on SASL_SSL as ``user``,
+    S3 on HTTPS trusting the stack's CA, Redis as its ACL user :data:`REDIS_USER`."""
     sp = secure_paths(home)
     return settings.replace(kafka_security_protocol="SASL_SSL", kafka_sasl_mechanism=MECHANISM,
                             kafka_sasl_username=user, kafka_sasl_password=Secret(_password(sp.password_file(user))),
-                            kafka_sasl_password_file="", kafka_ssl_ca_file=str(sp.ca_pem))
+                            kafka_sasl_password_file="", kafka_ssl_ca_file=str(sp.ca_pem),
+                            s3_endpoint=f"https://127.0.0.1:{settings.s3_port}", s3_ca_bundle=str(sp.ca_pem),
+                            redis_username=REDIS_USER, redis_password_file="",
+                            redis_password=Secret(_password(sp.password_file(f"redis-{REDIS_USER}"))))
+
+
+def s3proxy_tls(home: Path, port: int) -> str:
+    """s3proxy's properties for HTTPS only on ``port``, with the broker's keystore."""
+    sp = secure_paths(home)
+    return "\n".join([f"s3proxy.secure-endpoint=https://127.0.0.1:{port}", f"s3proxy.keystore-path={sp.keystore}",
+                       f"s3proxy.keystore-password={_password(sp.store_password)}"])
+
+
+def redis_acl_lines(home: Path) -> str:
+    """redis.conf lines: the default user needs the admin's password; :data:`REDIS_USER` may use the
+    cache's keys (``ttsflow:*``) with every command but the dangerous ones (FLUSHALL, CONFIG, KEYS...)."""
+    sp = secure_paths(home)
+    return ("\n# `stack up --secure`: no anonymous access\n"
+            f"user default on >{_password(sp.password_file(ADMIN))} ~* &* +@all\n"
+            f"user {REDIS_USER} on >{_password(sp.password_file(f'redis-{REDIS_USER}'))} ~ttsflow:* "
+            "+@all -@dangerous\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +250,12 @@ def security_status(settings: Settings, home: Path) -> dict[str, Any] | None:
                            "principal": f"User:{ADMIN}"}
     return {"bootstrap": f"127.0.0.1:{settings.kafka_port}", "security_protocol": "SASL_SSL",
             "sasl_mechanism": MECHANISM, "ca_file": str(sp.ca_pem), "principals": principals,
+            "s3_endpoint": f"https://127.0.0.1:{settings.s3_port}",
+            "redis": {"username": REDIS_USER, "password_file": str(sp.password_file(f"redis-{REDIS_USER}")),
+                      "tls": False},
             "env": {"TTS_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "TTS_KAFKA_SASL_MECHANISM": MECHANISM,
-                    "TTS_KAFKA_SSL_CA_FILE": str(sp.ca_pem)}}
+                    "TTS_KAFKA_SSL_CA_FILE": str(sp.ca_pem), "TTS_S3_ENDPOINT": f"https://127.0.0.1:{settings.s3_port}",
+                    "TTS_S3_CA_BUNDLE": str(sp.ca_pem), "TTS_REDIS_USERNAME": REDIS_USER}}
 
 
 def is_secure(home: Path) -> bool:

@@ -343,6 +343,10 @@ def _start_s3(settings: Settings, p: StackPaths) -> int:
     conf = _render("s3proxy.properties.template", p.conf / "s3proxy.properties",
                    s3_port=settings.s3_port, access_key=settings.s3_access_key,
                    secret_key=settings.s3_secret_key, basedir=basedir)
+    if secure.is_secure(p.home):  # HTTPS only, with the broker's certificate (same host, same CA)
+        conf.write_text(conf.read_text().replace(f"s3proxy.endpoint=http://127.0.0.1:{settings.s3_port}",
+                                                 secure.s3proxy_tls(p.home, settings.s3_port)))
+        conf.chmod(0o600)
     jar = sorted(p.s3proxy_dir.glob("s3proxy-*.jar"))[-1]
     argv = [java, *_S3_HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true", "-DLOG_LEVEL=warn",
             "-jar", str(jar), "--properties", str(conf)]
@@ -355,6 +359,9 @@ def _start_redis(settings: Settings, p: StackPaths) -> int:
     data.mkdir(parents=True, exist_ok=True)
     conf = _render("redis.conf.template", p.conf / "redis.conf", redis_port=settings.redis_port,
                    data_dir=data, log_file=p.logs / "redis.log")
+    if secure.is_secure(p.home):  # ACL users with passwords (this valkey-server has no TLS support)
+        conf.write_text(conf.read_text() + secure.redis_acl_lines(p.home))
+        conf.chmod(0o600)
     (p.logs).mkdir(parents=True, exist_ok=True)
     return _spawn(p, "redis", [binary, str(conf)], p.logs / "redis.stdout.log")
 
@@ -377,7 +384,8 @@ def _kafka_address(settings: Settings) -> str:
 
 
 def _s3_address(settings: Settings) -> str:
-    return f"http://127.0.0.1:{settings.s3_port}"
+    scheme = "https" if settings.s3_endpoint.startswith("https://") else "http"  # https on a secured home
+    return f"{scheme}://127.0.0.1:{settings.s3_port}"
 
 
 def _redis_address(settings: Settings) -> str:
@@ -399,7 +407,7 @@ def _s3_client(settings: Settings, endpoint: str | None = None) -> Any:
     from storage.s3 import s3_client
 
     return s3_client(endpoint or settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
-                     settings.s3_region, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
+                     settings.s3_region, ca_bundle=settings.s3_ca_bundle, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
 
 
 def _probe_s3(settings: Settings) -> str | None:
@@ -419,7 +427,11 @@ def _probe_redis(settings: Settings) -> str | None:
     if not _port_open(settings.redis_port):
         return "connection refused"
     import redis
-    client = redis.Redis(host="127.0.0.1", port=settings.redis_port, socket_timeout=2, socket_connect_timeout=2)
+
+    from storage.cache import redis_auth
+
+    client = redis.Redis(host="127.0.0.1", port=settings.redis_port, socket_timeout=2, socket_connect_timeout=2,
+                         **redis_auth("redis://", settings.redis_username, settings.redis_password))
     try:
         return None if client.ping() else "PING failed"
     except Exception as e:

@@ -9,11 +9,15 @@ principal lacks its ACLs refuses to start and names what is missing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,8 @@ from streams.devstack.procs import Supervisor, settings_env
 from streams.kafka.config import consumer_config, producer_config
 from streams.settings import Settings
 
+pytestmark = pytest.mark.integration
+
 _FAST_S = 10.0  # a refused client must be told within this (librdkafka alone retries forever)
 
 
@@ -36,6 +42,11 @@ def _as(stack: tuple[Settings, Path], role: str) -> Settings:
 
 def _password(stack: tuple[Settings, Path], role: str) -> str:
     return secure.secure_paths(stack[1]).password_file(secure.PRINCIPALS[role]).read_text().strip()
+
+
+def _get(url: str, ca_file: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10, context=ssl.create_default_context(cafile=ca_file)) as r:
+        return bytes(r.read())
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 120.0) -> tuple[int, str, float]:
@@ -66,7 +77,10 @@ def test_pipeline_answers_over_sasl_ssl_each_process_its_own_principal(secure_st
 
     stage, user = _as(secure_stack, "stage"), _as(secure_stack, "user")
     worker = _as(secure_stack, "worker")
-    worker = worker.replace(transactional_id=f"{worker.effective_transactional_id_prefix}-test-1")
+    ttl = 5  # completions carry a presigned link to their audio, valid this long
+    worker = worker.replace(transactional_id=f"{worker.effective_transactional_id_prefix}-test-1",
+                            s3_presign_ttl_s=ttl)
+    assert worker.s3_endpoint.startswith("https://") and worker.redis_username  # S3 over TLS, Redis ACL user
     n = 6
     with Supervisor(tmp_path) as sup:
         w = sup.worker("worker", worker)
@@ -82,7 +96,22 @@ def test_pipeline_answers_over_sasl_ssl_each_process_its_own_principal(secure_st
                 latencies.append(time.monotonic() - t0)
                 assert c.status == "ok", c
                 assert client.fetch(c)[:4] == b"RIFF"
+                assert c.audio is not None and c.audio.url is not None
+                # the link alone (plain HTTPS GET, no S3 credentials) fetches the same bytes, before it expires
+                assert hashlib.sha256(_get(c.audio.url, user.s3_ca_bundle)).hexdigest() == c.audio.sha256
         sup.check_alive()
+    assert c.audio is not None and c.audio.url is not None
+    deadline = time.monotonic() + ttl + 30  # refused once expired (S3's clock: seconds, no sleep beyond the TTL)
+    status = 200
+    while status == 200 and time.monotonic() < deadline:
+        try:
+            _get(c.audio.url, user.s3_ca_bundle)
+        except urllib.error.HTTPError as e:
+            status = e.code
+            assert b"expired" in e.read()
+        else:
+            time.sleep(0.5)  # poll interval of the expiry check
+    assert status == 403
     print(f"secured e2e: {n} requests, {len(latencies)} answered, latency s: "
           f"{', '.join(f'{x:.2f}' for x in latencies)}")
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
