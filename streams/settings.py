@@ -103,6 +103,7 @@ class KafkaSettings:
     kafka_sasl_mechanism: str
     kafka_sasl_username: str
     kafka_sasl_password: Secret
+    kafka_sasl_password_file: str
     kafka_ssl_ca_file: str
     kafka_ssl_cert_file: str
     kafka_ssl_key_file: str
@@ -136,6 +137,7 @@ class S3Settings:
     s3_secret_key: str
     s3_region: str
     s3_prefix: str
+    s3_secret_key_file: str
     s3_ca_bundle: str
     s3_presign_ttl_s: int
 
@@ -148,6 +150,7 @@ class RedisSettings:
     cache_ttl_s: int
     redis_username: str
     redis_password: Secret
+    redis_password_file: str
     redis_ca_file: str
 
 

@@ -74,7 +74,7 @@ def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Set
         stack.stack_up(s, quiet=True, timeout=_STACK_UP_S, secure_kafka=True)
         yield s, Path(s.home)
     finally:
-        stack.stack_down(s)
+        stack.stack_down(s, quiet=True)
 
 
 @pytest.fixture
