@@ -275,7 +275,7 @@ class Settings:
     kafka_sasl_mechanism: str = _f("SCRAM-SHA-512", "SASL mechanism with a SASL_* protocol: PLAIN (Confluent Cloud API keys), SCRAM-SHA-256 or SCRAM-SHA-512 (MSK SCRAM, Strimzi). AWS IAM and OAUTHBEARER are not supported.",
                                    choices=SASL_MECHANISMS)
     kafka_sasl_username: str = _f("", "SASL username (the principal User:<name> ACLs name); required with a SASL_* protocol.")
-    kafka_sasl_password: Secret = _f(Secret(""), "SASL password; never logged or shown. Prefer TTS_KAFKA_SASL_PASSWORD_FILE.")
+    kafka_sasl_password: Secret = _f(Secret(""), "SASL password; never logged or shown. Prefer TTS_KAFKA_SASL_PASSWORD_FILE.")  # noqa: RUF009 (a frozen str, like the others)
     kafka_sasl_password_file: str = _f("", "File holding the SASL password (a mounted Kubernetes Secret); used when TTS_KAFKA_SASL_PASSWORD is empty.")
     kafka_ssl_ca_file: str = _f("", "PEM file of the CA(s) that signed the brokers' certificates (SSL, SASL_SSL); empty means the system's trust store.")
     kafka_ssl_cert_file: str = _f("", "PEM client certificate for mutual TLS (the principal is its subject); needs TTS_KAFKA_SSL_KEY_FILE.")
@@ -284,7 +284,7 @@ class Settings:
     s3_endpoint: str = _f("http://127.0.0.1:9000", "S3-compatible endpoint URL.")
     s3_bucket: str = _f("ttsflow-audio", "Bucket holding segment and request audio.")
     s3_access_key: str = _f("ttsflow", "S3 access key id.")
-    s3_secret_key: Secret = _f(Secret("ttsflow-local-secret"), "S3 secret access key; never logged or shown.")
+    s3_secret_key: Secret = _f(Secret("ttsflow-local-secret"), "S3 secret access key; never logged or shown.")  # noqa: RUF009 (a frozen str, like the others)
     s3_region: str = _f("us-east-1", "S3 region name.")
     s3_prefix: str = _f("audio/", "Key prefix for audio objects.")
     s3_secret_key_file: str = _f("", "File holding the S3 secret access key (a mounted Kubernetes Secret); overrides TTS_S3_SECRET_KEY.")
@@ -295,7 +295,7 @@ class Settings:
     redis_url: str = _f("redis://127.0.0.1:6379/0", "Redis URL for the audio cache.")
     cache_ttl_s: int = _f(7 * 24 * 3600, "TTL of segment cache entries, seconds.", lo=1, hi=365 * 24 * 3600)
     redis_username: str = _f("", "Redis ACL user (Redis 6+/valkey); empty means the default user (or the URL's).")
-    redis_password: Secret = _f(Secret(""), "Redis password (requirepass or the ACL user's); never logged or shown. Prefer TTS_REDIS_PASSWORD_FILE.")
+    redis_password: Secret = _f(Secret(""), "Redis password (requirepass or the ACL user's); never logged or shown. Prefer TTS_REDIS_PASSWORD_FILE.")  # noqa: RUF009 (a frozen str, like the others)
     redis_password_file: str = _f("", "File holding the Redis password (a mounted Kubernetes Secret); used when TTS_REDIS_PASSWORD is empty.")
     redis_ca_file: str = _f("", "PEM CA that verifies a rediss:// server's certificate; empty means the system's trust store.")
     # --- Text limits -------------------------------------------------------------

@@ -291,20 +291,13 @@ if __name__ == "__main__":
 
 def ensure_acls(admin_settings: Settings, specs: list[AclSpec], *, timeout: float = 30.0) -> int:
     """Create the ACLs of ``specs`` (creating an existing one is a no-op); returns how many were sent."""
-    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
-                                       ResourceType)
+    from streams.kafka.admin import create_acls, kafka_exception
 
-    from streams.kafka.config import client_config
-
-    admin = AdminClient(client_config(admin_settings.kafka, log_level=3))
-    bindings = [AclBinding(ResourceType[s.resource], s.name, ResourcePatternType[s.pattern], s.principal, "*",
-                           AclOperation[s.operation], AclPermissionType.ALLOW) for s in specs]
-    for b, fut in admin.create_acls(bindings, request_timeout=timeout).items():
-        try:
-            fut.result(timeout)
-        except Exception as e:  # KafkaException: say which ACL, then stop
-            raise StackError(f"could not create ACL {b}: {e}") from None
-    return len(bindings)
+    try:
+        return create_acls(admin_settings.kafka, [(s.principal, s.resource, s.name, s.pattern, s.operation)
+                                                  for s in specs], timeout=timeout)
+    except kafka_exception() as e:
+        raise StackError(f"could not create ACLs: {e}") from None
 
 
 def security_status(settings: Settings, home: Path) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from streams.kafka.config import client_config
 from streams.settings import KafkaSettings, StageSettings
 from streams.stage.dedup import dedup_changelog_topic
 
-__all__ = ["TopicSpec", "admin_client", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
+__all__ = ["TopicSpec", "admin_client", "create_acls", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
            "kafka_exception", "topic_names", "topic_specs", "wait_for_broker"]
 
 _log = logging.getLogger("ttsflow.kafka")
@@ -163,6 +163,21 @@ def admin_client(kafka: KafkaSettings, *, bootstrap: str | None = None, **conf: 
     if bootstrap:
         base["bootstrap.servers"] = bootstrap
     return AdminClient(base)
+
+
+def create_acls(kafka: KafkaSettings, acls: Sequence[tuple[str, str, str, str, str]], *,
+                timeout: float = 30.0) -> int:
+    """Create ALLOW ACLs, each ``(principal, resource type, name, pattern type, operation)`` in
+    Kafka's names (``("User:u", "TOPIC", "tts.requests", "LITERAL", "WRITE")``), on any host;
+    an existing one is left as it is. Returns how many were sent; raises ``KafkaException``."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    admin = admin_client(kafka, log_level=3)
+    bindings = [AclBinding(ResourceType[res], name, ResourcePatternType[pattern], principal, "*", AclOperation[op],
+                           AclPermissionType.ALLOW) for principal, res, name, pattern, op in acls]
+    for fut in admin.create_acls(bindings, request_timeout=timeout).values():
+        fut.result(timeout)
+    return len(bindings)
 
 
 def kafka_exception() -> type[Exception]:

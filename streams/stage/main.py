@@ -36,13 +36,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from faust import Worker
 
-    from streams.kafka import wait_for_broker
-    from streams.stage.metrics import StageMetrics
-
     # faust exits at once when it cannot bootstrap; a stage started during a broker restart
     # waits for it instead (bounded: past that, exit non-zero for the orchestrator)
     from streams.errors import KafkaAccessError
+    from streams.kafka import wait_for_broker
     from streams.kafka.access import require, role_needs
+    from streams.stage.metrics import StageMetrics
 
     try:
         if not wait_for_broker(settings.kafka, timeout_s=_BROKER_WAIT_S):

@@ -57,7 +57,7 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 120.0) -> tuple[int, 
 
 
 def test_status_names_principals_and_files_never_passwords(secure_stack: tuple[Settings, Path]) -> None:
-    s, home = secure_stack
+    s, _home = secure_stack
     env = settings_env(s)
     res = subprocess.run([sys.executable, "-m", "streams.cli", "stack", "status", "--json"],
                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=True)
