@@ -10,7 +10,8 @@ Guarantees:
   ``RetriableError``, with a hint when the client speaks another protocol than the listener.
 * :func:`require` checks, before a process starts its work, that its principal holds every
   operation its role needs on its topics and group (KIP-430's authorized operations), and
-  names each one missing. On a cluster without an authorizer it checks nothing.
+  names each one missing. On a cluster without an authorizer every operation is granted;
+  a topic that does not exist yet is left to the process (it creates it or waits for it).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def require(kafka: KafkaSettings, needs: Sequence[tuple[str, str, str]], *, role
             if code == "TOPIC_AUTHORIZATION_FAILED":
                 granted["topic", name] = set()
             elif code == "UNKNOWN_TOPIC_OR_PART":
-                raise KafkaAccessError(f"{_who(kafka)}: topic {name} does not exist (create it first)") from None
+                granted["topic", name] = None  # not made yet: the process creates it or waits for it as before
             else:
                 raise
     deadline = time.monotonic() + timeout_s

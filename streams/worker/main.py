@@ -90,7 +90,7 @@ def _kafka_refusal(settings: Settings) -> KafkaAccessError | None:
     from streams.kafka.access import require, role_needs
 
     try:
-        require(settings.kafka, role_needs(settings.kafka, "worker"), role="worker")
+        require(settings.kafka, role_needs(settings.kafka, "worker"), role="worker", timeout_s=5.0)
     except KafkaAccessError as e:
         return e
     except RetriableError as e:
