@@ -144,6 +144,9 @@ class AudioRef(_Event, frozen=True, kw_only=True):
     duration_s: NonNegFloat
     bytes: NonNegInt
     sha256: Sha256Hex
+    url: Annotated[str, msgspec.Meta(max_length=8192, description=(
+        "A presigned HTTPS/HTTP GET link to the audio, fetchable without S3 credentials until it expires "
+        "(present when the worker runs with TTS_S3_PRESIGN_TTL_S > 0)"))] | None = None
 
 
 class ModelInfo(_Event, frozen=True, kw_only=True):

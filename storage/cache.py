@@ -19,9 +19,24 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["AudioCache"]
+__all__ = ["AudioCache", "redis_auth"]
 
 _HEX = re.compile(r"^[0-9a-f]{16,128}$")
+
+
+def redis_auth(url: str, username: str = "", password: str = "", ca_file: str = "") -> dict[str, Any]:
+    """``redis.Redis.from_url`` options for an ACL user or password (given ones win over the URL's)
+    and, on a ``rediss://`` URL, the CA that verifies the server (hostname checked)."""
+    out: dict[str, Any] = {}
+    if username:
+        out["username"] = username
+    if password:
+        out["password"] = str.__str__(password)
+    if url.startswith("rediss://"):
+        out["ssl_cert_reqs"] = "required"
+        if ca_file:
+            out["ssl_ca_certs"] = ca_file
+    return out
 
 
 class RedisSection(Protocol):
@@ -31,16 +46,25 @@ class RedisSection(Protocol):
     def redis_url(self) -> str: ...
     @property
     def cache_ttl_s(self) -> int: ...
+    @property
+    def redis_username(self) -> str: ...
+    @property
+    def redis_password(self) -> str: ...
+    @property
+    def redis_ca_file(self) -> str: ...
 
 
 class AudioCache:
     @classmethod
     def from_section(cls, redis: RedisSection, **options: Any) -> AudioCache:
         """The cache the Redis section describes; ``options`` are the constructor's (namespace, timeouts)."""
+        options = {"username": redis.redis_username, "password": redis.redis_password,
+                   "ca_file": redis.redis_ca_file, **options}
         return cls(redis.redis_url, redis.cache_ttl_s, **options)
 
     def __init__(self, redis_url: str, ttl_s: int, *, namespace: str = "ttsflow:seg:",
-                 timeout_s: float = 0.5, retry_after_s: float = 2.0,
+                 timeout_s: float = 0.5, retry_after_s: float = 2.0, username: str = "", password: str = "",
+                 ca_file: str = "",
                  on_error: Callable[[str, BaseException], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         import redis
@@ -57,7 +81,7 @@ class AudioCache:
         self._lock = threading.Lock()
         self._redis: Any = redis.Redis.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-            health_check_interval=30, retry_on_timeout=False)
+            health_check_interval=30, retry_on_timeout=False, **redis_auth(redis_url, username, password, ca_file))
         self._errors_t: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 
     @property

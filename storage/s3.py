@@ -38,17 +38,21 @@ PART_BYTES = 8 * 1024 * 1024  # multipart part size (S3: >= 5 MiB except the las
 _PART_ATTEMPTS = 3            # tries per part (on top of botocore's own retry)
 
 
-def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1", **config: Any) -> Any:
+def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1", *, ca_bundle: str = "",
+              **config: Any) -> Any:
     """The one way ttsflow builds a boto3 S3 client: path-style addressing, and checksums only
     when an operation requires them (boto3 >= 1.36 sends CRC headers by default that s3proxy
-    refuses). ``config``: further ``botocore.config.Config`` options (timeouts, retries, pool)."""
+    refuses). ``ca_bundle``: a PEM file that verifies an https endpoint signed by a private CA
+    (empty: the system's trust store). ``config``: further ``botocore.config.Config`` options
+    (timeouts, retries, pool)."""
     import boto3
     from botocore.config import Config
 
     cfg = Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
                  response_checksum_validation="when_required", **config)
     return boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region,
-                                          aws_access_key_id=access_key, aws_secret_access_key=secret_key, config=cfg)
+                                          aws_access_key_id=access_key, aws_secret_access_key=secret_key, config=cfg,
+                                          verify=ca_bundle or None)
 
 
 def content_key(prefix: str, kind: str, digest: str, ext: str) -> str:
@@ -75,6 +79,10 @@ class S3Section(Protocol):
     def s3_region(self) -> str: ...
     @property
     def s3_prefix(self) -> str: ...
+    @property
+    def s3_ca_bundle(self) -> str: ...
+    @property
+    def s3_presign_ttl_s(self) -> int: ...
 
 
 class AudioStore:
@@ -85,16 +93,20 @@ class AudioStore:
                      **options: Any) -> AudioStore:
         """The store the S3 section describes; ``bucket``/``prefix`` override its own (a completion's bucket,
         the baseline's prefix), ``options`` are the constructor's timeouts and attempts."""
+        options = {"ca_bundle": s3.s3_ca_bundle, "presign_ttl_s": s3.s3_presign_ttl_s, **options}
         return cls(s3.s3_endpoint, s3.s3_bucket if bucket is None else bucket, s3.s3_access_key, s3.s3_secret_key,
                    s3.s3_region, s3.s3_prefix if prefix is None else prefix, **options)
 
     def __init__(self, endpoint: str, bucket: str, access_key: str, secret_key: str,
                  region: str = "us-east-1", prefix: str = "", *, connect_timeout_s: float = 2.0,
-                 read_timeout_s: float = 10.0, max_attempts: int = 2) -> None:
+                 read_timeout_s: float = 10.0, max_attempts: int = 2, ca_bundle: str = "",
+                 presign_ttl_s: int = 0) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.bucket = bucket
         self.prefix = prefix
-        self._client: Any = s3_client(self.endpoint, access_key, secret_key, region, signature_version="s3v4",
+        self.presign_ttl_s = presign_ttl_s
+        self._client: Any = s3_client(self.endpoint, access_key, secret_key, region, ca_bundle=ca_bundle,
+                                      signature_version="s3v4",
                                       connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
                                       retries={"max_attempts": max_attempts, "mode": "standard"},
                                       max_pool_connections=16)
@@ -106,6 +118,16 @@ class AudioStore:
 
     def uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
+
+    def presigned_url(self, key: str, ttl_s: int | None = None) -> str | None:
+        """A GET link to ``key`` that anyone holding it can fetch without credentials for ``ttl_s``
+        (default ``presign_ttl_s``) seconds, or None when that is 0. Signed locally (SigV4 query
+        string): no request to S3."""
+        ttl = self.presign_ttl_s if ttl_s is None else ttl_s
+        if ttl <= 0:
+            return None
+        return str(self._client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": key},
+                                                       ExpiresIn=int(ttl)))
 
     # -- operations ----------------------------------------------------------------
     def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:

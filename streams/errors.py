@@ -10,7 +10,8 @@ each with one reaction:
   the producer under the same ``transactional.id``, then as abortable.
 * :class:`FatalError`: stop the process with a non-zero status; the orchestrator restarts
   it (a fenced producer, an unknown transactional id, too few done-topic partitions);
-  :class:`StorageFatal` when S3 or Redis refuse the configuration (access denied, no bucket).
+  :class:`StorageFatal` when S3 or Redis refuse the configuration (access denied, no bucket);
+  :class:`KafkaAccessError` when the cluster refuses this client (authentication, TLS, ACLs).
 * :class:`SettingsError`: a setting is missing, unparsable or out of bounds (exit 2 at start).
 
 Bad input (poison) is never raised: the worker answers it with a failed completion and
@@ -32,7 +33,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 __all__ = [
-    "AbortableError", "FatalError", "ProducerWedged", "RetriableError", "SettingsError", "StorageFatal", "StreamError",
+    "AbortableError", "FatalError", "KafkaAccessError", "ProducerWedged", "RetriableError", "SettingsError", "StorageFatal", "StreamError",
     "classify",
 ]
 
@@ -62,6 +63,11 @@ class FatalError(StreamError):
 
 class StorageFatal(FatalError):
     """S3 or Redis refused the configuration (access denied, no bucket): not an outage, retrying cannot help."""
+
+
+class KafkaAccessError(FatalError):
+    """The cluster refused this client: SASL authentication or the TLS handshake failed, or an
+    ACL the process needs is missing. Configuration, not an outage: retrying cannot help."""
 
 
 class SettingsError(StreamError, ValueError):

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from streams.errors import SettingsError
 
 __all__ = ["SECTIONS", "BatchingSettings", "EngineSettings", "GatewaySettings", "KafkaSettings", "LocalStackSettings", "ProcessSettings",
-           "RedisSettings", "S3Settings", "ScalingSettings", "Settings", "SettingsError", "StageSettings", "load_settings",
+           "RedisSettings", "S3Settings", "ScalingSettings", "Secret", "Settings", "SettingsError", "StageSettings", "load_settings",
            "settings_table", "with_settings_table"]
 
 _PREFIX = "TTS_"
@@ -38,6 +38,36 @@ _S = TypeVar("_S")
 def _f(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
        choices: tuple[str, ...] | None = None) -> Any:
     return field(default=default, metadata={"doc": doc, "lo": lo, "hi": hi, "choices": choices})
+
+
+class Secret(str):
+    """A password or key: the value itself (it is a ``str``, handed to clients as is) with a
+    masked ``repr``, so a settings object or section printed in a log, a traceback or
+    ``stack status`` never shows it. Code that must send the value calls :meth:`reveal`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self else "Secret('')"
+
+    def reveal(self) -> str:
+        """The value as a plain ``str``."""
+        return str.__str__(self)
+
+
+#: Secret fields and the ``*_file`` field that may hold them instead (a mounted Kubernetes Secret).
+SECRET_FILES: dict[str, str] = {"kafka_sasl_password": "kafka_sasl_password_file",
+                                "s3_secret_key": "s3_secret_key_file",
+                                "redis_password": "redis_password_file"}
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _read_secret_file(name: str, path: str) -> Secret:
+    try:
+        return Secret(Path(path).read_text().rstrip("\r\n"))
+    except OSError as e:
+        raise SettingsError(f"TTS_{name.upper()}={path}: cannot read it ({e.strerror})") from None
 
 
 def _default_home() -> str:
@@ -71,6 +101,22 @@ class KafkaSettings:
     transactional_id: str
     transaction_timeout_ms: int
     worker_commit_interval_ms: int
+    kafka_security_protocol: str
+    kafka_sasl_mechanism: str
+    kafka_sasl_username: str
+    kafka_sasl_password: Secret
+    kafka_sasl_password_file: str
+    kafka_ssl_ca_file: str
+    kafka_ssl_cert_file: str
+    kafka_ssl_key_file: str
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.kafka_security_protocol.startswith("SASL_")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.kafka_security_protocol in ("SSL", "SASL_SSL")
 
     @property
     def effective_transactional_id_prefix(self) -> str:
@@ -93,6 +139,9 @@ class S3Settings:
     s3_secret_key: str
     s3_region: str
     s3_prefix: str
+    s3_secret_key_file: str
+    s3_ca_bundle: str
+    s3_presign_ttl_s: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +150,10 @@ class RedisSettings:
 
     redis_url: str
     cache_ttl_s: int
+    redis_username: str
+    redis_password: Secret
+    redis_password_file: str
+    redis_ca_file: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,16 +306,34 @@ class Settings:
     transactional_id: str = _f("", "Stable transactional.id of this worker, used as given; empty means <transactional_id_prefix>-<hostname>-<lowest slot free on this host for this cluster and prefix> (side-by-side workers never fence each other, a restarted one takes its predecessor's id).")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
     worker_commit_interval_ms: int = _f(50, "Longest a worker's finished segments wait for a transaction that commits their offsets, milliseconds; answers and stream chunks start one as soon as none is in flight (one at a time, on its own thread). Lower commits progress sooner at a few ms of broker and client CPU per transaction.", lo=1, hi=60_000)
+    kafka_security_protocol: str = _f("PLAINTEXT", "How every ttsflow client reaches Kafka (worker, stage, client, lag exporter, admin, benchmarks): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (Confluent Cloud, MSK with SCRAM: SASL_SSL).",
+                                      choices=KAFKA_PROTOCOLS)
+    kafka_sasl_mechanism: str = _f("SCRAM-SHA-512", "SASL mechanism with a SASL_* protocol: PLAIN (Confluent Cloud API keys), SCRAM-SHA-256 or SCRAM-SHA-512 (MSK SCRAM, Strimzi). AWS IAM and OAUTHBEARER are not supported.",
+                                   choices=SASL_MECHANISMS)
+    kafka_sasl_username: str = _f("", "SASL username (the principal User:<name> ACLs name); required with a SASL_* protocol.")
+    kafka_sasl_password: Secret = _f(Secret(""), "SASL password; never logged or shown. Prefer TTS_KAFKA_SASL_PASSWORD_FILE.")  # noqa: RUF009 (a frozen str, like the others)
+    kafka_sasl_password_file: str = _f("", "File holding the SASL password (a mounted Kubernetes Secret); used when TTS_KAFKA_SASL_PASSWORD is empty.")
+    kafka_ssl_ca_file: str = _f("", "PEM file of the CA(s) that signed the brokers' certificates (SSL, SASL_SSL); empty means the system's trust store.")
+    kafka_ssl_cert_file: str = _f("", "PEM client certificate for mutual TLS (the principal is its subject); needs TTS_KAFKA_SSL_KEY_FILE.")
+    kafka_ssl_key_file: str = _f("", "PEM private key (unencrypted) of TTS_KAFKA_SSL_CERT_FILE.")
     # --- S3 ----------------------------------------------------------------------
     s3_endpoint: str = _f("http://127.0.0.1:9000", "S3-compatible endpoint URL.")
     s3_bucket: str = _f("ttsflow-audio", "Bucket holding segment and request audio.")
     s3_access_key: str = _f("ttsflow", "S3 access key id.")
-    s3_secret_key: str = _f("ttsflow-local-secret", "S3 secret access key.")
+    s3_secret_key: Secret = _f(Secret("ttsflow-local-secret"), "S3 secret access key; never logged or shown.")  # noqa: RUF009 (a frozen str, like the others)
     s3_region: str = _f("us-east-1", "S3 region name.")
     s3_prefix: str = _f("audio/", "Key prefix for audio objects.")
+    s3_secret_key_file: str = _f("", "File holding the S3 secret access key (a mounted Kubernetes Secret); overrides TTS_S3_SECRET_KEY.")
+    s3_ca_bundle: str = _f("", "PEM CA bundle that verifies an https:// S3 endpoint's certificate (a private CA); empty means the system's trust store.")
+    s3_presign_ttl_s: int = _f(0, "When > 0, every ok completion carries audio.url, a presigned GET link to its audio valid this many seconds (fetchable without S3 credentials); 0 disables it.",
+                               lo=0, hi=7 * 24 * 3600)
     # --- Redis -------------------------------------------------------------------
     redis_url: str = _f("redis://127.0.0.1:6379/0", "Redis URL for the audio cache.")
     cache_ttl_s: int = _f(7 * 24 * 3600, "TTL of segment cache entries, seconds.", lo=1, hi=365 * 24 * 3600)
+    redis_username: str = _f("", "Redis ACL user (Redis 6+/valkey); empty means the default user (or the URL's).")
+    redis_password: Secret = _f(Secret(""), "Redis password (requirepass or the ACL user's); never logged or shown. Prefer TTS_REDIS_PASSWORD_FILE.")  # noqa: RUF009 (a frozen str, like the others)
+    redis_password_file: str = _f("", "File holding the Redis password (a mounted Kubernetes Secret); used when TTS_REDIS_PASSWORD is empty.")
+    redis_ca_file: str = _f("", "PEM CA that verifies a rediss:// server's certificate; empty means the system's trust store.")
     # --- Text limits -------------------------------------------------------------
     max_text_chars: int = _f(100_000, "Longest accepted request text, in characters after normalization.", lo=1, hi=10_000_000)
     max_segment_chars: int = _f(300, "Longest segment the stage emits, in characters.", lo=16, hi=10_000)
@@ -312,6 +383,15 @@ class Settings:
     gateway_lookup_s: int = _f(24 * 3600, "Gateway: how far back a retry whose completion is not in memory looks for it in its user's partition of tts.completed (keep >= TTS_DEDUP_WINDOW_S).", lo=0, hi=30 * 24 * 3600)
 
     def __post_init__(self) -> None:
+        # secrets stay masked whichever way they came in (a plain str through replace()), and a
+        # *_file names where one is when its value is not given
+        for name, file_field in SECRET_FILES.items():
+            value, path = getattr(self, name), getattr(self, file_field)
+            if path and (not value or name == "s3_secret_key"):
+                value = _read_secret_file(file_field, path)
+            if not isinstance(value, Secret):
+                value = Secret(value)
+            object.__setattr__(self, name, value)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             lo, hi, choices = f.metadata["lo"], f.metadata["hi"], f.metadata["choices"]
@@ -324,6 +404,25 @@ class Settings:
         edges = self.buckets
         if list(edges) != sorted(set(edges)) or not edges or edges[0] < 1:
             raise SettingsError(f"TTS_LENGTH_BUCKETS={self.length_buckets!r} must be ascending positive integers")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        sasl = self.kafka_security_protocol.startswith("SASL_")
+        if sasl and not (self.kafka_sasl_username and self.kafka_sasl_password):
+            raise SettingsError(f"TTS_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs TTS_KAFKA_SASL_USERNAME "
+                                "and TTS_KAFKA_SASL_PASSWORD (or TTS_KAFKA_SASL_PASSWORD_FILE)")
+        if bool(self.kafka_ssl_cert_file) != bool(self.kafka_ssl_key_file):
+            raise SettingsError("TTS_KAFKA_SSL_CERT_FILE and TTS_KAFKA_SSL_KEY_FILE go together (mutual TLS)")
+        tls = self.kafka_security_protocol in ("SSL", "SASL_SSL")
+        for name in ("kafka_ssl_ca_file", "kafka_ssl_cert_file", "kafka_ssl_key_file"):
+            path = getattr(self, name)
+            if path and not tls:
+                raise SettingsError(f"TTS_{name.upper()} is set but TTS_KAFKA_SECURITY_PROTOCOL="
+                                    f"{self.kafka_security_protocol} uses no TLS (SSL or SASL_SSL)")
+        for name in ("kafka_ssl_ca_file", "kafka_ssl_cert_file", "kafka_ssl_key_file", "s3_ca_bundle", "redis_ca_file"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise SettingsError(f"TTS_{name.upper()}={path}: no such file")
 
     # Derived values -----------------------------------------------------------------
     @property
@@ -407,6 +506,8 @@ def _coerce(name: str, raw: str, typ: Any) -> Any:
             return int(raw)
         if typ in (float, "float"):
             return float(raw)
+        if typ in (Secret, "Secret"):
+            return Secret(raw)
         if typ in (bool, "bool"):
             if raw.lower() in ("1", "true", "yes", "on"):
                 return True

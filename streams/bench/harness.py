@@ -80,6 +80,7 @@ def s3_client(settings: Settings) -> Any:
     from storage.s3 import s3_client as client
 
     return client(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_region,
+                  ca_bundle=settings.s3_ca_bundle,
                   retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=30)
 
 

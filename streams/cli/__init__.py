@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from streams.errors import SettingsError
+
 __all__ = ["main"]
 
 # name -> (module, one-line help)
@@ -56,4 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(fn(rest) or 0)
     except KeyboardInterrupt:
         return 130
+    except SettingsError as e:  # a command that reads its settings late: the same one line as at start
+        print(f"ttsflow {name}: {e}", file=sys.stderr)
+        return 2
 

@@ -1,16 +1,16 @@
 """Errors of the client (:class:`~streams.client.TTSClient`): what a user of it catches.
 
 All are :class:`ClientError`, under the streams root :class:`~streams.errors.StreamError`;
-:class:`StackUnavailable` is also retriable (try again later).
+:class:`StackUnavailable` is also retriable (try again later); :class:`AccessDenied` is fatal.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from streams.errors import RetriableError, StreamError
+from streams.errors import KafkaAccessError, RetriableError, StreamError
 
-__all__ = ["AudioFetchError", "ClientError", "CompletionTimeout", "RequestFailed", "StackUnavailable"]
+__all__ = ["AccessDenied", "AudioFetchError", "ClientError", "CompletionTimeout", "RequestFailed", "StackUnavailable"]
 
 
 class ClientError(StreamError):
@@ -19,6 +19,10 @@ class ClientError(StreamError):
 
 class StackUnavailable(ClientError, RetriableError):
     """Kafka (or S3) did not answer in time: the stack is down or unreachable."""
+
+
+class AccessDenied(ClientError, KafkaAccessError):
+    """Kafka refused this client (wrong password, unknown user, untrusted CA): retrying cannot help."""
 
 
 class CompletionTimeout(ClientError, TimeoutError):

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import AudioRef, Chunk, Completion, Request, SchemaError, decode_chunk, decode_completion, encode
-from streams.client.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
+from streams.client.errors import AccessDenied, AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
 from streams.settings import KafkaSettings, S3Settings, Settings, load_settings
 
 __all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "pipeline_problems", "probe_kafka", "tail_completions"]
@@ -47,22 +47,17 @@ _log = logging.getLogger("ttsflow.client")
 
 
 def probe_kafka(kafka: KafkaSettings, timeout: float = 3.0) -> None:
-    """Raise :class:`StackUnavailable` unless the broker answers a metadata request in time."""
-    from confluent_kafka.admin import AdminClient
+    """Raise :class:`StackUnavailable` unless the broker answers a metadata request in time, and
+    :class:`~streams.errors.KafkaAccessError` at once when it refuses this client (login, TLS)."""
+    from streams.errors import KafkaAccessError, RetriableError
+    from streams.kafka.access import connect
 
-    from streams.kafka.config import client_config
-
-    admin = AdminClient(client_config(kafka, **{"logger": _logger_sink(),
-                                                "socket.timeout.ms": max(int(timeout * 1000), 10)}))
     try:
-        md = admin.list_topics(timeout=timeout)
-    except Exception as e:
-        err = e.args[0] if e.args else e
-        why = err.str() if hasattr(err, "str") else str(err)
-        raise StackUnavailable(f"Kafka at {kafka.bootstrap_servers} did not answer within {timeout:g} s "
-                               f"({why}); is the stack up? (ttsflow stack up)") from None
-    if not md.brokers:
-        raise StackUnavailable(f"Kafka at {kafka.bootstrap_servers} has no brokers in its metadata")
+        connect(kafka, timeout_s=timeout)
+    except KafkaAccessError as e:
+        raise AccessDenied(str(e)) from None
+    except RetriableError as e:
+        raise StackUnavailable(f"{e}; is the stack up? (ttsflow stack up)") from None
 
 
 def _logger_sink() -> logging.Logger:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streams.devstack import secure
 from streams.devstack.errors import StackError
 from streams.settings import Settings, SettingsError, load_settings
 
@@ -309,15 +310,25 @@ def _start_kafka(settings: Settings, p: StackPaths) -> int:
     conf = _render("server.properties.template", p.conf / "server.properties",
                    kafka_port=settings.kafka_port, controller_port=settings.kafka_controller_port,
                    log_dirs=data, partitions=settings.partitions)
+    scram: list[str] = []
+    if secure.is_secure(p.home):  # SASL_SSL listener, SCRAM users, StandardAuthorizer (streams/devstack/secure.py)
+        sp = secure.secure_paths(p.home)
+        extra = string.Template((DEPLOY_DIR / "server-secure.properties.template").read_text()).substitute(
+            {k: str(v) for k, v in {"kafka_port": settings.kafka_port, "controller_port": settings.kafka_controller_port,
+                                    **secure.template_values(sp)}.items()})
+        conf.write_text(conf.read_text() + "\n" + extra)
+        conf.chmod(0o600)  # it holds the admin's password
+        scram = secure.scram_format_args(sp)
     cp = f"{p.kafka_jars}/*"
     log_props = f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'log4j.properties'}"
     if not (data / "meta.properties").is_file():
         cluster_id = _cluster_id()
         res = subprocess.run(
             [java, *_TOOL_JVM, f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'tools-log4j.properties'}",
-             "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf), "--ignore-formatted"],
+             "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf), "--ignore-formatted",
+             *scram],
             capture_output=True, text=True, check=False)
-        if res.returncode != 0:
+        if res.returncode != 0:  # its output names users, never their passwords
             raise StackError(f"kafka.tools.StorageTool format failed: {(res.stderr or res.stdout).strip()[-400:]}")
     argv = [java, *_KAFKA_HEAP, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExplicitGCInvokesConcurrent",
             "-Djava.awt.headless=true", log_props, f"-Dkafka.logs.dir={p.logs / 'kafka'}",
@@ -332,6 +343,10 @@ def _start_s3(settings: Settings, p: StackPaths) -> int:
     conf = _render("s3proxy.properties.template", p.conf / "s3proxy.properties",
                    s3_port=settings.s3_port, access_key=settings.s3_access_key,
                    secret_key=settings.s3_secret_key, basedir=basedir)
+    if secure.is_secure(p.home):  # HTTPS only, with the broker's certificate (same host, same CA)
+        conf.write_text(conf.read_text().replace(f"s3proxy.endpoint=http://127.0.0.1:{settings.s3_port}",
+                                                 secure.s3proxy_tls(p.home, settings.s3_port)))
+        conf.chmod(0o600)
     jar = sorted(p.s3proxy_dir.glob("s3proxy-*.jar"))[-1]
     argv = [java, *_S3_HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true", "-DLOG_LEVEL=warn",
             "-jar", str(jar), "--properties", str(conf)]
@@ -344,6 +359,9 @@ def _start_redis(settings: Settings, p: StackPaths) -> int:
     data.mkdir(parents=True, exist_ok=True)
     conf = _render("redis.conf.template", p.conf / "redis.conf", redis_port=settings.redis_port,
                    data_dir=data, log_file=p.logs / "redis.log")
+    if secure.is_secure(p.home):  # ACL users with passwords (this valkey-server has no TLS support)
+        conf.write_text(conf.read_text() + secure.redis_acl_lines(p.home))
+        conf.chmod(0o600)
     (p.logs).mkdir(parents=True, exist_ok=True)
     return _spawn(p, "redis", [binary, str(conf)], p.logs / "redis.stdout.log")
 
@@ -366,7 +384,8 @@ def _kafka_address(settings: Settings) -> str:
 
 
 def _s3_address(settings: Settings) -> str:
-    return f"http://127.0.0.1:{settings.s3_port}"
+    scheme = "https" if settings.s3_endpoint.startswith("https://") else "http"  # https on a secured home
+    return f"{scheme}://127.0.0.1:{settings.s3_port}"
 
 
 def _redis_address(settings: Settings) -> str:
@@ -388,7 +407,7 @@ def _s3_client(settings: Settings, endpoint: str | None = None) -> Any:
     from storage.s3 import s3_client
 
     return s3_client(endpoint or settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
-                     settings.s3_region, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
+                     settings.s3_region, ca_bundle=settings.s3_ca_bundle, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
 
 
 def _probe_s3(settings: Settings) -> str | None:
@@ -408,7 +427,11 @@ def _probe_redis(settings: Settings) -> str | None:
     if not _port_open(settings.redis_port):
         return "connection refused"
     import redis
-    client = redis.Redis(host="127.0.0.1", port=settings.redis_port, socket_timeout=2, socket_connect_timeout=2)
+
+    from storage.cache import redis_auth
+
+    client = redis.Redis(host="127.0.0.1", port=settings.redis_port, socket_timeout=2, socket_connect_timeout=2,
+                         **redis_auth("redis://", settings.redis_username, settings.redis_password))
     try:
         return None if client.ping() else "PING failed"
     except Exception as e:
@@ -439,7 +462,7 @@ def ensure_topics(settings: Settings, *, partitions: int | None = None, timeout:
     from streams.kafka.admin import kafka_exception
 
     try:
-        return _ensure(settings.kafka, settings.stage, partitions=partitions, timeout=timeout)
+        return _ensure(_as_admin(settings).kafka, settings.stage, partitions=partitions, timeout=timeout)
     except kafka_exception() as e:
         raise StackError(f"could not create topics: {e}") from None
 
@@ -449,7 +472,7 @@ def delete_topics(settings: Settings, names: Sequence[str], *, timeout: float = 
     from streams.kafka.admin import delete_topics as _delete
 
     if names:
-        _delete(_admin(settings), names, timeout=timeout)
+        _delete(_admin(_as_admin(settings)), names, timeout=timeout)
 
 
 def ensure_bucket(settings: Settings) -> bool:
@@ -486,16 +509,32 @@ def _log_tail(path: Path, lines: int = 8) -> str:
         return "(no log)"
 
 
-def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False) -> dict[str, Any]:
+def _as_admin(settings: Settings) -> Settings:
+    """The settings the stack itself uses: on a secured home, its admin's SASL_SSL credentials."""
+    home = _paths(settings).home
+    return secure.client_settings(settings, home) if secure.is_secure(home) else settings
+
+
+def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False,
+             secure_kafka: bool = False) -> dict[str, Any]:
     """Start what is not running, wait until all three answer, create topics and bucket.
 
-    Returns :func:`status`. Raises :class:`StackError` with one line on failure.
+    ``secure_kafka`` (``--secure``) makes a new home's broker SASL_SSL-only with ACLs
+    (:mod:`streams.devstack.secure`); a home made so stays so. Returns :func:`status`.
+    Raises :class:`StackError` with one line on failure.
     """
     say: Callable[[str], None] = (lambda _m: None) if quiet else (lambda m: print(m, flush=True))
     p = _paths(settings)
     p.home.mkdir(parents=True, exist_ok=True)
     with _lock(p):
         fetch_jars(settings, quiet=quiet)
+        if secure_kafka and not secure.is_secure(p.home):
+            if (p.data / "kafka" / "meta.properties").is_file():
+                raise StackError(f"the broker of {p.home} was formatted without --secure (its SCRAM users are made "
+                                 "at format time): use another TTS_HOME, or `stack down --wipe` first")
+            secure.ensure_material(p.home)
+            say(f"stack: secured Kafka (SASL_SSL, SCRAM, ACLs); CA and passwords in {secure.secure_paths(p.home).root}")
+        settings = _as_admin(settings)
         started: dict[str, int] = {}
         for svc in SERVICES:
             pid = _owned_pid(p, svc)
@@ -529,6 +568,9 @@ def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False)
         created = ensure_topics(settings, timeout=max(10.0, deadline - time.monotonic()))
         if created:
             say(f"stack: created topics {', '.join(created)}")
+        if secure.is_secure(p.home):
+            n = secure.ensure_acls(settings, secure.acl_specs(settings), timeout=max(10.0, deadline - time.monotonic()))
+            say(f"stack: {n} ACLs for {', '.join(secure.PRINCIPALS.values())}")
         if ensure_bucket(settings):
             say(f"stack: created bucket {settings.s3_bucket}")
     return status(settings)
@@ -584,6 +626,7 @@ def stack_down(settings: Settings, *, wipe: bool = False, timeout: float = 60.0,
         if wipe:
             shutil.rmtree(p.data, ignore_errors=True)
             shutil.rmtree(p.conf, ignore_errors=True)
+            shutil.rmtree(secure.secure_paths(p.home).root, ignore_errors=True)
             say(f"stack: wiped {p.data}")
     return stopped
 
@@ -591,9 +634,11 @@ def stack_down(settings: Settings, *, wipe: bool = False, timeout: float = 60.0,
 def status(settings: Settings) -> dict[str, Any]:
     """``{"kafka": {...}, "s3": {...}, "redis": {...}}``, each with ``ok`` and ``address``.
 
-    Also ``pid`` and ``rss_mb`` when this home's ``up`` started it, ``error`` when not ok.
+    Also ``pid`` and ``rss_mb`` when this home's ``up`` started it, ``error`` when not ok;
+    on a secured home ``kafka.security`` (:func:`streams.devstack.secure.security_status`).
     """
     p = _paths(settings)
+    settings = _as_admin(settings)
     out: dict[str, Any] = {}
     for svc in SERVICES:
         why = _PROBES[svc](settings)
@@ -605,6 +650,9 @@ def status(settings: Settings) -> dict[str, Any]:
         if why is not None:
             entry["error"] = why[:300]
         out[svc] = entry
+    sec = secure.security_status(settings, p.home)
+    if sec is not None:
+        out["kafka"]["security"] = sec
     return out
 
 
@@ -625,6 +673,8 @@ def kafka_tool(settings: Settings, tool: str, args: Sequence[str], *, timeout: f
     argv = list(args)
     if add_bootstrap and "--bootstrap-server" not in argv:
         argv = ["--bootstrap-server", settings.bootstrap_servers, *argv]
+    if secure.is_secure(p.home) and "--bootstrap-server" in argv and "--command-config" not in argv:
+        argv += ["--command-config", str(secure.tool_properties(p.home))]
     cmd = [_java(), *_TOOL_JVM, f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'tools-log4j.properties'}",
            "-cp", f"{p.kafka_jars}/*", main_class, *argv]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=check,
@@ -639,6 +689,10 @@ def _print_status(st: dict[str, Any]) -> None:
         pid = f", pid {e['pid']}" if e.get("pid") else ""
         state = "ok" if e["ok"] else f"DOWN ({e.get('error', '')})"
         print(f"{svc:<6} {e['address']:<24} {state}{pid}{mem}")
+        if "security" in e:
+            sec = e["security"]
+            print(f"       {sec['security_protocol']} {sec['sasl_mechanism']}, CA {sec['ca_file']}; principals "
+                  + ", ".join(f"{v['username']} ({v['password_file']})" for v in sec["principals"].values()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -647,6 +701,9 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start Kafka, S3 and Redis (idempotent), create topics and bucket")
     up.add_argument("--json", action="store_true", help="print the final status as one JSON object")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the services")
+    up.add_argument("--secure", action="store_true",
+                    help="Kafka on SASL_SSL only, SCRAM users and ACLs for a user, stage and worker principal "
+                         "(a new home only; the credentials' files are under kafka.security in status --json)")
     down = sub.add_parser("down", help="stop what `up` started")
     down.add_argument("--wipe", action="store_true", help="also delete topics, objects and cache data")
     st = sub.add_parser("status", help="probe the three services")
@@ -660,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings()
         if ns.cmd == "up":
             t0 = time.monotonic()
-            result = stack_up(settings, timeout=ns.timeout, quiet=ns.json)
+            result = stack_up(settings, timeout=ns.timeout, quiet=ns.json, secure_kafka=ns.secure)
             if ns.json:
                 print(json.dumps(result))
             else:

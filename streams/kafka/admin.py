@@ -24,7 +24,7 @@ from streams.kafka.config import client_config
 from streams.settings import KafkaSettings, StageSettings
 from streams.stage.dedup import dedup_changelog_topic
 
-__all__ = ["TopicSpec", "admin_client", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
+__all__ = ["TopicSpec", "admin_client", "create_acls", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
            "kafka_exception", "topic_names", "topic_specs", "wait_for_broker"]
 
 _log = logging.getLogger("ttsflow.kafka")
@@ -96,22 +96,22 @@ def ensure_topics(kafka: KafkaSettings, stage: StageSettings, *, partitions: int
 def wait_for_broker(kafka: KafkaSettings, *, timeout_s: float) -> bool:
     """Wait until the cluster answers a metadata request; False after ``timeout_s``. A process
     started while the broker restarts waits for it instead of exiting into its
-    orchestrator's crash-loop back-off."""
+    orchestrator's crash-loop back-off. A cluster that refuses this client (wrong password,
+    untrusted CA) raises :class:`~streams.errors.KafkaAccessError` at once instead."""
     import time
 
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
+    from streams.errors import RetriableError
+    from streams.kafka.access import connect
 
-    admin = AdminClient(client_config(kafka, log_level=3))
     deadline = time.monotonic() + timeout_s
     logged = False
     while True:
         try:
-            admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+            connect(kafka, timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
             if logged:
                 _log.info("event=broker_reachable bootstrap=%s", kafka.bootstrap_servers)
             return True
-        except KafkaException as e:
+        except RetriableError as e:
             if time.monotonic() >= deadline:
                 return False
             if not logged:
@@ -163,6 +163,21 @@ def admin_client(kafka: KafkaSettings, *, bootstrap: str | None = None, **conf: 
     if bootstrap:
         base["bootstrap.servers"] = bootstrap
     return AdminClient(base)
+
+
+def create_acls(kafka: KafkaSettings, acls: Sequence[tuple[str, str, str, str, str]], *,
+                timeout: float = 30.0) -> int:
+    """Create ALLOW ACLs, each ``(principal, resource type, name, pattern type, operation)`` in
+    Kafka's names (``("User:u", "TOPIC", "tts.requests", "LITERAL", "WRITE")``), on any host;
+    an existing one is left as it is. Returns how many were sent; raises ``KafkaException``."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    admin = admin_client(kafka, log_level=3)
+    bindings = [AclBinding(ResourceType[res], name, ResourcePatternType[pattern], principal, "*", AclOperation[op],
+                           AclPermissionType.ALLOW) for principal, res, name, pattern, op in acls]
+    for fut in admin.create_acls(bindings, request_timeout=timeout).values():
+        fut.result(timeout)
+    return len(bindings)
 
 
 def kafka_exception() -> type[Exception]:

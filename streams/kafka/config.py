@@ -8,6 +8,11 @@ Guarantees:
 * The worker's consumer reads only committed records (``read_committed``), never
   auto-commits (offsets go into the producer's transaction), and starts from the
   earliest offset when its group has none.
+* Every client reaches the cluster the same way: :func:`client_config` adds the security
+  settings (``security.protocol``, SASL mechanism and credentials, CA file, client
+  certificate and key) to every confluent-kafka config, and :func:`faust_credentials`
+  builds the stage's faust/aiokafka form of the very same settings. A password is
+  handed to the client only, never put in a log line or message.
 """
 
 from __future__ import annotations
@@ -16,13 +21,59 @@ from typing import Any
 
 from streams.settings import KafkaSettings
 
-__all__ = ["client_config", "consumer_config", "producer_config", "reader_config", "transactional_config"]
+__all__ = ["client_config", "consumer_config", "faust_credentials", "producer_config", "reader_config",
+           "security_config", "ssl_context", "transactional_config"]
+
+
+def security_config(kafka: KafkaSettings) -> dict[str, Any]:
+    """librdkafka's security properties of ``kafka`` (empty for PLAINTEXT): protocol, SASL
+    mechanism and credentials, trusted CA, client certificate and key (mutual TLS)."""
+    if kafka.kafka_security_protocol == "PLAINTEXT":
+        return {}
+    conf: dict[str, Any] = {"security.protocol": kafka.kafka_security_protocol}
+    if kafka.uses_sasl:
+        conf.update({"sasl.mechanism": kafka.kafka_sasl_mechanism, "sasl.username": kafka.kafka_sasl_username,
+                     "sasl.password": kafka.kafka_sasl_password.reveal()})
+    if kafka.uses_tls:
+        if kafka.kafka_ssl_ca_file:
+            conf["ssl.ca.location"] = kafka.kafka_ssl_ca_file
+        if kafka.kafka_ssl_cert_file:
+            conf["ssl.certificate.location"] = kafka.kafka_ssl_cert_file
+            conf["ssl.key.location"] = kafka.kafka_ssl_key_file
+    return conf
 
 
 def client_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
-    """What every client of the cluster needs (where it is and how to reach it): the base of every
-    config below and of ttsflow's admin clients and tools' readers."""
-    return {"bootstrap.servers": kafka.bootstrap_servers, **extra}
+    """What every client of the cluster needs (where it is and how to reach it, securely): the base
+    of every config below and of ttsflow's admin clients and tools' readers."""
+    return {"bootstrap.servers": kafka.bootstrap_servers, **security_config(kafka), **extra}
+
+
+def ssl_context(kafka: KafkaSettings) -> Any:
+    """The ``ssl.SSLContext`` of ``kafka`` for Python clients (aiokafka), or None without TLS:
+    the CA file (else the system's trust store), the client certificate and key, hostname checked."""
+    if not kafka.uses_tls:
+        return None
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=kafka.kafka_ssl_ca_file or None)
+    if kafka.kafka_ssl_cert_file:
+        ctx.load_cert_chain(kafka.kafka_ssl_cert_file, kafka.kafka_ssl_key_file)
+    return ctx
+
+
+def faust_credentials(kafka: KafkaSettings) -> Any:
+    """faust's ``broker_credentials`` for ``kafka`` (which faust hands to every aiokafka client it
+    makes): None for PLAINTEXT, ``SSLCredentials`` for SSL, ``SASLCredentials`` for SASL_*."""
+    if kafka.kafka_security_protocol == "PLAINTEXT":
+        return None
+    import faust
+
+    ctx = ssl_context(kafka)
+    if kafka.uses_sasl:
+        return faust.SASLCredentials(username=kafka.kafka_sasl_username, password=kafka.kafka_sasl_password.reveal(),
+                                     ssl_context=ctx, mechanism=kafka.kafka_sasl_mechanism)
+    return faust.SSLCredentials(ctx)
 
 
 def producer_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:

@@ -360,11 +360,11 @@ def default_groups(kafka: KafkaSettings, stage: StageSettings) -> list[tuple[str
 
 def _stack_down_message(settings: Settings, timeout: float) -> str | None:
     from streams.client import probe_kafka
-    from streams.client.errors import StackUnavailable
+    from streams.client.errors import AccessDenied, StackUnavailable
 
     try:
         probe_kafka(settings.kafka, timeout)
-    except StackUnavailable as e:
+    except (StackUnavailable, AccessDenied) as e:
         return f"ttsflow lag: {e}"
     return None
 

@@ -90,9 +90,12 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     datadir.mkdir(parents=True, exist_ok=True)
     leave_group_on_stop()
     metrics.identify(instance_id=instance_id, group=settings.stage_app_id)
+    from streams.kafka.config import faust_credentials
+
     app = _StageApp(
         settings.stage_app_id,
         broker=brokers,
+        broker_credentials=faust_credentials(settings.kafka),
         key_serializer="raw",
         value_serializer="raw",
         processing_guarantee=settings.stage_guarantee,

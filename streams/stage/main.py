@@ -36,13 +36,22 @@ def main(argv: list[str] | None = None) -> int:
 
     from faust import Worker
 
-    from streams.kafka import wait_for_broker
-    from streams.stage.metrics import StageMetrics
-
     # faust exits at once when it cannot bootstrap; a stage started during a broker restart
     # waits for it instead (bounded: past that, exit non-zero for the orchestrator)
-    if not wait_for_broker(settings.kafka, timeout_s=_BROKER_WAIT_S):
-        print(f"ttsflow stage: no broker at {settings.bootstrap_servers} after {_BROKER_WAIT_S:.0f} s", file=sys.stderr)
+    from streams.errors import KafkaAccessError
+    from streams.kafka import wait_for_broker
+    from streams.kafka.access import require, role_needs
+    from streams.stage.metrics import StageMetrics
+
+    try:
+        if not wait_for_broker(settings.kafka, timeout_s=_BROKER_WAIT_S):
+            print(f"ttsflow stage: no broker at {settings.bootstrap_servers} after {_BROKER_WAIT_S:.0f} s",
+                  file=sys.stderr)
+            return 1
+        # the ACLs it needs, checked before faust starts (faust retries a refused group or topic forever)
+        require(settings.kafka, role_needs(settings.kafka, "stage", stage_app_id=settings.stage_app_id), role="stage")
+    except KafkaAccessError as e:
+        print(f"ttsflow stage: {e}", file=sys.stderr)
         return 1
 
     settings = prepare_topics(settings)

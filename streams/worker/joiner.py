@@ -134,8 +134,9 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
 
 
 def _ref(store: Any, spec: JoinSpec, sha: str, size: int, duration_s: float) -> AudioRef:
+    url = store.presigned_url(spec.key) if getattr(store, "presign_ttl_s", 0) else None  # TTS_S3_PRESIGN_TTL_S
     return AudioRef(uri=store.uri(spec.key), bucket=store.bucket, key=spec.key, format=spec.fmt,
-                    sample_rate=spec.sr_out, duration_s=duration_s, bytes=size, sha256=sha)
+                    sample_rate=spec.sr_out, duration_s=duration_s, bytes=size, sha256=sha, url=url)
 
 
 class Joiner:

@@ -18,7 +18,7 @@ from typing import Any
 from engine.errors import EngineError
 from storage.cache import AudioCache
 from storage.s3 import AudioStore
-from streams.errors import FatalError, RetriableError, StorageFatal, StreamError
+from streams.errors import FatalError, KafkaAccessError, RetriableError, StorageFatal, StreamError
 from streams.settings import EngineSettings, S3Settings, Settings, SettingsError, load_settings
 from streams.worker.loop import Worker
 
@@ -84,6 +84,20 @@ def _exit_code(e: StreamError, *, stopping: bool) -> int:
     raise e
 
 
+def _kafka_refusal(settings: Settings) -> KafkaAccessError | None:
+    """Why the cluster refuses this worker (login, TLS, a missing ACL), checked before the model loads;
+    None when it accepts it or does not answer yet (the loop waits for a broker that is down)."""
+    from streams.kafka.access import require, role_needs
+
+    try:
+        require(settings.kafka, role_needs(settings.kafka, "worker"), role="worker", timeout_s=5.0)
+    except KafkaAccessError as e:
+        return e
+    except RetriableError as e:
+        _log.warning("event=access_not_checked error=%s", e)
+    return None
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="ttsflow worker", description="Run a synthesis worker (exactly-once).")
     ap.add_argument("--max-batch", type=int, help="most segments per engine batch (TTS_MAX_BATCH)")
@@ -107,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not settings.transactional_id:
         settings = settings.replace(transactional_id=claim_transactional_id(settings))
+    if (refused := _kafka_refusal(settings)) is not None:
+        print(f"ttsflow worker: {refused}", file=sys.stderr)
+        return 1
     from engine.reload import ModelManager, install_sighup
     from streams.worker.metrics import WorkerMetrics
 

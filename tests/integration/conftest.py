@@ -23,6 +23,9 @@ Helpers (fixtures):
 * ``private_stack``: settings of a stack of the test's OWN (home in a temp dir, free ports,
   Kafka jars shared with the main stack's home), fresh and empty, taken down after the test:
   for tests that restart the broker or need a cluster nobody has used.
+* ``secure_stack``: the same, started once per module with ``stack up --secure`` (SASL_SSL only,
+  SCRAM users, ACLs): ``(settings, home)``; ``streams.devstack.secure.client_settings(settings,
+  home, name)`` is what a principal sees.
 """
 
 from __future__ import annotations
@@ -45,6 +48,33 @@ from tests.support.stack import require_stack
 
 TEST_PARTITIONS = 4
 _STACK_UP_S = 420.0  # a KRaft broker on a loaded 2-core machine has taken over 3 minutes to start
+
+
+def _private_settings(home: Path) -> Settings:
+    from streams.devstack.procs import free_port
+    from streams.settings import load_settings
+
+    base = load_settings()
+    home.mkdir()
+    shared_jars = Path(base.home).expanduser().resolve() / "jars"
+    if shared_jars.is_dir():
+        (home / "jars").symlink_to(shared_jars)
+    kp, cp, sp, rp = (free_port() for _ in range(4))
+    return base.replace(home=str(home), kafka_port=kp, kafka_controller_port=cp, s3_port=sp, redis_port=rp,
+                        bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
+                        redis_url=f"redis://127.0.0.1:{rp}/0", model_dir=str(base.effective_model_dir))
+
+
+@pytest.fixture(scope="module")
+def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Path]]:
+    from streams.devstack import stack
+
+    s = _private_settings(tmp_path_factory.mktemp("secure") / "stack")
+    try:
+        stack.stack_up(s, quiet=True, timeout=_STACK_UP_S, secure_kafka=True)
+        yield s, Path(s.home)
+    finally:
+        stack.stack_down(s, quiet=True)
 
 
 @pytest.fixture

@@ -158,3 +158,34 @@ def test_cache_bypasses_when_redis_is_down_and_reconnects(stack_settings: Settin
         assert up.available and up.set("ef" * 32, "k") and up.get("ef" * 32) == "k"
     finally:
         up.close()
+
+
+def test_presigned_link_fetches_over_plain_http_until_it_expires(stack_settings: Settings) -> None:
+    import time
+    import urllib.error
+    import urllib.request
+
+    assert stack_settings.s3_endpoint.startswith("http://")
+    store = _store(stack_settings)
+    try:
+        data = b"RIFF" + uuid.uuid4().bytes * 64
+        key = store.key("req", hashlib.sha256(data).hexdigest(), "wav")
+        store.put(key, data, "audio/wav")
+        assert store.presigned_url(key) is None  # off unless a TTL is set
+        ttl = 2
+        url = store.presigned_url(key, ttl)
+        assert url is not None and url.startswith("http://") and stack_settings.s3_secret_key not in url
+        t0 = time.monotonic()
+        with urllib.request.urlopen(url, timeout=5) as r:  # no credentials: the link is the permission
+            assert r.read() == data
+        deadline = t0 + ttl + 30
+        status = 200
+        while status == 200 and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(url, timeout=5).close()
+                time.sleep(0.25)  # poll interval of the expiry check
+            except urllib.error.HTTPError as e:
+                status = e.code
+        assert status == 403
+    finally:
+        store.close()

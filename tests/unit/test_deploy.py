@@ -306,3 +306,70 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     bad = _promtool_rules([{"name": "bad", "rules": [{"record": "x:y", "expr": "sum(rate(ttsflow_x[5m])"}]}], tmp_path)
     assert bad.returncode != 0
+
+
+# --- Kafka security: principals, their Secrets and ACLs ------------------------------------------
+
+def test_acl_script_and_strimzi_users_are_generated_from_the_code() -> None:
+    from streams.devstack.secure import kafka_acls_script, strimzi_yaml
+
+    s = load_settings(env={})
+    assert (K8S / "kafka-acls.sh").read_text() == kafka_acls_script(s)
+    assert (K8S / "strimzi-kafka-users.yaml").read_text() == strimzi_yaml(s)
+
+
+def test_each_kafka_client_workload_is_its_own_principal_with_a_mounted_password() -> None:
+    from streams.devstack.secure import OPS_PRINCIPAL, PRINCIPALS, acl_specs
+
+    sec = _one("ConfigMap", "ttsflow-kafka-security")["data"]
+    assert set(sec) <= SETTINGS_ENV and sec["TTS_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert not any("PASSWORD" in k and not k.endswith("_FILE") for k in sec)  # passwords only in Secrets
+    granted = {a.principal for a in acl_specs(DEFAULTS, ops=True)}
+    secrets = {d["metadata"]["name"]: d for d in DOCS if d.get("kind") == "Secret"}
+    users = {}
+    for name in ("ttsflow-stage", "ttsflow-worker", "ttsflow-lag-exporter"):
+        w = next(d for d in _workloads() if d["metadata"]["name"] == name)
+        (c,) = _containers(w)
+        refs = {(k, v["name"]) for src in c.get("envFrom", []) for k, v in src.items()}
+        assert ("configMapRef", "ttsflow-kafka-security") in refs, name
+        user = {e["name"]: e for e in c["env"]}["TTS_KAFKA_SASL_USERNAME"]["value"]
+        assert f"User:{user}" in granted, (name, user)
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        vols = {v["name"]: v for v in w["spec"]["template"]["spec"]["volumes"]}
+        secret = vols["kafka-password"]["secret"]
+        assert secret["secretName"] == user and user in secrets  # Strimzi's Secret of a KafkaUser has its name
+        assert "password" in secrets[user]["stringData"]
+        (item,) = secret["items"]
+        assert f"{mounts['kafka-password']}/{item['path']}" == sec["TTS_KAFKA_SASL_PASSWORD_FILE"]
+        users[name] = user
+    assert len(set(users.values())) == 3  # no principal shared by two roles
+    assert users["ttsflow-stage"] == PRINCIPALS["stage"] and users["ttsflow-worker"] == PRINCIPALS["worker"]
+    assert users["ttsflow-lag-exporter"] == OPS_PRINCIPAL
+
+
+def test_secured_settings_load_as_a_pod_sees_them(tmp_path: Path) -> None:
+    cm = _one("ConfigMap", "ttsflow-config")["data"]
+    secret = _one("Secret", "ttsflow-credentials")["stringData"]
+    sec = dict(_one("ConfigMap", "ttsflow-kafka-security")["data"])
+    pw = tmp_path / "password"
+    pw.write_text("from-the-mounted-secret\n")
+    sec["TTS_KAFKA_SASL_PASSWORD_FILE"] = str(pw)
+    s = load_settings(env={**cm, **secret, **sec, "TTS_KAFKA_SASL_USERNAME": "ttsflow-worker"})
+    assert s.kafka_sasl_password.reveal() == "from-the-mounted-secret"
+    shown = repr(s)
+    assert "from-the-mounted-secret" not in shown
+    assert "s3_secret_key=Secret('***')" in shown and "redis_password=Secret('***')" in shown
+    assert not re.search(r"redis://[^/]*:[^/]*@", secret["TTS_REDIS_URL"])  # the password is its own key
+
+
+def test_keda_reads_lag_with_the_ops_principal() -> None:
+    so = _one("ScaledObject", "ttsflow-worker")
+    (trig,) = so["spec"]["triggers"]
+    ta = _one("TriggerAuthentication", trig["authenticationRef"]["name"])
+    params = {r["parameter"]: r for r in ta["spec"]["secretTargetRef"]}
+    assert set(params) >= {"sasl", "username", "password", "tls"}
+    secrets = {d["metadata"]["name"]: d["stringData"] for d in DOCS if d.get("kind") == "Secret"}
+    for r in params.values():
+        assert r["key"] in secrets[r["name"]], r
+    ops = secrets[params["username"]["name"]]
+    assert ops["sasl"] == "scram_sha512" and ops["tls"] == "enable"
