@@ -47,6 +47,8 @@ acl --allow-principal User:ttsflow-worker --operation Read --group ttsflow-reade
 acl --allow-principal User:ttsflow-worker --operation Describe --group ttsflow-reader- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-worker --operation Write --transactional-id ttsflow-workers- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-worker --operation Describe --transactional-id ttsflow-workers- --resource-pattern-type prefixed
+acl --allow-principal User:ttsflow-user --operation Describe --group ttsflow-stage --resource-pattern-type literal
+acl --allow-principal User:ttsflow-user --operation Describe --group ttsflow-workers --resource-pattern-type literal
 acl --allow-principal User:ttsflow-ops --operation Describe --topic tts.requests --resource-pattern-type literal
 acl --allow-principal User:ttsflow-ops --operation Describe --topic tts.segments --resource-pattern-type literal
 acl --allow-principal User:ttsflow-ops --operation Describe --group ttsflow-workers --resource-pattern-type literal

@@ -220,6 +220,10 @@ def acl_specs(settings: Settings, *, ops: bool = False) -> list[AclSpec]:
     allow(worker, "GROUP", k.worker_group, ("READ", "DESCRIBE"))
     allow(worker, "GROUP", "ttsflow-reader-", ("READ", "DESCRIBE"), "PREFIXED")
     allow(worker, "TRANSACTIONAL_ID", f"{k.effective_transactional_id_prefix}-", ("WRITE", "DESCRIBE"), "PREFIXED")
+    # user: `say`, `submit` and the gateway tell a caller "no stage/worker is running" from these
+    # groups' members; without DESCRIBE the broker hides them and every wait would say so falsely
+    for group in (app, k.worker_group):
+        allow(user, "GROUP", group, ("DESCRIBE",))
     if ops:  # ttsflow lag: end offsets of the input topics, committed offsets and members of the groups
         lag = f"User:{OPS_PRINCIPAL}"
         for topic in (k.topic_requests, k.topic_segments):

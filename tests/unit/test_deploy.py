@@ -373,3 +373,31 @@ def test_keda_reads_lag_with_the_ops_principal() -> None:
         assert r["key"] in secrets[r["name"]], r
     ops = secrets[params["username"]["name"]]
     assert ops["sasl"] == "scram_sha512" and ops["tls"] == "enable"
+
+
+def test_gateway_is_a_user_principal_behind_one_service_on_the_port_it_serves() -> None:
+    from streams.devstack.secure import PRINCIPALS
+
+    d = _one("Deployment", "ttsflow-gateway")
+    (c,) = _containers(d)
+    assert c["args"] == ["ttsflow", "gateway"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    port = c["ports"][0]["containerPort"]
+    assert int(env["TTS_GATEWAY_PORT"]) == port and env["TTS_GATEWAY_HOST"] == "0.0.0.0"
+    # a user of the pipeline, never a writer of answers: its own principal and password Secret
+    assert env["TTS_KAFKA_SASL_USERNAME"] == PRINCIPALS["user"]
+    vols = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+    assert vols["kafka-password"]["secret"]["secretName"] == PRINCIPALS["user"]
+    assert any(x.get("kind") == "Secret" and x["metadata"]["name"] == PRINCIPALS["user"] for x in DOCS)
+    # the key file is mounted where the setting points, from a Secret that holds valid JSON
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    keys = vols["api-keys"]["secret"]
+    assert env["TTS_GATEWAY_KEYS_FILE"] == f"{mounts['api-keys']}/{keys['items'][0]['path']}"
+    json.loads(_one("Secret", keys["secretName"])["stringData"][keys["items"][0]["key"]])
+    served = _probe_paths(sorted((ROOT / "streams" / "gateway").glob("*.py")))
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["path"] in served, probe
+    svc = _one("Service", "ttsflow-gateway")
+    assert svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["ports"][0]["targetPort"] == c["ports"][0]["name"]
+    assert d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > DEFAULTS.gateway_wait_s
