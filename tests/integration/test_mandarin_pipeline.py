@@ -45,7 +45,7 @@ def settings(settings: Settings, unique: str, tmp_path: Path) -> Settings:
 
 def test_chinese_request_is_spoken_by_kokoro_in_a_two_backend_worker(settings: Settings, tmp_path: Path) -> None:
     assert 140 <= len(LONG_ZH) <= 170
-    reqs = [{"request_id": "zh-long", "user_id": "user-0", "text": LONG_ZH, "voice": "jf_gongitsune"},
+    reqs = [{"request_id": "zh-long", "user_id": "user-0", "text": LONG_ZH, "voice": "jm_kumo"},
             {"request_id": "en", "user_id": "user-1", "text": "Please call me back as soon as you get this message."},
             {"request_id": "zh-heart", "user_id": "user-2", "text": LONG_ZH, "voice": "heart"}]
     cs = answer_requests(settings, tmp_path / "logs", reqs, timeout=420)
@@ -53,10 +53,10 @@ def test_chinese_request_is_spoken_by_kokoro_in_a_two_backend_worker(settings: S
     got = {c.request_id: c for c in cs}
     zh, en, refused = got["zh-long"], got["en"], got["zh-heart"]
     assert refused.status == "failed" and refused.error is not None and refused.error.code == "unsupported_language"
-    assert "jf_gongitsune (backend kokoro" in refused.error.message
+    assert "jm_kumo (backend kokoro" in refused.error.message
     assert en.status == "ok" and en.model is not None and en.model.name == "hibari" and en.model.voice == "heart"
     assert zh.status == "ok", zh.error
-    assert zh.model is not None and zh.model.name == "kokoro" and zh.model.voice == "jf_gongitsune"
+    assert zh.model is not None and zh.model.name == "kokoro" and zh.model.voice == "jm_kumo"
     samples, sr = check_audio(settings, zh)
     heard = asr_zh.recognize(samples, sr)
     cer = asr_zh.char_error(samples, sr, LONG_ZH)
