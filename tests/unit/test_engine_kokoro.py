@@ -71,3 +71,15 @@ def test_the_jieba_cache_is_read_from_the_store(store: ModelStore, engine) -> No
 
     engine.backend.phonemize("中文分词")
     assert jieba.dt.initialized and Path(jieba.dt.tmp_dir) == store.current("kokoro").dir
+
+
+def test_fp16_conversion_is_refused_cleanly_until_its_quantized_convs_and_lstms_are_rebuilt(store: ModelStore) -> None:
+    """Kokoro's int8 graph quantizes Conv and LSTM too (ConvInteger, DynamicQuantizeLSTM); the converter
+    rebuilds only MatMulInteger, so fp32/fp16 are refused with the reason and no version appears."""
+    from engine.errors import ConversionError
+
+    for precision in ("fp16", "fp32"):
+        with pytest.raises(ConversionError, match="ConvInteger.*DynamicQuantizeLSTM"):
+            store.ensure("kokoro", precision)
+    assert [v.precision for v in store.versions("kokoro")] == ["int8"]
+    assert not [p for p in (store.root / "kokoro").iterdir() if p.name.startswith(".")]
