@@ -79,7 +79,7 @@ def test_fp16_conversion_is_refused_cleanly_until_its_quantized_convs_and_lstms_
     from engine.errors import ConversionError
 
     for precision in ("fp16", "fp32"):
-        with pytest.raises(ConversionError, match="ConvInteger.*DynamicQuantizeLSTM"):
+        with pytest.raises(ConversionError, match=r"ConvInteger.*DynamicQuantizeLSTM"):
             store.ensure("kokoro", precision)
     assert [v.precision for v in store.versions("kokoro")] == ["int8"]
     assert not [p for p in (store.root / "kokoro").iterdir() if p.name.startswith(".")]

@@ -57,3 +57,14 @@ def test_no_digit_survives() -> None:
     for rows in CASES.values():
         for text, _ in rows:
             assert not any(c.isdigit() for c in normalize_zh(text)), text
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789０１２３,.:-~%¥$℃°/年月日号第个天元 您好订单验证码电话kmgAB", max_size=40))
+def test_any_mix_of_digits_and_symbols_comes_out_without_a_digit(text: str) -> None:
+    out = normalize_zh(text)
+    assert not any(c.isdigit() for c in out), (text, out)
