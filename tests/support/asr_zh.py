@@ -145,3 +145,43 @@ def char_error_many(audios: Sequence[np.ndarray], sample_rate: int, references: 
     refs = [normalize_zh_text(r) for r in references]
     hyps = [normalize_zh_text(recognize(a, sample_rate)) or "?" for a in audios]
     return float(jiwer.cer(refs, hyps))
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tests.support.asr_zh [--voice V ...] [--model-dir D] [--first N]``: the character error
+    of kokoro voices on :data:`SENTENCES` (how engine/voices.py's table was measured); one JSON line each."""
+    import argparse
+    import json
+    import time
+
+    from engine.base import Audio, SynthItem
+    from engine.reload import open_engine
+    from engine.store import ModelStore
+
+    ap = argparse.ArgumentParser(prog="python -m tests.support.asr_zh")
+    ap.add_argument("--voice", action="append", default=None, help="kokoro voice (repeatable; default jm_kumo)")
+    ap.add_argument("--model-dir", default=None, help="model store (default: a temporary one)")
+    ap.add_argument("--first", type=int, default=len(SENTENCES), help="only the first N sentences")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = open_engine(ModelStore(args.model_dir or tmp).current("kokoro"), threads=1)
+        try:
+            for voice in args.voice or ["jm_kumo"]:
+                sents = SENTENCES[: args.first]
+                t0 = time.perf_counter()
+                out = engine.synthesize([SynthItem(s, voice) for s in sents])
+                synth_s = time.perf_counter() - t0
+                audios = [o.samples for o in out if isinstance(o, Audio)]
+                per = [char_error(a, 24_000, s) for a, s in zip(audios, sents, strict=True)]
+                audio_s = sum(len(a) for a in audios) / 24_000
+                print(json.dumps({"voice": voice, "sentences": len(sents),
+                                  "corpus_cer": round(char_error_many(audios, 24_000, sents), 4),
+                                  "min": round(min(per), 4), "max": round(max(per), 4),
+                                  "rtf": round(synth_s / audio_s, 3), "loadavg_1m": round(os.getloadavg()[0], 2)}))
+        finally:
+            engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
