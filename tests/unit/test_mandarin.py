@@ -127,3 +127,19 @@ def test_router_fails_only_the_item_with_an_unknown_voice() -> None:
     out = r.synthesize([SynthItem("a b c", "nobody"), SynthItem("a b c", "joe")])
     assert isinstance(out[0], Failure) and out[0].code == "unknown_voice" and "heart, joe" in out[0].message
     assert isinstance(out[1], Audio)
+
+
+def test_worker_metrics_count_segments_and_audio_per_backend() -> None:
+    from streams.worker.metrics import WorkerMetrics
+
+    m = WorkerMetrics(0)
+    try:
+        r = _router([])
+        r.on_batch = m.backend_batch
+        r.synthesize([SynthItem("a b c", "joe"), SynthItem("a b c", "heart"), SynthItem("a b c", "joe")])
+        get = m.registry.get_sample_value
+        assert get("ttsflow_worker_backend_segments_total", {"backend": "piper"}) == 2
+        assert get("ttsflow_worker_backend_segments_total", {"backend": "hibari"}) == 1
+        assert abs(get("ttsflow_worker_backend_audio_seconds_total", {"backend": "piper"}) - 0.2) < 0.01
+    finally:
+        m.close()
