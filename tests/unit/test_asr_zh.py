@@ -16,6 +16,7 @@ SENTENCES = asr_zh.SENTENCES[:3]
 
 def test_text_is_compared_simplified_spoken_and_without_punctuation() -> None:
     pytest.importorskip("opencc")
+    pytest.importorskip("cn2an")
     assert asr_zh.normalize_zh_text("這是１００％的訂單。 OK!") == "这是百分之一百的订单ok"
     assert asr_zh.normalize_zh_text("退款将在3-5个工作日内") == asr_zh.normalize_zh_text("退款将在三到五个工作日内")
 
