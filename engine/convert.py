@@ -62,7 +62,7 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 # Ops kept in fp32 on top of onnxconverter-common's defaults.
 _EXTRA_FP16_BLOCK = ("RandomNormalLike", "RandomNormal", "RandomUniform", "RandomUniformLike")
 _QUANT_OPS = frozenset({"MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QLinearMatMul",
-                        "QLinearConv", "DequantizeLinear", "QuantizeLinear"})
+                        "QLinearConv", "DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLSTM"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,7 +412,9 @@ def convert(src: Path, dst: Path, precision: str, *, expose: Sequence[str] = ())
             if source_precision == "int8":
                 model, fixes["matmuls_dequantized"] = dequantize(model)
                 if detect_precision(model) != "fp32":
-                    raise ConversionError("graph still holds quantized ops after dequantization")
+                    left = sorted({n.op_type for n in model.graph.node if n.op_type in _QUANT_OPS})
+                    raise ConversionError("graph still holds quantized ops after dequantization "
+                                          f"({', '.join(left)}; only MatMulInteger is rebuilt)")
             elif source_precision == "fp16":
                 raise ConversionError("converting from an fp16 graph is not supported; start from fp32 or int8")
             if precision == "fp32":

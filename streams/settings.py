@@ -191,6 +191,7 @@ class EngineSettings:
     """The engine: backend, voice, precision, providers, model store."""
 
     backend: str
+    backends: str
     voice: str
     precision: str
     providers: str
@@ -200,6 +201,15 @@ class EngineSettings:
     chattts_asset_dir: str
     chattts_speaker: str
     chattts_seed: int
+
+    @property
+    def served_backends(self) -> tuple[str, ...]:
+        """The backends one worker serves, the default first: ``backends`` when set (``backend`` first
+        if it is among them), else ``backend`` alone. ``Settings`` checks the names at load."""
+        names = tuple(dict.fromkeys(b.strip() for b in self.backends.split(",") if b.strip()))
+        if not names:
+            return (self.backend,)
+        return (self.backend, *[b for b in names if b != self.backend]) if self.backend in names else names
 
     def engine_options(self) -> dict[str, Any]:
         """Backend-specific keyword arguments for ``engine.registry.load_engine`` (chattts: its weights, speaker, seed)."""
@@ -267,6 +277,8 @@ def _aliases(raw: str) -> dict[str, str]:
             out[name.strip().lower()] = voice.strip()
     return out
 
+
+_BACKEND_NAMES: tuple[str, ...] = ("hibari", "piper", "chattts", "kokoro")
 
 SECTIONS: dict[str, type] = {
     "kafka": KafkaSettings,
@@ -345,7 +357,8 @@ class Settings:
     max_wait_ms: int = _f(20, "Longest a segment waits for its batch to fill, milliseconds.", lo=0, hi=60_000)
     length_buckets: str = _f("32,64,128,256", "Ascending segment-length bucket edges in characters; batches never mix buckets.")
     # --- Engine ------------------------------------------------------------------
-    backend: str = _f("hibari", "Engine backend.", choices=("hibari", "piper", "chattts"))
+    backend: str = _f("hibari", "Engine backend (the default one when backends lists several).", choices=_BACKEND_NAMES)
+    backends: str = _f("", "Backends one worker serves, comma separated (e.g. hibari,kokoro): a request's voice picks the backend, batches never mix them; the stage accepts the voices of all of them. Empty means backend alone.")
     voice: str = _f("", "Default voice when a request names none; empty means the backend's default.")
     precision: str = _f("auto", "Model precision: auto picks fp16 on GPU, the shipped model on CPU.", choices=("auto", "fp32", "fp16", "int8"))
     providers: str = _f("auto", "onnxruntime execution providers, comma separated, or auto (TensorRT, CUDA, CPU); torch (torch-cuda, torch-cpu) runs the same graph on torch (extra torch).")
@@ -401,6 +414,9 @@ class Settings:
                 raise SettingsError(f"TTS_{f.name.upper()}={value} is above the maximum {hi}")
             if choices is not None and value not in choices:
                 raise SettingsError(f"TTS_{f.name.upper()}={value!r} is not one of {', '.join(choices)}")
+        for b in self.engine.served_backends:
+            if b not in _BACKEND_NAMES:
+                raise SettingsError(f"TTS_BACKENDS={self.backends!r}: {b!r} is not one of {', '.join(_BACKEND_NAMES)}")
         edges = self.buckets
         if list(edges) != sorted(set(edges)) or not edges or edges[0] < 1:
             raise SettingsError(f"TTS_LENGTH_BUCKETS={self.length_buckets!r} must be ascending positive integers")
@@ -485,6 +501,15 @@ class Settings:
 
     def _section(self, cls: type[_S]) -> _S:
         return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+    @property
+    def served_backends(self) -> tuple[str, ...]:
+        """The backends one worker serves, the default first: ``backends`` when set (``backend`` first
+        if it is among them), else ``backend`` alone. ``Settings`` checks the names at load."""
+        names = tuple(dict.fromkeys(b.strip() for b in self.backends.split(",") if b.strip()))
+        if not names:
+            return (self.backend,)
+        return (self.backend, *[b for b in names if b != self.backend]) if self.backend in names else names
 
     def engine_options(self) -> dict[str, Any]:
         """:meth:`EngineSettings.engine_options` of this settings' engine section."""

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 - the Mandarin corpus is written with Chinese punctuation
 """Request corpora for the demo, the chaos run and the pipeline benchmark.
 
 Guarantees:
@@ -31,6 +32,7 @@ __all__ = [
     "LONG_TEXT",
     "Item",
     "bench_texts",
+    "bench_texts_zh",
     "chaos_requests",
     "demo_corpus",
     "encode_request",
@@ -245,3 +247,39 @@ def encode_request(req: Request, *, now: datetime | None = None) -> bytes:
     import msgspec
 
     return encode(msgspec.structs.replace(req, created_at=now or datetime.now(UTC)))
+
+
+# --- generated Mandarin sentences (customer service and news, with numbers) ----------------
+
+_ZH_OPENERS = ["您好", "尊敬的客户", "各位听众", "据新华社报道", "记者从有关部门获悉", "今天上午", "根据最新通知",
+               "温馨提示", "本台消息", "截至目前"]
+_ZH_BODIES = [
+    "您的订单已经发货，预计{d}天内送达", "退款将在{a}到{b}个工作日内退回您的账户", "本次活动共有{n}人报名参加",
+    "明天最高气温{t}度，最低气温{u}度", "全市新增就业岗位{n}个，同比增长{p}%", "该航班预计于{h}:{m:02d}起飞",
+    "您的验证码是{c}，请在五分钟内使用", "客服热线的工作时间是每天早上八点到晚上十点", "商品售价{y}元，会员可享受九折优惠",
+    "地铁{k}号线将于本周末延长运营时间", "今年前三季度全国粮食产量稳中有增", "请您携带身份证到就近的营业厅办理",
+    "第{k}届运动会将在下个月开幕", "本次通话可能会被录音，以便提升服务质量", "如需人工服务，请按零号键",
+]
+_ZH_TAILS = ["感谢您的耐心等待。", "祝您生活愉快。", "请注意查收短信通知。", "详情请关注官方网站。", "我们会尽快为您处理。",
+             "欢迎再次来电。", "请市民合理安排出行。", "相关工作正在有序推进。"]
+
+
+def _zh_sentence(rng: random.Random) -> str:
+    body = rng.choice(_ZH_BODIES).format(d=rng.randint(2, 5), a=rng.randint(1, 3), b=rng.randint(4, 7),
+                                         n=rng.randint(120, 98000), t=rng.randint(18, 35), u=rng.randint(-5, 17),
+                                         p=rng.randint(2, 30), h=rng.randint(6, 22), m=rng.randint(0, 59),
+                                         c=rng.randint(1000, 9999), y=rng.randint(9, 2999), k=rng.randint(1, 16))
+    return f"{rng.choice(_ZH_OPENERS)}，{body}。{rng.choice(_ZH_TAILS)}"
+
+
+def bench_texts_zh(n: int, *, seed: int, per_text: tuple[int, int] = (1, 3)) -> list[str]:
+    """``n`` distinct Mandarin texts of ``per_text`` generated sentences (about 25 to 120 characters)."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        t = "".join(_zh_sentence(rng) for _ in range(rng.randint(*per_text)))
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out

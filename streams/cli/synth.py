@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("text", help="text to speak; '-' reads standard input")
     p.add_argument("-o", "--output", required=True, help="output file (.wav, .flac or .ogg)")
     p.add_argument("--voice", default=None, help="voice name (default: the backend's default voice)")
-    p.add_argument("--backend", default=None, help="hibari (default) or piper (extra 'piper')")
+    p.add_argument("--backend", default=None, help="hibari (default), piper (extra 'piper') or kokoro (extra 'kokoro': Mandarin and English)")
     p.add_argument("--precision", default=None, help="auto, fp32, fp16 or int8 (default: the shipped model)")
     p.add_argument("--model", default=None, help="path of an ONNX model to load instead of the shipped one")
     p.add_argument("--format", default=None, help="wav, flac or ogg (default: from the output's extension)")
@@ -86,9 +86,16 @@ def _run(argv: list[str]) -> int:
 
     t0 = time.perf_counter()
     try:
-        engine = load_engine(backend, model_path=args.model, precision=args.precision or settings.precision,
-                             providers=settings.providers,
-                             threads=settings.threads if args.threads is None else args.threads)
+        threads = settings.threads if args.threads is None else args.threads
+        if backend == "kokoro" and args.model is None:  # no single shipped file: the store joins its wheels
+            from engine.reload import open_engine
+            from engine.store import ModelStore
+
+            engine = open_engine(ModelStore(settings.effective_model_dir).current("kokoro"),
+                                 providers=settings.providers, threads=threads)
+        else:
+            engine = load_engine(backend, model_path=args.model, precision=args.precision or settings.precision,
+                                 providers=settings.providers, threads=threads)
     except EngineError as e:
         raise _Usage(str(e)) from None
     voice = args.voice or settings.voice or engine.default_voice

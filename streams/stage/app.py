@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.settings import Settings
-from streams.stage.core import Record, StageCore, backend_voices
+from streams.stage.core import Record, StageCore, served_voices
 from streams.stage.dedup import SeenIndex, UserSeen, dedup_table_name
 from streams.stage.patches import fetch_state, leave_group_on_stop, stage_app_class
 from streams.stage.watch import InputWatch
@@ -74,7 +74,7 @@ async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
     """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
     _StageApp = stage_app_class()
-    core = core or StageCore(settings.stage, settings.kafka, settings.engine, voices=backend_voices(settings.backend),
+    core = core or StageCore(settings.stage, settings.kafka, settings.engine, voices=served_voices(settings.engine),
                              on_dropped=metrics.foreign_dropped)
     eos = settings.stage_guarantee == "exactly_once"
     brokers = [f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",") if b.strip()]

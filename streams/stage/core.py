@@ -37,7 +37,7 @@ from schemas.errors import ContentError
 from streams.settings import EngineSettings, KafkaSettings, StageSettings
 from streams.stage.text import normalize, split_segments
 
-__all__ = ["DEAD_LETTER_ID_HEADER", "Outcome", "Record", "SeenIds", "StageCore", "backend_voices"]
+__all__ = ["DEAD_LETTER_ID_HEADER", "Outcome", "Record", "SeenIds", "StageCore", "backend_voices", "served_voices"]
 
 _log = logging.getLogger("ttsflow.stage")
 
@@ -53,6 +53,15 @@ def backend_voices(backend: str) -> tuple[str, ...] | None:
     """The voices a backend offers, known without loading its model (None: not checked here).
     The data is the engine's voice registry (:mod:`engine.voices`)."""
     return engine_voices.backend_voices(backend)
+
+
+def served_voices(engine: EngineSettings) -> tuple[str, ...] | None:
+    """The voices of every backend the workers serve (``TTS_BACKENDS``), the default backend's first;
+    None if none of them is known to the voice registry (nothing checked here)."""
+    out: list[str] = []
+    for b in engine.served_backends:
+        out += engine_voices.backend_voices(b) or ()
+    return tuple(dict.fromkeys(out)) or None
 
 
 # --- the pure per-record logic ------------------------------------------------------
@@ -218,7 +227,9 @@ class StageCore:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
         pieces = split_segments(text, stage.max_segment_chars)
-        hashes = [segment_hash(p, voice=voice, model=engine.backend, model_version=engine.model_version, speed=req.speed,
+        info = engine_voices.voice_info(voice)  # several backends: the voice's own names the model
+        model = info.backend if info is not None and info.backend in engine.served_backends else engine.backend
+        hashes = [segment_hash(p, voice=voice, model=model, model_version=engine.model_version, speed=req.speed,
                                sample_rate=req.sample_rate, format=req.format) for p in pieces]
         rh = request_hash(hashes, format=req.format)
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
@@ -227,7 +238,7 @@ class StageCore:
         records = tuple(
             Record(self.kafka.topic_segments, out_key, encode(Segment(
                 request_id=rid, user_id=req.user_id, seq=i, total=n, text=p, hash=h, request_hash=rh, voice=voice,
-                format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=engine.backend,
+                format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=model,
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
                 parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority)))
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))

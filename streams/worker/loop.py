@@ -340,7 +340,9 @@ class Worker:
     def _answer(self, req: Request, *, status: str, audio: AudioRef | None = None,
                 error: ErrorInfo | None = None) -> None:
         """Build the completion; it is produced and its offsets committed in step 8."""
-        c, e2e_s = build_completion(req, status=status, model_info=self.gate.model_info, now=datetime.now(UTC),
+        seg = req.last or req.first  # several backends: the completion names the one that spoke (its voice)
+        model_info = self.gate.model_info_for(seg.voice if seg is not None else None)
+        c, e2e_s = build_completion(req, status=status, model_info=model_info, now=datetime.now(UTC),
                                     audio=audio, error=error)
         self.ledger.answer(req, c, e2e_s)
         log = _log.warning if status == "failed" else _log.info

@@ -33,22 +33,47 @@ def cache_namespace(s3: S3Settings) -> str:
 
 
 def open_engine(engine: EngineSettings, *, model_dir: Path, max_batch: int) -> Any:
-    """The engine a worker with this engine section serves, started: a hibari/piper backend from the versioned
+    """The engine a worker with this engine section serves, started: a hibari/piper/kokoro backend from the versioned
     store under ``model_dir`` (a ``ModelManager``: the store's current version decides, hot reload on SIGHUP),
-    chattts from the user's asset dir (no store, no hot reload). Raises ``EngineError`` (ModelLoadError, StoreError)."""
+    chattts from the user's asset dir (no store, no hot reload). Several backends (``TTS_BACKENDS``): one
+    :class:`engine.router.BackendRouter` over them, the voice picking the backend. Raises ``EngineError``
+    (ModelLoadError, StoreError)."""
+    names = engine.served_backends
+    if len(names) == 1:
+        return _open_backend(engine, names[0], model_dir=model_dir, max_batch=max_batch)
+    import time
+
+    from engine.router import BackendRouter
+
+    t0 = time.perf_counter()
+    engines: dict[str, Any] = {}
+    try:
+        for name in names:
+            engines[name] = _open_backend(engine, name, model_dir=model_dir, max_batch=max_batch)
+    except EngineError:
+        for e in engines.values():
+            e.close()
+        raise
+    router = BackendRouter(engines, default=names[0])
+    router.cold_start_s = time.perf_counter() - t0
+    return router
+
+
+def _open_backend(engine: EngineSettings, name: str, *, model_dir: Path, max_batch: int) -> Any:
     from engine.registry import load_engine
     from engine.store import MODELS
 
-    if engine.backend in MODELS:
+    if name in MODELS:
         from engine.reload import ModelManager
         from engine.store import ModelStore
 
-        manager = ModelManager(ModelStore(model_dir), engine.backend, providers=engine.providers,
+        manager = ModelManager(ModelStore(model_dir), name, providers=engine.providers,
                                threads=engine.threads, max_batch=max_batch)
         manager.start()
         return manager
-    return load_engine(engine.backend, precision=engine.precision, providers=engine.providers,
-                       threads=engine.threads, max_batch=max_batch, **engine.engine_options())
+    options = engine.engine_options() if name == engine.backend else {}
+    return load_engine(name, precision=engine.precision, providers=engine.providers,
+                       threads=engine.threads, max_batch=max_batch, **options)
 
 
 def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, slots: int = 256) -> str:
@@ -125,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ttsflow worker: {refused}", file=sys.stderr)
         return 1
     from engine.reload import ModelManager, install_sighup
+    from engine.router import BackendRouter
     from streams.worker.metrics import WorkerMetrics
 
     engine: Any
@@ -135,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                 _log.warning("event=precision_ignored precision=%s serving=%s hint=%r", settings.precision,
                              engine.version.ref, "the store's current version decides; `ttsflow model use` changes it")
             install_sighup(engine)
+        elif isinstance(engine, BackendRouter):  # several backends: SIGHUP reloads those served from the store
+            install_sighup(engine)  # type: ignore[arg-type]
     except EngineError as e:  # ModelLoadError, StoreError
         print(f"ttsflow worker: {e}", file=sys.stderr)
         return 2
@@ -142,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
               engine.cold_start_s or 0.0)
     metrics = WorkerMetrics(settings.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
     metrics.identify(transactional_id=settings.effective_transactional_id, group=settings.worker_group)
+    if isinstance(engine, BackendRouter):
+        engine.on_batch = metrics.backend_batch
     store = AudioStore.from_section(settings.s3)
     cache = AudioCache.from_section(settings.redis, namespace=cache_namespace(settings.s3))
     worker = Worker(settings.kafka, settings.batching, engine, store, cache, metrics,

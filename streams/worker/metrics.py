@@ -60,6 +60,12 @@ class WorkerMetrics(ProbedMetrics):
                               buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2), registry=r)
         self._audio = Counter("ttsflow_worker_audio_seconds_total", "Seconds of audio synthesized by the engine.",
                               registry=r)
+        self._backend_segments = Counter("ttsflow_worker_backend_segments_total",
+                                         "Segments synthesized, by backend (a worker serving several, TTS_BACKENDS).",
+                                         ["backend"], registry=r)
+        self._backend_audio = Counter("ttsflow_worker_backend_audio_seconds_total",
+                                      "Seconds of audio synthesized, by backend (a worker serving several).",
+                                      ["backend"], registry=r)
         self._inflight = Gauge("ttsflow_worker_inflight_segments", "Segments consumed and not yet committed.",
                                registry=r)
         self._assigned = Gauge("ttsflow_worker_assigned_partitions", "Partitions of tts.segments assigned.",
@@ -89,6 +95,12 @@ class WorkerMetrics(ProbedMetrics):
         if audio_s > 0:
             self._rtf.observe(synth_s / audio_s)
             self._audio.inc(audio_s)
+
+    def backend_batch(self, backend: str, items: int, audio_s: float) -> None:
+        """One post-processed model call of ``backend`` (engine.router.BackendRouter.on_batch)."""
+        self._backend_segments.labels(backend).inc(items)
+        if audio_s > 0:
+            self._backend_audio.labels(backend).inc(audio_s)
 
     def audio_refused(self, reason: str) -> None:
         self._refused.labels(reason).inc()

@@ -55,6 +55,15 @@ class ReloadGate:
         self.model_info = ModelInfo(name=info.name, version=info.version, precision=info.precision,
                                     provider=info.provider)
 
+    def model_info_for(self, voice: str | None) -> ModelInfo:
+        """The model a completion names for a request spoken by ``voice``: the backend that speaks it
+        when the engine serves several (engine.router.BackendRouter), else the serving model."""
+        info_for = getattr(self.engine, "info_for", None)
+        if info_for is None or voice is None:
+            return self.model_info
+        info = info_for(voice)
+        return ModelInfo(name=info.name, version=info.version, precision=info.precision, provider=info.provider)
+
     def step(self, *, idle: Callable[[], bool], settle: Callable[[], None], backlog: Callable[[], str]) -> None:
         """Apply a reload asked for by SIGHUP, only when the work in flight allows it (module docstring).
         ``backlog`` describes what is in flight, for the forced-swap log line."""

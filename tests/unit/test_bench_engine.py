@@ -48,7 +48,7 @@ def test_bench_engine_quick_prints_one_json_line_with_all_fields(tmp_path: Path)
 
 
 def test_bench_engine_rejects_bad_arguments() -> None:
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", "bench", "engine", "--backend", "kokoro"],
+    proc = subprocess.run([sys.executable, "-m", "streams.cli", "bench", "engine", "--backend", "vits"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown backend" in proc.stderr
 

@@ -71,8 +71,8 @@ def test_verify_catches_a_truncated_model(tmp_path: Path) -> None:
 
 
 def test_unknown_model_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="unknown model 'kokoro'"):
-        ModelStore(tmp_path).versions("kokoro")
+    with pytest.raises(StoreError, match="unknown model 'vits'"):
+        ModelStore(tmp_path).versions("vits")
 
 
 def test_concurrent_first_use_installs_once(tmp_path: Path) -> None:

