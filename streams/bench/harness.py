@@ -54,6 +54,7 @@ def isolated(settings: Settings, run_id: str) -> Settings:
         topic_completed=f"{settings.topic_completed}.{run_id}",
         topic_dlq=f"{settings.topic_dlq}.{run_id}",
         topic_done=f"{settings.topic_done}.{run_id}",
+        topic_chunks=f"{settings.topic_chunks}.{run_id}",
         stage_app_id=f"{settings.stage_app_id}-{run_id}",
         worker_group=f"{settings.worker_group}-{run_id}",
     )
@@ -107,7 +108,7 @@ def delete_run_topics(s: Settings) -> None:
     from streams.devstack import stack
     from streams.kafka.admin import topic_names
 
-    names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done]
+    names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done, s.topic_chunks]
     existing = topic_names(s.kafka)
     names += [t for t in existing if t.startswith((s.stage_app_id + "-", s.stage_app_id + "."))]
     stack.delete_topics(s, [n for n in names if n in existing])
