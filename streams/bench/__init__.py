@@ -21,6 +21,8 @@ _KINDS = {
     "pipeline": "streams.bench.pipeline",
     "baseline": "streams.bench.baseline",
     "bigrequest": "streams.bench.bigrequest",
+    "latency": "streams.bench.latency",
+    "soak": "streams.bench.soak",
 }
 
 

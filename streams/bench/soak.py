@@ -1,9 +1,13 @@
 """``ttsflow bench soak``: memory over time of one worker serving many requests.
 
-One stage and one worker on topics of their own; ``--requests`` fresh texts (nothing is
-cached) are kept flowing closed-loop (at most ``--window`` unanswered at a time, so the
+One stage and one worker on topics of their own; ``--requests`` requests are kept flowing
+closed-loop (at most ``--window`` unanswered at a time, so the
 worker is busy all along without a backlog growing in Kafka). The worker's resident set
-(``VmRSS`` of ``/proc/<pid>/status``) is sampled every ``--sample-s`` seconds.
+(``VmRSS`` of ``/proc/<pid>/status``) is sampled every ``--sample-s`` seconds. Texts are fresh (nothing cached) except a
+``--repeat`` fraction that reuses an earlier text under a new request id: those take the
+cache path (Redis hit, S3 HEAD, joined object found), so a long soak fits in less time on a
+slow machine while every request still crosses the stage, the ledger, the joiner and a
+transaction; the fresh ones keep the engine, the uploads and the joins working.
 
 Verdict: after a warm-up (the first ``--warmup`` fraction of the requests: model arenas,
 librdkafka buffers, thread pools reach their working size) the RSS must not grow by 5% or
@@ -68,6 +72,7 @@ def rss_verdict(samples: list[tuple[int, float]], total: int, warmup: float) -> 
 
 
 def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, sample_s: float = 1.0,
+             repeat: float = 0.0,
              seed: int | None = None, timeout_s: float = 600.0, out_dir: Path = Path("out/bench-soak")) -> dict[str, Any]:
     from schemas import Request, SchemaError, decode_completion
     from streams.bench.corpus import bench_texts, encode_request
@@ -94,7 +99,8 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
     rng = random.Random(seed)
     texts = bench_texts(requests, seed=seed, per_text=(1, 2))
     users = [f"soak-user-{i:02d}" for i in range(16)]
-    report: dict[str, Any] = {"run_id": run_id, "seed": seed, "requests": requests, "window": window,
+    fresh_ids = 0
+    report: dict[str, Any] = {"run_id": run_id, "seed": seed, "requests": requests, "window": window, "repeat": repeat,
                               "warmup_fraction": warmup, "backend": s.backend, "max_batch": s.max_batch,
                               "cpus": os.cpu_count(), "loadavg_1m_at_start": round(os.getloadavg()[0], 2)}
     sup = Supervisor(out_dir / run_id / "logs")
@@ -118,7 +124,12 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
         while len(answers) < requests:
             while i < requests and i - len(answers) < window:
                 rid = f"soak-{run_id}-{i:06d}"
-                req = Request(request_id=rid, user_id=rng.choice(users), text=texts[i])
+                if i >= 100 and rng.random() < repeat:
+                    text = texts[rng.randrange(fresh_ids)]  # answered earlier: the cache path
+                else:
+                    text = texts[fresh_ids]
+                    fresh_ids += 1
+                req = Request(request_id=rid, user_id=rng.choice(users), text=text)
                 sent[rid] = pub.publish(s.topic_requests, req.user_id.encode(), encode_request(req))
                 i += 1
             pub.flush(30)
@@ -147,6 +158,7 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
                 raise TimeoutError(f"no completion for {timeout_s:.0f}s at {len(answers)}/{requests}")
             sup.check_alive()
         wall = time.monotonic() - t_start
+        report["fresh_texts"] = fresh_ids
         report["answered"] = len(answers)
         report["failed"] = failed
         report["duplicated"] = sum(1 for n in answers.values() if n > 1)
@@ -171,19 +183,22 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow bench soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=10_000, help="requests to serve (fresh 1-2 sentence texts)")
+    ap.add_argument("--repeat", type=float, default=0.0,
+                    help="fraction of requests reusing an earlier text (cache path); the rest are fresh")
     ap.add_argument("--window", type=int, default=16, help="most requests unanswered at a time (closed loop)")
     ap.add_argument("--warmup", type=float, default=0.1, help="fraction of the requests counted as warm-up")
     ap.add_argument("--sample-seconds", type=float, default=1.0, help="RSS sampling interval")
     ap.add_argument("--seed", type=int, default=None, help="corpus seed (default: random, so nothing is cached)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object (always the last line)")
     ns = ap.parse_args(argv)
-    if ns.requests < 10 or ns.window < 1 or not 0 <= ns.warmup < 0.9 or ns.sample_seconds <= 0:
-        print("ttsflow bench soak: --requests >= 10, --window >= 1, 0 <= --warmup < 0.9, --sample-seconds > 0",
+    if ns.requests < 10 or ns.window < 1 or not 0 <= ns.warmup < 0.9 or ns.sample_seconds <= 0 \
+            or not 0 <= ns.repeat < 1:
+        print("ttsflow bench soak: --requests >= 10, --window >= 1, 0 <= --warmup < 0.9, --sample-seconds > 0, 0 <= --repeat < 1",
               file=sys.stderr)
         return 2
     try:
         r = run_soak(requests=ns.requests, window=ns.window, warmup=ns.warmup, sample_s=ns.sample_seconds,
-                     seed=ns.seed)
+                     repeat=ns.repeat, seed=ns.seed)
     except Exception as e:
         print(f"ttsflow bench soak: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
