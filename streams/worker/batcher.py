@@ -11,7 +11,9 @@ Guarantees:
   ``max(arrival + delay, flow's previous due + fair_slot_s)``. A flow is one request
   (``flow=``); ``delay`` is 0 for ``interactive`` and ``bulk_delay_s`` for ``bulk``.
   A batch takes the items of its queue with the earliest due, and of the ready queues
-  ``take`` serves the one whose earliest due is earliest. So one request's segments are
+  ``take`` serves the one whose earliest due is earliest; while a queue holding work due
+  earlier still fills its batch (at most ``max_wait_s``), no later-due batch starts ahead of
+  it (a model call can take seconds: starting one would delay that work by all of it). So one request's segments are
   paced ``fair_slot_s`` apart against other work: a short request that arrives while a
   long one is queued gets a due near its arrival and is served in the next batches, not
   after the long one; two long requests interleave (round-robin); an idle worker still
@@ -163,11 +165,15 @@ class MicroBatcher(Generic[T]):
     def _ready_key(self, now: float) -> tuple[int, Hashable] | None:
         best: tuple[int, Hashable] | None = None
         best_due: tuple[float, int] | None = None
+        first_due: tuple[float, int] | None = None
         for key, q in self._queues.items():
+            due = q.earliest_due()
+            first_due = due if first_due is None else min(first_due, due)
             if q.n >= self.max_batch or now >= q.oldest() + self.max_wait_s:
-                due = q.earliest_due()
                 if best_due is None or due < best_due:
                     best, best_due = key, due
+        if best_due is not None and first_due is not None and first_due < best_due:
+            return None  # work due earlier is filling its batch (ready within max_wait_s): serve it first
         return best
 
     def ready(self, now: float) -> bool:
@@ -196,12 +202,13 @@ class MicroBatcher(Generic[T]):
         return [item for item, _ in self.take_with_wait(now, force=force)]
 
     def next_deadline(self) -> float | None:
-        """When the next queue becomes ready (already past for a full one); None when empty."""
-        best: float | None = None
-        for q in self._queues.values():
-            t = q.oldest() if q.n >= self.max_batch else q.oldest() + self.max_wait_s
-            best = t if best is None else min(best, t)
-        return best
+        """When the next batch can be taken (already past if one can be now); None when empty.
+
+        That is when the queue holding the earliest due work is ready: no batch starts before it."""
+        if not self._queues:
+            return None
+        q = min(self._queues.values(), key=lambda q: q.earliest_due())
+        return q.oldest() if q.n >= self.max_batch else q.oldest() + self.max_wait_s
 
     def remove_if(self, pred: Callable[[T], bool]) -> list[T]:
         """Remove and return every queued item for which ``pred`` is true (revoked partitions).

@@ -331,10 +331,14 @@ def test_property_fair_every_item_once_in_request_order_and_bounded(reqs, max_ba
             added += 1
         while b.ready(clock.t):
             out.append(b.take(clock.t))
+        deadline = b.next_deadline()  # the loop polls until then: it must be when a batch becomes ready
+        assert (deadline is not None and deadline <= clock.t) == b.ready(clock.t)
     while len(b):
         clock.t += 0.01
         while b.ready(clock.t):
             out.append(b.take(clock.t))
+        deadline = b.next_deadline()
+        assert deadline is None or deadline > clock.t
     flat = [x for batch in out for x in batch]
     assert len(flat) == added and len(set(flat)) == added
     for batch in out:
@@ -344,3 +348,17 @@ def test_property_fair_every_item_once_in_request_order_and_bounded(reqs, max_ba
     for r, seq, _ in flat:  # one request's length is one bucket here: its whole order is kept
         assert seq > last_seq.get(r, -1)
         last_seq[r] = seq
+
+
+def test_a_full_batch_of_later_work_waits_for_earlier_work_filling_its_batch():
+    b, clock = fair(max_batch=2, max_wait_s=0.02, buckets=(32, 64))
+    for seq in range(4):
+        b.add(("long", seq), 50, flow="long")        # dues 100, 100.5, 101, 101.5
+    assert b.take(clock.t) == [("long", 0), ("long", 1)]
+    clock.t += 0.1
+    b.add(("short", 0), 10, flow="short")            # due 100.1, not ready for 20 ms
+    assert not b.ready(clock.t)                      # the full long queue (due 101) does not jump it
+    assert b.next_deadline() == pytest.approx(clock.t + 0.02)
+    clock.t += 0.02
+    assert b.take(clock.t) == [("short", 0)]
+    assert b.take(clock.t) == [("long", 2), ("long", 3)]
