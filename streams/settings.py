@@ -69,6 +69,7 @@ class KafkaSettings:
     transactional_id_prefix: str
     transactional_id: str
     transaction_timeout_ms: int
+    worker_commit_interval_ms: int
 
     @property
     def effective_transactional_id_prefix(self) -> str:
@@ -219,6 +220,7 @@ class Settings:
     transactional_id_prefix: str = _f("", "Prefix of the default transactional ids of this worker group (grant the group TransactionalId by PREFIXED pattern <prefix>-); empty means the worker group.")
     transactional_id: str = _f("", "Stable transactional.id of this worker, used as given; empty means <transactional_id_prefix>-<hostname>-<lowest slot free on this host for this cluster and prefix> (side-by-side workers never fence each other, a restarted one takes its predecessor's id).")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
+    worker_commit_interval_ms: int = _f(50, "Longest a worker's finished segments wait for a transaction that commits their offsets, milliseconds; answers and stream chunks start one as soon as none is in flight (one at a time, on its own thread). Lower commits progress sooner at a few ms of broker and client CPU per transaction.", lo=1, hi=60_000)
     # --- S3 ----------------------------------------------------------------------
     s3_endpoint: str = _f("http://127.0.0.1:9000", "S3-compatible endpoint URL.")
     s3_bucket: str = _f("ttsflow-audio", "Bucket holding segment and request audio.")

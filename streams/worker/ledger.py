@@ -8,6 +8,11 @@ tested directly (tests/unit/test_ledger.py). Invariants:
   when its part is in S3; a last segment, and every segment of a failed request, only when
   its request's answer is taken for the transaction that commits the offset
   (:meth:`take_answers`).
+* **A chunk once.** A streaming request's chunk of segment ``seq`` is produced only in the
+  transaction whose committed offset passes that segment (:meth:`take_chunks`): committed
+  together or aborted together, so a segment re-read after a crash is exactly one whose
+  chunk no reader ever saw, and chunks of a request leave in offset order, which is ``seq``
+  order (the stage writes a request's segments in order, into one partition).
 * **No second answer.** A request id found in the durable done set of its partition
   (loaded from the done topic on assignment, grown by each commit) within
   ``dedup_window_s`` is dropped, and so is a second copy of a ``(partition, request,
@@ -22,6 +27,7 @@ tested directly (tests/unit/test_ledger.py). Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,7 +40,7 @@ from engine.base import Prepared
 from schemas import Completion, ErrorInfo, Rejection, Segment
 from streams.worker.offsets import OffsetTracker
 
-__all__ = ["Answer", "Ledger", "Part", "Request", "Seg"]
+__all__ = ["Answer", "ChunkDue", "Ledger", "Part", "Request", "Seg"]
 
 
 @dataclass(slots=True, eq=False)
@@ -55,6 +61,23 @@ class Part:
     key: str
     audio: np.ndarray | None  # None: fetch from S3 at join time (always beyond the request's join_memory_mb)
     cached: bool
+    sha256: str = ""        # of the stored object (a streaming request's chunk names it)
+    bytes: int = 0
+    duration_s: float = 0.0
+
+
+@dataclass(slots=True)
+class ChunkDue:
+    """A streaming request's part in S3, waiting for the transaction whose offsets pass its segment."""
+
+    partition: int
+    offset: int
+    request_id: str
+    user_id: str
+    seq: int
+    total: int
+    voice: str
+    part: Part
 
 
 @dataclass(slots=True, eq=False)
@@ -111,8 +134,10 @@ class Ledger:
         self.requests: dict[tuple[int, str], Request] = {}
         self.waiting: dict[str, list[Seg]] = {}            # part_id -> segments waiting for its audio
         self.answers: list[Answer] = []
+        self.chunks: dict[int, list[ChunkDue]] = {}        # partition -> chunks waiting for their offset's commit
         self._seen: set[tuple[int, str, int]] = set()      # (partition, request_id, seq) in flight here
         self._done: dict[int, dict[str, float]] = {}       # durable: request id -> answered at (epoch s)
+        self._answering: set[tuple[int, str]] = set()      # answered, its transaction not yet committed
         self._gen: dict[int, int] = {}                     # partition -> generation of its in-memory work
 
     # -- partitions ---------------------------------------------------------------------
@@ -132,7 +157,11 @@ class Ledger:
         self._done[partition] = answered
 
     def is_done(self, partition: int, request_id: str) -> bool:
-        """Answered within the stage's dedup window. Older ids may be reused: the stage lets them through."""
+        """Answered within the stage's dedup window (or answered here, its transaction in flight: a
+        later copy of one of its segments must not start it again). Older ids may be reused: the
+        stage lets them through."""
+        if (partition, request_id) in self._answering:
+            return True
         at = self._done.get(partition, {}).get(request_id)
         if at is None:
             return False
@@ -223,7 +252,7 @@ class Ledger:
                     req.synth_s += synth_s
                 self.part_ready(s, part)
             else:  # same audio asked for again while it was being made
-                self.part_ready(s, Part(part.key, part.audio, cached=True))
+                self.part_ready(s, dataclasses.replace(part, cached=True))
 
     def part_ready(self, s: Seg, part: Part) -> None:
         if not self.current(s.partition, s.gen):
@@ -233,6 +262,9 @@ class Ledger:
             self.tracker.mark_done(s.partition, s.offset)
             return
         req.parts[s.seg.seq] = self._hold(req, part)
+        if s.seg.stream and req.failure is None:
+            self.chunks.setdefault(s.partition, []).append(ChunkDue(
+                s.partition, s.offset, req.request_id, req.user_id, s.seg.seq, s.seg.total, s.seg.voice, part))
         if not s.seg.last:  # a last segment is done only with its completion
             self.tracker.mark_done(s.partition, s.offset)
 
@@ -261,7 +293,7 @@ class Ledger:
                     f"{len(req.parts) + 1} of {req.total} segments; split the text into several requests"))
         n = part.audio.nbytes
         if req.held_bytes + n > self.join_memory_bytes:
-            return Part(part.key, None, part.cached)
+            return dataclasses.replace(part, audio=None)
         req.held_bytes += n
         return part
 
@@ -293,6 +325,7 @@ class Ledger:
         """``req`` is answered by ``completion``: it leaves the ledger, produced and committed in step 8."""
         self.answers.append(Answer(req.partition, req.request_id, req.user_id, completion, list(req.offsets), e2e_s))
         self.requests.pop(req.key, None)
+        self._answering.add(req.key)
         self._seen.difference_update({(req.partition, req.request_id, s) for s in req.seqs})
 
     # -- 8) the committed-offset rule -------------------------------------------------------------
@@ -308,6 +341,22 @@ class Ledger:
                 self.tracker.mark_done(a.partition, off)
         return answers
 
+    def take_chunks(self, offsets: dict[int, int]) -> list[ChunkDue]:
+        """The chunks of the transaction committing ``offsets``: those whose segment the offsets pass,
+        in offset order (each request's in ``seq`` order); the rest wait for a later one."""
+        out: list[ChunkDue] = []
+        for p, off in offsets.items():
+            waiting = self.chunks.get(p)
+            if not waiting:
+                continue
+            out += sorted((c for c in waiting if c.offset < off), key=lambda c: c.offset)
+            rest = [c for c in waiting if c.offset >= off]
+            if rest:
+                self.chunks[p] = rest
+            else:
+                del self.chunks[p]
+        return out
+
     def to_commit(self, assigned: set[int]) -> dict[int, int]:
         return {p: o for p, o in self.tracker.to_commit().items() if p in assigned}  # type: ignore[misc]
 
@@ -316,6 +365,7 @@ class Ledger:
         self.tracker.committed(offsets)
         for a in answers:
             self._done.setdefault(a.partition, {})[a.request_id] = self.wall()
+            self._answering.discard((a.partition, a.request_id))
 
     # -- dropping work ------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -326,6 +376,8 @@ class Ledger:
         for p in set(self._gen) | assigned:
             self._gen[p] = self._gen.get(p, 0) + 1  # results of tasks still running are ignored
         self.answers = []
+        self._answering.clear()
+        self.chunks.clear()
         self.tracker.drop(self.tracker.partitions())
         self.waiting.clear()
         self.requests.clear()
@@ -344,6 +396,9 @@ class Ledger:
             else:
                 del self.waiting[pid]
         self.answers = [a for a in self.answers if a.partition not in gone]
+        for p in gone:
+            self.chunks.pop(p, None)
         for key in [k for k in self.requests if k[0] in gone]:
             del self.requests[key]
         self._seen = {k for k in self._seen if k[0] not in gone}
+        self._answering = {k for k in self._answering if k[0] not in gone}

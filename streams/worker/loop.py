@@ -14,6 +14,10 @@ Guarantees (README, "How it works"):
   not yet done (:class:`~streams.worker.offsets.OffsetTracker`). A segment is done when its
   audio is in S3; a last segment (and every segment of a failed request) when its
   request's completion is produced in the transaction that commits the offset.
+* Streaming requests: a chunk per segment (``tts.chunks``, key = user id) with the part's
+  audio, produced in the transaction whose offsets pass the segment
+  (:meth:`~streams.worker.ledger.Ledger.take_chunks`), so a segment redone after a crash is
+  one whose chunk was never committed: each chunk once, in ``seq`` order.
 * One transaction per commit: completions (``tts.completed``, key = user id), a record
   per answered request in the compacted done topic (key = request id, partition = the
   segment's partition) and the consumer offsets (``send_offsets_to_transaction`` with
@@ -53,6 +57,7 @@ Guarantees (README, "How it works"):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -61,12 +66,14 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from engine.base import Failure
 from engine.engine import Engine
 from schemas import (
     AudioRef,
+    Chunk,
     ErrorInfo,
-    encode,
 )
 from storage.cache import AudioCache
 from storage.errors import S3Unavailable, StorageError
@@ -74,14 +81,16 @@ from storage.s3 import AudioStore
 from streams.errors import AbortableError, ProducerWedged, RetriableError, StorageFatal
 from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import PartitionedConsumer
-from streams.kafka.producer import TransactionalProducer, transaction_error
+from streams.kafka.producer import WEDGE_GRACE_S, TransactionalProducer
 from streams.settings import BatchingSettings, KafkaSettings
 from streams.worker.answers import build_completion
 from streams.worker.batcher import MicroBatcher
+from streams.worker.checkpoint import Checkpoint
 from streams.worker.done_log import DoneLog
 from streams.worker.intake import admit_record
 from streams.worker.joiner import Joiner
-from streams.worker.ledger import Ledger, Request, Seg
+from streams.worker.keys import PART_FORMAT
+from streams.worker.ledger import ChunkDue, Ledger, Request, Seg
 from streams.worker.parts import PartMaker
 from streams.worker.rebalance import Rebalance
 from streams.worker.recovery import Recovery
@@ -94,9 +103,7 @@ __all__ = ["Worker"]
 
 _log = logging.getLogger("ttsflow.worker")
 
-_COMMIT_INTERVAL_S = 0.25   # offsets-only transactions at most this often
 _SETTLE_TIMEOUT_S = 30.0    # a forced reload waits this long for the calls and joins in flight
-_WEDGE_GRACE_S = 30.0       # a transactional call still running this long past its own timeout is wedged
 _RELOAD_MAX_WAIT_S = 30.0   # a pending reload waits this long for the work in flight to drain
 # librdkafka prefetches up to 1 MB per partition into one queue that consume() reads in order: a
 # long request's segments (one partition) fetched at once would be served before every other
@@ -112,7 +119,7 @@ class Worker:
     def __init__(self, kafka: KafkaSettings, batching: BatchingSettings, engine: Engine | ModelManager,
                  store: AudioStore, cache: AudioCache, metrics: Any, *, dedup_window_s: int, consumer: Any = None, producer: Any = None, reader: Any = None, overlap: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, reload_max_wait_s: float = _RELOAD_MAX_WAIT_S,
-                 producer_factory: Callable[[], Any] | None = None, wedge_grace_s: float = _WEDGE_GRACE_S) -> None:
+                 producer_factory: Callable[[], Any] | None = None, wedge_grace_s: float = WEDGE_GRACE_S) -> None:
         from confluent_kafka import Consumer, Producer
 
         from streams.kafka import consumer_config, reader_config, transactional_config
@@ -138,19 +145,25 @@ class Worker:
         # on 2 CPU cores it measured within noise (the model already uses both), so auto = device only
         self.overlap = engine.info.provider != "CPUExecutionProvider" if overlap is None else overlap
         self._io = ThreadPoolExecutor(4, thread_name_prefix="s3")
-        batcher: MicroBatcher[Seg] = MicroBatcher.from_section(batching, clock)
+        # a backend that runs items one by one (hibari) gets batches of one: each item leaves as it is
+        # made and its request is answerable then, not when a batch of 8 ends; batching engines keep batches
+        self.native_batching = bool(engine.native_batching)
+        batcher: MicroBatcher[Seg] = MicroBatcher.from_section(
+            batching if self.native_batching else dataclasses.replace(batching, max_batch=1), clock)
         self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batching.max_batch,
                                overlap=self.overlap, io=self._io)
         self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s)
+        self.checkpoint = Checkpoint(kafka=kafka, ledger=self.ledger, consumer=self.consumer, producer=self.producer,
+                                     done_log=self.done_log, metrics=metrics, chunk=self._chunk, clock=clock,
+                                     interval_s=kafka.worker_commit_interval_ms / 1000)
         self.recovery = Recovery(ledger=self.ledger, parts=self.parts, joiner=self.joiner, consumer=self.consumer,
-                                 producer=self.producer, store=store, metrics=metrics, clock=clock,
+                                 producer=self.producer, checkpoint=self.checkpoint, store=store, metrics=metrics, clock=clock,
                                  stopping=self._stop.is_set, transactional_id=kafka.effective_transactional_id)
         self.rebalance = Rebalance(ledger=self.ledger, done_log=self.done_log, consumer=self.consumer, parts=self.parts,
                                    producer=self.producer, recovery=self.recovery, metrics=metrics,
                                    segments_topic=kafka.topic_segments, commit_durable=self._commit_durable)
         self.on_assign, self.on_revoke, self.on_lost = \
             self.rebalance.on_assign, self.rebalance.on_revoke, self.rebalance.on_lost
-        self._last_commit = clock()
         self._cap = 4 * batching.max_batch
         self.cache.on_error = metrics.redis_error
 
@@ -213,6 +226,7 @@ class Worker:
     def close(self) -> None:
         self.metrics.ready(False)
         self.rebalance.closing = True
+        self.checkpoint.settle()
         if self.producer.in_txn:
             self.producer.abort_quietly()
         try:
@@ -242,7 +256,7 @@ class Worker:
         deadline = self.parts.batcher.next_deadline()
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - now))
-        if self.parts.busy() or self.joiner.busy():
+        if self.parts.busy() or self.joiner.busy() or self.checkpoint.in_flight or self.ledger.answers:
             timeout = min(timeout, 0.005)
         assigned = len(self.consumer.assigned)
         want = max(1, min(500, self._cap - self.parts.backlog()), self._cap // max(1, assigned))
@@ -271,10 +285,13 @@ class Worker:
             misses.append(s)
         self.parts.batch(misses, self._part_failed)
 
-        # 5) synthesize ready batches (model on this thread; DSP, encode, upload on the pools)
+        # 5) synthesize ready batches (model on this thread; DSP, encode, upload on the pools); one item
+        #    a turn for a backend without batching, so each is answered and committed as it is made
         now = self.clock()
         while self.parts.ready(now):
             self.parts.synthesize(self.parts.batcher.take_with_wait(now), self._part_failed, self.ledger.queued)
+            if not self.native_batching:
+                break
             now = self.clock()
 
         # 6) collect encoded and uploaded parts, update the cache, mark their offsets done
@@ -284,8 +301,10 @@ class Worker:
         self._finalize_ready()
         self.joiner.collect(self.ledger.current, self._joined)
 
-        # 8) one transaction: completions + done records + offsets, then commit
-        self._commit()
+        # 8) the transaction (chunks + completions + done records + offsets), pipelined: apply the one
+        #    in flight if it committed, start the next if one is due (it commits on the producer's thread)
+        self.checkpoint.poll()
+        self.checkpoint.start()
         self.metrics.inflight(self.ledger.tracker.pending())
 
     # -- 2) admit --------------------------------------------------------------------
@@ -329,31 +348,13 @@ class Worker:
             req.request_id, req.user_id, status, req.total, c.cached_segments, error.code if error else "-")
 
     # -- 8) the transaction ----------------------------------------------------------
-    def _commit(self, *, force: bool = False) -> None:
-        """Completions, done records and offsets commit together or not at all."""
-        from confluent_kafka import KafkaException
-
-        if not self.ledger.answers and not (self.ledger.tracker.advanced() and (
-                force or self.clock() - self._last_commit >= _COMMIT_INTERVAL_S)):
-            return
-        answers = self.ledger.take_answers()  # from here every segment of theirs counts as done
-        offsets = self.ledger.to_commit(self.consumer.assigned)
-        t0 = time.perf_counter()
-        try:
-            self.producer.begin()
-            for a in answers:
-                self.producer.produce(self.kafka.topic_completed, a.user_id.encode(), encode(a.completion))
-                self.producer.produce(*self.done_log.record(a))
-            if offsets:
-                self.producer.send_offsets(self.kafka.topic_segments, offsets, self.consumer.group_metadata())
-            self.producer.commit()
-        except KafkaException as e:
-            raise transaction_error(e) from e
-        self._last_commit = self.clock()
-        self.ledger.committed(offsets, answers)
-        self.metrics.transaction(True, time.perf_counter() - t0)
-        for a in answers:
-            self.metrics.completion(a.completion.status, a.e2e_s)
+    def _chunk(self, c: ChunkDue) -> Chunk:
+        p = c.part
+        return Chunk(request_id=c.request_id, user_id=c.user_id, seq=c.seq, total=c.total, cached=p.cached,
+                     audio=AudioRef(uri=self.store.uri(p.key), bucket=self.store.bucket, key=p.key, format=PART_FORMAT,
+                                    sample_rate=self.engine.sample_rate, duration_s=p.duration_s, bytes=p.bytes,
+                                    sha256=p.sha256),
+                     model=msgspec.structs.replace(self.gate.model_info, voice=c.voice), created_at=datetime.now(UTC))
 
     def _retry(self, what: str, fn: Callable[[], Any]) -> Any:
         return kafka_retry.call_with_retry(what, fn, stopping=self._stop.is_set)
@@ -380,7 +381,7 @@ class Worker:
     def _commit_durable(self) -> None:
         """Before partitions are revoked (:class:`~streams.worker.rebalance.Rebalance`): commit what is done."""
         self._finish_in_flight()
-        self._commit(force=True)
+        self.checkpoint.commit(force=True)
 
     def _drain(self) -> None:
         """Graceful stop: finish the work in flight (bounded), commit what is done."""
@@ -393,8 +394,8 @@ class Worker:
             time.sleep(0.01)
         try:
             self._finalize_ready()
-            self._commit(force=True)
-        except (AbortableError, S3Unavailable) as e:
+            self.checkpoint.commit(force=True)
+        except (AbortableError, ProducerWedged, S3Unavailable) as e:
             _log.warning("event=final_commit_failed error=%s", e)
             if self.producer.in_txn:
                 self.producer.abort_quietly()

@@ -75,7 +75,10 @@ class OffsetTracker:
         """Whether any partition's committable offset moved past its last committed one."""
         for key, p in self._parts.items():
             off = self.committable(key)
-            if off is not None and (p.committed is None or off > p.committed):
+            # never committed here: the first offset consumed is where the group stood, so only
+            # progress past it is worth a transaction
+            base = p.committed if p.committed is not None else (p.offsets[0] if p.offsets else None)
+            if off is not None and (base is None or off > base):
                 return True
         return False
 

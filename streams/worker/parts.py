@@ -49,6 +49,7 @@ _MAX_CALLS_IN_FLIGHT = 2
 
 Made = Callable[[str, Part, float], None]      # part_id, the part, its share of the synthesis time
 Failed = Callable[[str, Failure], None]        # part_id, why
+_Made = tuple[Seg, Audio | Failure, str, float, str, int]  # segment, result, key, synth share, sha256, bytes
 
 
 class PartMaker:
@@ -64,15 +65,18 @@ class PartMaker:
         self.max_batch = max_batch
         self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
         self._io = io
-        self._futs: list[tuple[int, Future[list[tuple[Seg, Audio | Failure, str, float]]]]] = []
+        self._futs: list[tuple[int, Future[list[_Made]]]] = []
 
     # -- 3) cache, 4) batch ---------------------------------------------------------------
     def cached(self, part_id: str) -> Part | None:
         """The part from the cache, if its object is still in S3."""
         key = self.cache.get(part_id)
-        if key is not None and self.store.head(key) is not None:
+        head = self.store.head(key) if key is not None else None
+        if key is not None and head is not None:
             self.metrics.cache(True)
-            return Part(key, None, cached=True)
+            size = int(head["bytes"])  # a part is 16-bit mono WAV: its duration from its size (44-byte header)
+            return Part(key, None, cached=True, sha256=str(head.get("sha256") or ""), bytes=size,
+                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4))
         if key is not None:
             self.cache.delete(part_id)  # the object expired: the pointer is stale
         self.metrics.cache(False)
@@ -130,7 +134,7 @@ class PartMaker:
             self.synthesize(self.batcher.take_with_wait(now(), force=True), failed, queued)
 
     def _postprocess_upload(self, segs: list[Seg], prepared: list[Prepared], raw: list[Any], infer_s: float,
-                            waits: list[float]) -> list[tuple[Seg, Audio | Failure, str, float]]:
+                            waits: list[float]) -> list[_Made]:
         """Pool thread: DSP, encode, upload every part of one model call (uploads in parallel)."""
         t0 = time.perf_counter()
         results = self.engine.postprocess_many(raw, prepared)
@@ -138,23 +142,22 @@ class PartMaker:
         synth_s = infer_s + (time.perf_counter() - t0)
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
-        uploads: list[Future[str] | None] = []
+        uploads: list[tuple[Future[str], int] | None] = []
         for i, (s, r) in enumerate(zip(segs, results, strict=True)):
             if isinstance(r, Audio):
                 data = audio_codec.encode(r.samples, r.sample_rate, PART_FORMAT)
                 # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
                 results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
-                uploads.append(self._io.submit(self.store.put, self.store.key("part", s.part_id, PART_FORMAT),
-                                               data, audio_codec.content_type(PART_FORMAT)))
+                uploads.append((self._io.submit(self.store.put, self.store.key("part", s.part_id, PART_FORMAT),
+                                                data, audio_codec.content_type(PART_FORMAT)), len(data)))
             else:
                 uploads.append(None)
-        out: list[tuple[Seg, Audio | Failure, str, float]] = []
+        out: list[_Made] = []
         share = synth_s / max(1, len(segs))
         for s, r, up in zip(segs, results, uploads, strict=True):
             key = self.store.key("part", s.part_id, PART_FORMAT)
-            if up is not None:
-                up.result()  # raises S3Unavailable into the loop
-            out.append((s, r, key, share))
+            sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
+            out.append((s, r, key, share, sha, size))
         return out
 
     def _checked(self, s: Seg, r: Audio | Failure) -> Audio | Failure:
@@ -183,12 +186,13 @@ class PartMaker:
             except S3Unavailable:
                 self._futs = []
                 raise
-            for s, r, key, share in results:
+            for s, r, key, share, sha, size in results:
                 if isinstance(r, Failure):
                     failed(s.part_id, r)
                     continue
                 self.cache.set(s.part_id, key)  # the audio is in S3 whoever waits for it now
-                made(s.part_id, Part(key, r.samples, cached=False), share)
+                made(s.part_id, Part(key, r.samples, cached=False, sha256=sha, bytes=size,
+                                     duration_s=round(len(r.samples) / r.sample_rate, 4)), share)
         self._futs = keep
 
     # -- in flight ---------------------------------------------------------------------------

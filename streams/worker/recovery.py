@@ -20,6 +20,7 @@ from streams.errors import ProducerWedged
 from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import PartitionedConsumer
 from streams.kafka.producer import TransactionalProducer
+from streams.worker.checkpoint import Checkpoint
 from streams.worker.joiner import Joiner
 from streams.worker.ledger import Ledger
 from streams.worker.parts import PartMaker
@@ -33,14 +34,17 @@ class Recovery:
     """Drop what is in memory, rewind to the committed offsets; per failure, what comes first."""
 
     def __init__(self, *, ledger: Ledger, parts: PartMaker, joiner: Joiner, consumer: PartitionedConsumer,
-                 producer: TransactionalProducer, store: AudioStore, metrics: Any, clock: Callable[[], float],
-                 stopping: Callable[[], bool], transactional_id: str) -> None:
+                 producer: TransactionalProducer, checkpoint: Checkpoint, store: AudioStore, metrics: Any,
+                 clock: Callable[[], float], stopping: Callable[[], bool], transactional_id: str) -> None:
         self.ledger, self.parts, self.joiner, self.consumer, self.producer = ledger, parts, joiner, consumer, producer
+        self.checkpoint = checkpoint
         self.store, self.metrics, self.clock, self.stopping = store, metrics, clock, stopping
         self.transactional_id = transactional_id
 
     def drop_all(self) -> None:
-        """Forget all in-memory work (nothing of it was committed); the done set is kept."""
+        """Forget all in-memory work (nothing of it was committed); the done set is kept. A transaction
+        in flight is over first (applied if it committed), so what it carried is either durable or redone."""
+        self.checkpoint.settle()
         self.parts.drop()
         self.joiner.drop()
         self.ledger.drop_all(self.consumer.assigned)
@@ -53,6 +57,7 @@ class Recovery:
         """Abortable: abort the open transaction (a wedged abort replaces the producer), then redo."""
         _log.warning("event=transaction_abort error=%s", err)
         self.metrics.transaction(False)
+        self.checkpoint.settle()  # an abortable error of the loop's own (not the transaction's): let it end
         if self.producer.in_txn:
             try:
                 self.producer.abort()
@@ -67,6 +72,7 @@ class Recovery:
         so the committed offsets read next are final), then redo from them, like an abort."""
         _log.error("event=producer_wedged error=%s; replacing the producer", err)
         self.metrics.transaction(False)
+        self.checkpoint.forget()
         self.producer.replace()
         self.redo_from_committed()
         _log.info("event=producer_replaced transactional_id=%s", self.transactional_id)

@@ -338,7 +338,7 @@ class Rig:
             self.now += 0.1  # offsets-only commits happen at most every 0.25 s of this clock
             self.worker.run_once()
             # joins and uploads run on the worker's pool: let them finish before the next turn
-            futures.wait(self.worker.joiner.futures() + self.worker.parts.futures(), 10)
+            futures.wait(self.worker.joiner.futures() + self.worker.parts.futures() + self.worker.checkpoint.futures(), 10)
 
     def completions(self) -> list[Any]:
         return [decode_completion(m.value()) for m in self.broker.read(COMPLETED)]
