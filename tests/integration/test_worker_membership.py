@@ -1,0 +1,99 @@
+"""Workers are static group members (``group.instance.id`` = transactional id), measured on the real broker.
+
+* SIGKILL, then a restart under the same identity: the restarted worker is given its
+  partitions back at once (the broker knows the instance id), not after the session
+  timeout (10 s), and answers a request published after the kill.
+* SIGTERM (a scale-down): the stopped worker leaves the group (librdkafka sends no
+  LeaveGroup for a static member; :func:`streams.kafka.consumer.leave_group` does), so the
+  remaining worker owns every partition within a few seconds, not after a session timeout.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from streams.devstack.procs import Supervisor
+from streams.settings import Settings
+from tests.support.metrics import metric_sum
+from tests.support.pipeline import by_request, completions, make_segments, publish
+
+pytestmark = pytest.mark.integration
+
+_SERVE_S = 5.0  # the goal: a restarted worker serves its partitions again within 5 s
+
+
+@pytest.fixture
+def settings(settings: Settings, unique: str) -> Settings:
+    return settings.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, transaction_timeout_ms=20_000)
+
+
+def _until(pred, timeout: float, what: str, sup: Supervisor) -> float:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    while not pred():
+        sup.check_alive()
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic() - t0
+
+
+def _assigned(port: int) -> float:
+    try:
+        return metric_sum(port, "ttsflow_worker_assigned_partitions", timeout=1)
+    except OSError:
+        return -1.0
+
+
+def _answered(settings: Settings, rid: str) -> bool:
+    return rid in by_request(completions(settings, timeout=0.5))
+
+
+def test_sigkilled_worker_restarted_under_its_identity_serves_again_at_once(settings: Settings,
+                                                                         tmp_path: Path) -> None:
+    parts = settings.partitions
+    with Supervisor(tmp_path / "logs") as sup:
+        w = sup.worker("w1", settings)
+        sup.wait_ready(w, timeout=90)
+        _until(lambda: _assigned(w.metrics_port) >= parts, 60, "first assignment", sup)
+        publish(settings, make_segments("warm", "user-1", "Warm up the worker."))
+        _until(lambda: _answered(settings, "warm"), 60, "the warm-up answer", sup)
+        sup.kill("w1", signal.SIGKILL)
+        t_kill = time.monotonic()
+        publish(settings, make_segments("after", "user-2", "Published while the worker was dead."))
+        sup.restart("w1")
+        sup.wait_ready(w, timeout=90)
+        t_ready = time.monotonic()
+        assigned_s = _until(lambda: _assigned(w.metrics_port) >= parts, 60, "partitions after the restart", sup)
+        answered_s = _until(lambda: _answered(settings, "after"), 60, "the answer after the restart", sup)
+    print(f"\nSIGKILL restart: process up (ready) {t_ready - t_kill:.2f} s after the kill; then all {parts} "
+          f"partitions in {assigned_s:.2f} s, the request published meanwhile answered "
+          f"{assigned_s + answered_s:.2f} s after ready ({time.monotonic() - t_kill:.2f} s after the kill)")
+    assert assigned_s + answered_s < _SERVE_S, "the restarted worker waited for its old session to time out"
+
+
+def test_sigtermed_worker_leaves_so_the_other_takes_its_partitions_at_once(settings: Settings,
+                                                                          tmp_path: Path) -> None:
+    parts = settings.partitions
+    with Supervisor(tmp_path / "logs") as sup:
+        w1 = sup.worker("w1", settings)
+        w2 = sup.worker("w2", settings)
+        sup.wait_ready(w1, timeout=90)
+        sup.wait_ready(w2, timeout=90)
+        _until(lambda: _assigned(w1.metrics_port) >= 1 and _assigned(w2.metrics_port) >= 1
+               and _assigned(w1.metrics_port) + _assigned(w2.metrics_port) == parts, 60, "both assigned", sup)
+        t0 = time.monotonic()
+        code = sup.kill("w2", signal.SIGTERM)
+        stopped_s = time.monotonic() - t0
+        took = stopped_s + _until(lambda: _assigned(w1.metrics_port) >= parts, 60, "w1 owning every partition", sup)
+        publish(settings, make_segments("scaled", "user-3", "Answered after the scale-down."))
+        _until(lambda: _answered(settings, "scaled"), 30, "an answer after the scale-down", sup)
+        log = w2.log_path.read_text()
+    print(f"\nSIGTERM scale-down: w2 exited {code} in {stopped_s:.2f} s; w1 owned all {parts} partitions "
+          f"{took:.2f} s after the SIGTERM")
+    assert code == 0
+    assert "event=left_group" in log
+    assert took < _SERVE_S, "the stopped worker's partitions idled for a session timeout"
