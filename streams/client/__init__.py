@@ -5,7 +5,15 @@
 """
 
 from streams.client.errors import AudioFetchError, ClientError, CompletionTimeout, RequestFailed, StackUnavailable
-from streams.client.sdk import AsyncTTSClient, TTSClient, fetch_audio, find_completion, probe_kafka, tail_completions
+from streams.client.sdk import (
+    AsyncTTSClient,
+    TTSClient,
+    fetch_audio,
+    fetch_chunk,
+    find_completion,
+    probe_kafka,
+    tail_completions,
+)
 
 __all__ = ["AsyncTTSClient", "AudioFetchError", "ClientError", "CompletionTimeout", "RequestFailed", "StackUnavailable",
-           "TTSClient", "fetch_audio", "find_completion", "probe_kafka", "tail_completions"]
+           "TTSClient", "fetch_audio", "fetch_chunk", "find_completion", "probe_kafka", "tail_completions"]
