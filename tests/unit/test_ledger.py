@@ -191,3 +191,21 @@ def test_an_answered_request_counts_as_done_while_its_transaction_is_in_flight()
     lg2.take_answers()
     lg2.drop_all({0, 1})  # the transaction aborted: redone from committed, so not done
     assert not lg2.is_done(0, "r")
+
+
+def test_an_answered_requests_chunks_commit_with_its_completion_even_if_offsets_lag() -> None:
+    """The batcher's fair order finishes a later request first: its completion must not commit
+    without its chunks (re-read after a crash, an answered request is dropped as done)."""
+    lg = ledger()
+    admit_all(lg, 0, segs("long", 3))  # earlier in the partition, not done: holds the offset at 0
+    stream = [msgspec.structs.replace(s, stream=True) for s in segs("short", 2)]
+    work = admit_all(lg, 0, stream, first_offset=3)
+    for w in work:
+        lg.part_ready(w, audio(0.1))
+    answer(lg, "short")
+    answers = lg.take_answers()
+    offsets = lg.to_commit({0})
+    assert offsets == {0: 0}
+    chunks = lg.take_chunks(offsets, answers)
+    assert [(c.request_id, c.seq) for c in chunks] == [("short", 0), ("short", 1)]
+    assert lg.take_chunks(lg.to_commit({0}), []) == []  # once
