@@ -6,7 +6,10 @@ consumer, reload gate, rebalance callbacks; each module's docstring states its o
 pending model reload (SIGHUP), 1) poll, 2) decode and drop what
 is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize ready
 batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
-their audio, 8) produce completions, done records and offsets in one transaction.
+their audio, 8) produce chunks, completions, done records and offsets in one transaction
+(:class:`~streams.worker.checkpoint.Checkpoint`: pipelined, at most one in flight on the
+producer's thread while the loop polls and synthesizes; a backend without batching gets
+batches of one, so each item is answered and committed as soon as it is made).
 
 Guarantees (README, "How it works"):
 
@@ -31,7 +34,7 @@ Guarantees (README, "How it works"):
 * Errors as librdkafka means them: retriable -> capped backoff and retry; abortable ->
   abort, rewind every assigned partition to its committed offset, drop in-memory work;
   fatal (fenced) -> exit non-zero. A commit that times out is retried, never aborted.
-  A transactional call still running 30 s past its own timeout (librdkafka's
+  A transactional call still running 5 s past its own 5 s timeout (librdkafka's
   ``send_offsets_to_transaction`` after a broker restart, librdkafka#5456) is left behind
   with its producer: a new producer with the same ``transactional.id`` fences it (its
   transaction is completed or aborted before ``init_transactions`` returns), and the work
@@ -157,7 +160,7 @@ class Worker:
         self.native_batching = bool(engine.native_batching)
         batcher: MicroBatcher[Seg] = MicroBatcher.from_section(
             batching if self.native_batching else dataclasses.replace(batching, max_batch=1), clock)
-        self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batching.max_batch,
+        self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batcher.max_batch,
                                overlap=self.overlap, io=self._io)
         self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s)
         self.checkpoint = Checkpoint(kafka=kafka, ledger=self.ledger, consumer=self.consumer, producer=self.producer,
