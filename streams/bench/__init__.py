@@ -22,6 +22,8 @@ _KINDS = {
     "baseline": "streams.bench.baseline",
     "bigrequest": "streams.bench.bigrequest",
     "gateway": "streams.bench.gateway",
+    "latency": "streams.bench.latency",
+    "soak": "streams.bench.soak",
 }
 
 

@@ -109,7 +109,7 @@ def delete_run_topics(s: Settings) -> None:
     from streams.devstack import stack
     from streams.kafka.admin import topic_names
 
-    names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done]
+    names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done, s.topic_chunks]
     existing = topic_names(s.kafka)
     names += [t for t in existing if t.startswith((s.stage_app_id + "-", s.stage_app_id + "."))]
     stack.delete_topics(s, [n for n in names if n in existing])

@@ -6,14 +6,16 @@
 
 from streams.client.errors import AudioFetchError, ClientError, CompletionTimeout, RequestFailed, StackUnavailable
 from streams.client.sdk import (
-           AsyncTTSClient,
-           TTSClient,
-           fetch_audio,
-           find_completion,
-           pipeline_problems,
-           probe_kafka,
-           tail_completions,
+    AsyncTTSClient,
+    TTSClient,
+    fetch_audio,
+    fetch_chunk,
+    find_completion,
+    pipeline_problems,
+    probe_kafka,
+    tail_completions,
 )
 
 __all__ = ["AsyncTTSClient", "AudioFetchError", "ClientError", "CompletionTimeout", "RequestFailed", "StackUnavailable",
-           "TTSClient", "fetch_audio", "find_completion", "pipeline_problems", "probe_kafka", "tail_completions"]
+           "TTSClient", "fetch_audio", "fetch_chunk", "find_completion", "pipeline_problems", "probe_kafka",
+           "tail_completions"]

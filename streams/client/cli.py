@@ -31,7 +31,7 @@ from schemas import Completion, encode
 from streams.client.errors import ClientError, CompletionTimeout, RequestFailed
 from streams.settings import load_settings
 
-__all__ = ["main_fetch", "main_say", "main_submit", "main_watch"]
+__all__ = ["chunk_path", "main_fetch", "main_say", "main_submit", "main_watch"]
 
 STATE_FILE = ".ttsflow-submit.jsonl"
 
@@ -89,6 +89,11 @@ def main_say(argv: list[str]) -> int:
     ap.add_argument("--voice", default=None)
     ap.add_argument("--format", default=None, help="wav, flac or ogg (default: from the file suffix, else wav)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the completion")
+    ap.add_argument("--stream", action="store_true",
+                    help="ask for streaming: write each segment's audio as it commits to OUT-STEM.NNN.wav "
+                         "(NNN = its seq, playable at once), then the whole request to OUT")
+    ap.add_argument("--priority", default="interactive", choices=("interactive", "bulk"),
+                    help="bulk (audiobooks, backfills) yields to interactive requests for a while")
     a = ap.parse_args(argv)
     fmt = a.format or (Path(a.out).suffix.lstrip(".").lower() if Path(a.out).suffix else "wav")
     from streams.client import TTSClient
@@ -97,18 +102,42 @@ def main_say(argv: list[str]) -> int:
         settings = load_settings()
         with TTSClient(settings, connect_timeout=3.0) as client:
             t0 = time.monotonic()
-            rid = client.submit(a.text, a.user, voice=a.voice, format=fmt)
-            dog = _Watchdog("say", settings, a.timeout)
-            try:
-                c = client.wait(rid, min(a.timeout, dog.probe_s))
-            except CompletionTimeout:
-                dog.check()
-                c = client.wait(rid, max(a.timeout - (time.monotonic() - t0), 0.0))
+            if a.stream:
+                c = _say_streaming(client, a, fmt, t0)
+            else:
+                rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority)
+                dog = _Watchdog("say", settings, a.timeout)
+                try:
+                    c = client.wait(rid, min(a.timeout, dog.probe_s))
+                except CompletionTimeout:
+                    dog.check()
+                    c = client.wait(rid, max(a.timeout - (time.monotonic() - t0), 0.0))
             path = client.save(c, a.out)
     except ClientError as e:
         return _fail("say", e)
     print(f"saved {path} ({_describe(c)}; {time.monotonic() - t0:.2f}s wall)")
     return 0
+
+
+def chunk_path(out: str | Path, seq: int) -> Path:
+    """Where ``say --stream`` writes chunk ``seq`` of the request saved to ``out``: ``a.wav`` ->
+    ``a.000.wav``, ``a.001.wav`` ... (a chunk is one segment, WAV at the engine's rate)."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.{seq:03d}.wav")
+
+
+def _say_streaming(client: Any, a: argparse.Namespace, fmt: str, t0: float) -> Completion:
+    from schemas import Chunk
+    from streams.client.sdk import _write_atomic
+
+    for item in client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout):
+        if isinstance(item, Chunk):
+            path = _write_atomic(chunk_path(a.out, item.seq), client.fetch_chunk(item))
+            print(f"chunk {item.seq + 1}/{item.total} {path} {item.audio.duration_s:.2f}s "
+                  f"at {time.monotonic() - t0:.2f}s", flush=True)
+        else:
+            return item
+    raise AssertionError("stream() ends with the completion")
 
 
 # --- submit ------------------------------------------------------------------------------------

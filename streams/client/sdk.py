@@ -13,7 +13,14 @@ Guarantees:
 * A completion that arrives before ``wait`` is called is kept: for ids this client
   submitted until ``wait`` takes them, for any other id in a bounded map of recent
   results (``recent_max`` entries, oldest dropped first).
-* ``fetch`` returns the bytes only if their SHA-256 matches the completion's.
+* ``fetch`` returns the bytes only if their SHA-256 matches the completion's (``fetch_chunk``:
+  the chunk's).
+* ``stream`` publishes with ``stream: true`` and yields the request's :class:`~schemas.Chunk`
+  events as they commit (a ``read_committed`` reader of ``tts.chunks``, one per client,
+  started at the first ``stream`` before anything is published, so no chunk is missed), each
+  once and in ``seq`` order, then its :class:`~schemas.Completion`. The worker commits a
+  request's last chunk with or before its completion; a worker that produces no chunks
+  still ends the stream: the completion comes after ``chunk_grace_s``.
 * Errors are typed (``streams.errors``): :class:`StackUnavailable`,
   :class:`CompletionTimeout`, :class:`RequestFailed` (with the completion's error code
   and message), :class:`AudioFetchError`.
@@ -29,11 +36,12 @@ import concurrent.futures
 import hashlib
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +49,10 @@ from schemas import AudioRef, Chunk, Completion, Request, SchemaError, decode_ch
 from streams.client.errors import AccessDenied, AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
 from streams.settings import KafkaSettings, S3Settings, Settings, load_settings
 
-__all__ = ["AsyncTTSClient", "TTSClient", "find_completion", "pipeline_problems", "probe_kafka", "tail_completions"]
+__all__ = ["AsyncTTSClient", "TTSClient", "fetch_audio", "fetch_chunk", "find_completion", "pipeline_problems",
+           "probe_kafka", "tail_completions"]
+
+_CHUNK_GRACE_S = 5.0  # after the completion, how long stream() waits for chunks not yet seen
 
 _log = logging.getLogger("ttsflow.client")
 
@@ -115,14 +126,75 @@ def pipeline_problems(settings: Settings, timeout: float = 3.0) -> list[str]:
     return out
 
 
+class _ChunkReader:
+    """One ``read_committed`` reader of ``tts.chunks`` on a thread of its own: each chunk of a
+    request id with listeners goes to them (on this thread); chunks nobody listens for are
+    dropped, so a streaming caller registers before it publishes. A failure of the reader is
+    kept in :attr:`failure` for the callers to raise."""
+
+    def __init__(self, kafka: KafkaSettings, connect_timeout: float, lookback_s: float = 5.0) -> None:
+        self._consumer = _reader(kafka)
+        try:
+            parts = _partitions(self._consumer, kafka.topic_chunks, connect_timeout)
+            since = int((time.time() - lookback_s) * 1000)
+            self._consumer.assign(_start_offsets(self._consumer, kafka.topic_chunks, parts, since, connect_timeout))
+        except Exception:
+            self._consumer.close()
+            raise
+        self._lock = threading.Lock()
+        self._listeners: dict[str, list[Callable[[Chunk], None]]] = {}
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ttsflow-client-chunks", daemon=True)
+        self._thread.start()
+
+    def add(self, request_id: str, listener: Callable[[Chunk], None]) -> None:
+        with self._lock:
+            self._listeners.setdefault(request_id, []).append(listener)
+
+    def remove(self, request_id: str, listener: Callable[[Chunk], None]) -> None:
+        with self._lock:
+            ls = self._listeners.get(request_id, [])
+            if listener in ls:
+                ls.remove(listener)
+            if not ls:
+                self._listeners.pop(request_id, None)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for m in self._consumer.consume(500, 0.1):
+                    if m.error() is not None:
+                        if m.error().fatal():
+                            raise StackUnavailable(f"chunks reader: {m.error().str()}")
+                        continue  # transient (or end of partition): librdkafka retries by itself
+                    try:
+                        ch = decode_chunk(m.value())
+                    except SchemaError as e:
+                        _log.warning("event=bad_chunk partition=%s offset=%s error=%s", m.partition(), m.offset(), e)
+                        continue
+                    with self._lock:
+                        listeners = list(self._listeners.get(ch.request_id, ()))
+                    for listener in listeners:
+                        listener(ch)
+        except BaseException as e:
+            self.failure = e
+        finally:
+            self._consumer.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
 class TTSClient:
     """Submit requests, wait for completions, fetch audio. Thread-safe; close it when done."""
 
     def __init__(self, settings: Settings | None = None, *, lookback_s: float = 30.0, recent_max: int = 10_000,
                  connect_timeout: float = 5.0, chunks: bool = False) -> None:
-        """``chunks``: the same reader also reads ``tts.chunks`` and hands each chunk to the
-        listener registered for its request (:meth:`listen_chunks`); chunks nobody listens
-        for are dropped (a streaming caller registers before it submits)."""
+        """``chunks``: start the ``tts.chunks`` reader now (else at the first :meth:`stream` or
+        :meth:`listen_chunks`); it hands each chunk to the listeners registered for its request,
+        so a streaming caller registers before it submits."""
         from confluent_kafka import Producer
 
         from streams.kafka import producer_config
@@ -140,22 +212,21 @@ class TTSClient:
         self._recent_max = recent_max
         self._stop = threading.Event()
         self._failure: BaseException | None = None
-        self._chunk_listeners: dict[str, list[Callable[[Chunk], None]]] = {}
         self._consumer = _reader(self.kafka)
         try:
             since = int((time.time() - lookback_s) * 1000)
-            topics = [self.kafka.topic_completed, *([self.kafka.topic_chunks] if chunks else [])]
-            starts = []
-            for topic in topics:
-                parts = _partitions(self._consumer, topic, connect_timeout)
-                starts += _start_offsets(self._consumer, topic, parts, since, connect_timeout)
-            self._consumer.assign(starts)
+            parts = _partitions(self._consumer, self.kafka.topic_completed, connect_timeout)
+            self._consumer.assign(_start_offsets(self._consumer, self.kafka.topic_completed, parts, since,
+                                                 connect_timeout))
         except Exception:
             self._consumer.close()
             raise
         self._thread = threading.Thread(target=self._run, name="ttsflow-client-completions", daemon=True)
         self._thread.start()
         self._s3: Any = None
+        self._chunk_reader: _ChunkReader | None = None
+        if chunks:
+            self._chunks()
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -163,6 +234,8 @@ class TTSClient:
             return
         self._stop.set()
         self._thread.join(10)
+        if self._chunk_reader is not None:
+            self._chunk_reader.close()
         self._producer.flush(10)
         if self._s3 is not None:
             self._s3.close()
@@ -186,9 +259,6 @@ class TTSClient:
                         if m.error().fatal():
                             raise StackUnavailable(f"completions reader: {m.error().str()}")
                         continue  # transient: librdkafka retries by itself
-                    if m.topic() == self.kafka.topic_chunks:
-                        self._dispatch_chunk(m)
-                        continue
                     try:
                         c = decode_completion(m.value())
                     except SchemaError as e:
@@ -206,29 +276,12 @@ class TTSClient:
         finally:
             self._consumer.close()
 
-    def _dispatch_chunk(self, m: Any) -> None:
-        try:
-            ch = decode_chunk(m.value())
-        except SchemaError as e:
-            _log.warning("event=bad_chunk partition=%s offset=%s error=%s", m.partition(), m.offset(), e)
-            return
-        with self._lock:
-            listeners = list(self._chunk_listeners.get(ch.request_id, ()))
-        for listener in listeners:
-            listener(ch)
-
     def listen_chunks(self, request_id: str, listener: Callable[[Chunk], None]) -> None:
-        """Call ``listener(chunk)`` on the reader thread for each chunk of ``request_id`` (needs ``chunks=True``)."""
-        with self._lock:
-            self._chunk_listeners.setdefault(request_id, []).append(listener)
+        """Call ``listener(chunk)`` on the chunks reader's thread for each chunk of ``request_id``."""
+        self._chunks().add(request_id, listener)
 
     def stop_listening(self, request_id: str, listener: Callable[[Chunk], None]) -> None:
-        with self._lock:
-            ls = self._chunk_listeners.get(request_id, [])
-            if listener in ls:
-                ls.remove(listener)
-            if not ls:
-                self._chunk_listeners.pop(request_id, None)
+        self._chunks().remove(request_id, listener)
 
     def _dispatch(self, c: Completion) -> None:
         with self._lock:
@@ -249,13 +302,16 @@ class TTSClient:
     # -- submit ----------------------------------------------------------------------------
     def submit(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
-               block: bool = True, timeout: float = 30.0, stream: bool = False) -> str:
-        """Publish one request; returns its id. ``block`` waits for the broker's ack."""
+               block: bool = True, timeout: float = 30.0, stream: bool = False, priority: str = "interactive") -> str:
+        """Publish one request; returns its id. ``block`` waits for the broker's ack. ``stream`` asks
+        the worker for a chunk per segment on ``tts.chunks`` (see :meth:`stream`); ``priority`` is
+        ``interactive`` or ``bulk`` (audiobooks, backfills: yields to interactive work for a while)."""
         rid = request_id or uuid.uuid4().hex
         from datetime import UTC, datetime
 
         req = Request(request_id=rid, user_id=user_id, text=text, voice=voice, format=format, speed=speed,
-                      sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream)
+                      sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
+                      priority=priority)  # type: ignore[arg-type]
         with self._lock:
             self._expected.add(rid)
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -325,6 +381,69 @@ class TTSClient:
             _raise_if_failed(c)
         return c
 
+    # -- streaming ------------------------------------------------------------------------
+    def _chunks(self) -> _ChunkReader:
+        with self._lock:
+            if self._chunk_reader is None:
+                self._chunk_reader = _ChunkReader(self.kafka, self.connect_timeout)
+            return self._chunk_reader
+
+    def stream(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
+               request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
+               priority: str = "interactive", timeout: float = 120.0, raise_on_failure: bool = True,
+               chunk_grace_s: float = _CHUNK_GRACE_S) -> Generator[Chunk | Completion, None, None]:
+        """Publish a streaming request (when iteration starts) and yield its chunks as they commit,
+        once each and in ``seq`` order, then its completion (last). A chunk's ``audio`` is one
+        segment's audio (a WAV part at the engine's rate; :meth:`fetch_chunk` downloads it); the
+        completion's is the whole request in ``format``. Raises :class:`CompletionTimeout` when
+        no completion comes within ``timeout``, :class:`RequestFailed` for a failed one (after the
+        chunks that came) unless ``raise_on_failure`` is false."""
+        rid = request_id or uuid.uuid4().hex
+        reader = self._chunks()
+        q: queue.Queue[Chunk] = queue.Queue()
+        reader.add(rid, q.put)  # before publishing: no chunk of it can come earlier
+        f: concurrent.futures.Future[Completion] | None = None
+        try:
+            self.submit(text, user_id, voice=voice, format=format, request_id=rid, speed=speed,
+                        sample_rate=sample_rate, stream=True, priority=priority)
+            f = self.wait_future(rid)
+            deadline = time.monotonic() + timeout
+            pending: dict[int, Chunk] = {}
+            next_seq = 0
+            completion: Completion | None = None
+            grace_end = 0.0
+            while True:
+                try:
+                    item = q.get(timeout=0.02)
+                except queue.Empty:
+                    item = None
+                if item is None and reader.failure is not None:
+                    raise reader.failure
+                if item is not None and item.seq >= next_seq:
+                    pending[item.seq] = item  # a repeat of a seq already yielded is dropped
+                while next_seq in pending:
+                    yield pending.pop(next_seq)
+                    next_seq += 1
+                if completion is None and f.done():
+                    completion = f.result()
+                    grace_end = time.monotonic() + chunk_grace_s
+                if completion is not None and (completion.status == "failed" or next_seq >= completion.segments
+                                               or time.monotonic() > grace_end):
+                    break
+                if completion is None and time.monotonic() > deadline:
+                    raise CompletionTimeout(rid, timeout)
+            if raise_on_failure:
+                _raise_if_failed(completion)
+            yield completion
+        finally:
+            reader.remove(rid, q.put)
+            if f is not None and not f.done():
+                self._forget(rid, f)
+
+    def fetch_chunk(self, chunk: Chunk) -> bytes:
+        """A chunk's audio (one segment), checked against its sha256."""
+        return fetch_chunk(self.s3, chunk, store=self._store(chunk.audio.bucket))
+
     # -- audio -----------------------------------------------------------------------------
     def _store(self, bucket: str) -> Any:
         from storage import AudioStore
@@ -380,23 +499,31 @@ def _audio(c: Completion) -> Any:
 
 def fetch_audio(s3: S3Settings, completion: Completion, *, store: Any = None) -> bytes:
     """Download a completion's audio and verify its SHA-256; :class:`AudioFetchError` otherwise."""
+    return _fetch_ref(s3, _audio(completion), repr(completion.request_id), store)
+
+
+def fetch_chunk(s3: S3Settings, chunk: Chunk, *, store: Any = None) -> bytes:
+    """Download one chunk's audio and verify its SHA-256; :class:`AudioFetchError` otherwise."""
+    return _fetch_ref(s3, chunk.audio, f"{chunk.request_id!r} chunk {chunk.seq}", store)
+
+
+def _fetch_ref(s3: S3Settings, a: AudioRef, what: str, store: Any) -> bytes:
     from storage import AudioStore, StorageError
 
-    a = _audio(completion)
     own = store is None
     if own:
         store = AudioStore.from_section(s3, bucket=a.bucket, prefix="")
     try:
         data: bytes = store.get(a.key)
     except StorageError as e:
-        raise AudioFetchError(f"audio of {completion.request_id!r} at s3://{a.bucket}/{a.key}: {e}") from e
+        raise AudioFetchError(f"audio of {what} at s3://{a.bucket}/{a.key}: {e}") from e
     finally:
         if own:
             store.close()
     digest = hashlib.sha256(data).hexdigest()
     if digest != a.sha256:
-        raise AudioFetchError(f"audio of {completion.request_id!r} at s3://{a.bucket}/{a.key} has sha256 "
-                              f"{digest}, the completion says {a.sha256}")
+        raise AudioFetchError(f"audio of {what} at s3://{a.bucket}/{a.key} has sha256 "
+                              f"{digest}, its event says {a.sha256}")
     return data
 
 
@@ -541,6 +668,24 @@ class AsyncTTSClient:
 
     async def fetch(self, completion: Completion) -> bytes:
         return await asyncio.get_running_loop().run_in_executor(None, self.sync.fetch, completion)
+
+    async def fetch_chunk(self, chunk: Chunk) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(None, self.sync.fetch_chunk, chunk)
+
+    async def stream(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
+                     request_id: str | None = None, **kw: Any) -> AsyncIterator[Chunk | Completion]:
+        """:meth:`TTSClient.stream` as an async iterator (each step waits in the default executor)."""
+        loop = asyncio.get_running_loop()
+        it = self.sync.stream(text, user_id, voice=voice, format=format, request_id=request_id, **kw)
+        done = object()
+        try:
+            while True:
+                item = await loop.run_in_executor(None, next, it, done)
+                if item is done:
+                    return
+                yield item  # type: ignore[misc]
+        finally:
+            await loop.run_in_executor(None, it.close)
 
     async def save(self, completion: Completion, path: str | os.PathLike[str]) -> Path:
         return await asyncio.get_running_loop().run_in_executor(None, self.sync.save, completion, path)

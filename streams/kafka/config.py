@@ -99,6 +99,9 @@ def transactional_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
            # on the local broker (20 ms: ~26 ms; Java's producer uses 20 ms here, KAFKA-5477),
            # and the worker's loop waits for each one
            "retry.backoff.ms": 20,
+           # a transaction's records are flushed by its commit anyway: lingering (5 ms) only delays
+           # them; 0 costs a produce request per record burst instead of per 5 ms window
+           "linger.ms": 0,
            "client.id": kafka.effective_transactional_id,
            **extra})
 

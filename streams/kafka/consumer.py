@@ -7,6 +7,11 @@ Invariants:
 * A partition in :attr:`rewind_pending` admits no record (:meth:`admits`) until it has been
   sought back to its committed offset (the start when it has none): work dropped after an
   abort, a wedged producer or an S3 outage is redone from what is durable, never skipped.
+* A static member (``group.instance.id``: the worker's transactional id) restarted after a
+  crash gets its partitions back without waiting for the session timeout. librdkafka sends
+  no LeaveGroup for a static member on close (KIP-345: the broker waits for it to come
+  back), so a clean stop (SIGTERM, a scale-down) calls :func:`leave_group` after closing:
+  the group rebalances at once instead of idling the partitions for a session timeout.
 * A rewind is one attempt: right after a broker restart the group's offsets can be
   unreadable until the consumer has polled (a lost session is served by poll), so a failed
   one stays pending and the loop polls and tries again.
@@ -20,7 +25,7 @@ from typing import Any
 
 from streams.errors import FatalError, classify
 
-__all__ = ["PartitionedConsumer"]
+__all__ = ["PartitionedConsumer", "leave_group"]
 
 _log = logging.getLogger("ttsflow.worker")
 
@@ -118,5 +123,45 @@ class PartitionedConsumer:
         self.rewind_pending -= partitions
         _log.info("event=rewound partitions=%s", sorted(partitions))
 
+    def member_id(self) -> str | None:
+        """This member's id in the group (None before it joined)."""
+        try:
+            return self._c.memberid() or None  # type: ignore[no-any-return]
+        except (RuntimeError, AttributeError):  # closed, or a fake without it
+            return None
+
     def close(self) -> None:
         self._c.close()
+
+
+def leave_group(bootstrap_servers: str, group: str, member_id: str, *, timeout_s: float = 5.0) -> bool:
+    """Remove ``member_id`` (a static member after its consumer closed) from ``group`` now: a LeaveGroup
+    by member id removes a static member too, and the group rebalances at once. One attempt, bounded
+    (the session timeout covers a failure); True if the broker confirmed. The request goes through
+    aiokafka's client (already a dependency: the stage's), confluent-kafka has no API for it."""
+    import asyncio
+
+    from aiokafka import errors as kafka_errors
+    from aiokafka.client import AIOKafkaClient, CoordinationType
+    from aiokafka.protocol.group import LeaveGroupRequest
+
+    async def leave() -> None:
+        client = AIOKafkaClient(bootstrap_servers=bootstrap_servers, client_id="ttsflow-leave-group",
+                                request_timeout_ms=int(timeout_s * 1000))
+        try:
+            await client.bootstrap()
+            node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+            resp = await client.send(node, LeaveGroupRequest(group, member_id))
+            err = kafka_errors.for_code(resp.error_code)
+            if err is not kafka_errors.NoError:
+                raise err()
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(leave(), timeout_s))
+    except (kafka_errors.KafkaError, OSError, TimeoutError) as e:
+        _log.warning("event=leave_group_failed group=%s member_id=%s error=%r", group, member_id, e)
+        return False
+    _log.info("event=left_group group=%s member_id=%s", group, member_id)
+    return True

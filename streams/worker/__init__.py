@@ -2,8 +2,9 @@
 
 One collaborator per invariant, each module's docstring stating its own:
 
-* :mod:`~streams.worker.loop` -- the loop, in numbered steps, composing the others; the
-  transaction (step 8) reads in one place (``Worker._commit``).
+* :mod:`~streams.worker.loop` -- the loop, in numbered steps, composing the others.
+* :mod:`~streams.worker.checkpoint` -- the transaction (step 8) in one place, pipelined: at
+  most one in flight on the producer's thread while the loop goes on.
 * :mod:`~streams.worker.ledger` -- pure bookkeeping: what was consumed, what is durable,
   what is answerable, what may be committed (with :mod:`~streams.worker.offsets`).
 * :mod:`~streams.worker.intake` -- one record decoded into the ledger.

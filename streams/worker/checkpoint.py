@@ -83,10 +83,11 @@ class Checkpoint:
         if self._inflight is not None or not self.due(force=force):
             return False
         # 1) what commits: the answers (from here every segment of theirs counts as done), the
-        #    offsets the committed-offset rule allows now, the chunks those offsets pass
+        #    offsets the committed-offset rule allows now, the chunks those offsets pass and those of
+        #    the answered requests
         answers = self.ledger.take_answers()
         offsets = self.ledger.to_commit(self.consumer.assigned)
-        chunks = self.ledger.take_chunks(offsets)
+        chunks = self.ledger.take_chunks(offsets, answers)
         # 2) the records, in order: chunks before their request's completion, done record with it
         records: list[Record] = [(self.kafka.topic_chunks, c.user_id.encode(), encode(self.chunk(c)), None)
                                  for c in chunks]

@@ -9,10 +9,12 @@ tested directly (tests/unit/test_ledger.py). Invariants:
   its request's answer is taken for the transaction that commits the offset
   (:meth:`take_answers`).
 * **A chunk once.** A streaming request's chunk of segment ``seq`` is produced only in the
-  transaction whose committed offset passes that segment (:meth:`take_chunks`): committed
-  together or aborted together, so a segment re-read after a crash is exactly one whose
-  chunk no reader ever saw, and chunks of a request leave in offset order, which is ``seq``
-  order (the stage writes a request's segments in order, into one partition).
+  transaction whose committed offset passes that segment, or in the one that commits its
+  request's completion, whichever comes first (:meth:`take_chunks`): committed together or
+  aborted together, so a segment re-read after a crash is exactly one whose chunk no reader
+  ever saw (or one of a request answered, dropped as done), and chunks of a request leave in
+  offset order, which is ``seq`` order (the stage writes a request's segments in order, into
+  one partition), never after its completion.
 * **No second answer.** A request id found in the durable done set of its partition
   (loaded from the done topic on assignment, grown by each commit) within
   ``dedup_window_s`` is dropped, and so is a second copy of a ``(partition, request,
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -341,16 +343,23 @@ class Ledger:
                 self.tracker.mark_done(a.partition, off)
         return answers
 
-    def take_chunks(self, offsets: dict[int, int]) -> list[ChunkDue]:
-        """The chunks of the transaction committing ``offsets``: those whose segment the offsets pass,
-        in offset order (each request's in ``seq`` order); the rest wait for a later one."""
+    def take_chunks(self, offsets: dict[int, int], answers: Sequence[Answer] = ()) -> list[ChunkDue]:
+        """The chunks of the transaction committing ``offsets`` and ``answers``: those whose segment
+        the offsets pass, and every chunk still waiting of a request answered in it (segments finish
+        out of order across requests, so a request can be answered while an earlier one of its
+        partition holds the offset back: its chunks must commit with its completion, or a crash
+        would leave a request answered, hence dropped when re-read, whose chunks never came). In
+        offset order (each request's in ``seq`` order); the rest wait for a later one."""
+        answered = {(a.partition, a.request_id) for a in answers}
         out: list[ChunkDue] = []
-        for p, off in offsets.items():
+        for p in set(offsets) | {a.partition for a in answers}:
             waiting = self.chunks.get(p)
             if not waiting:
                 continue
-            out += sorted((c for c in waiting if c.offset < off), key=lambda c: c.offset)
-            rest = [c for c in waiting if c.offset >= off]
+            off = offsets.get(p, -1)
+            go = [c.offset < off or (c.partition, c.request_id) in answered for c in waiting]
+            out += sorted((c for c, g in zip(waiting, go, strict=True) if g), key=lambda c: c.offset)
+            rest = [c for c, g in zip(waiting, go, strict=True) if not g]
             if rest:
                 self.chunks[p] = rest
             else:

@@ -6,7 +6,10 @@ consumer, reload gate, rebalance callbacks; each module's docstring states its o
 pending model reload (SIGHUP), 1) poll, 2) decode and drop what
 is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize ready
 batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
-their audio, 8) produce completions, done records and offsets in one transaction.
+their audio, 8) produce chunks, completions, done records and offsets in one transaction
+(:class:`~streams.worker.checkpoint.Checkpoint`: pipelined, at most one in flight on the
+producer's thread while the loop polls and synthesizes; a backend without batching gets
+batches of one, so each item is answered and committed as soon as it is made).
 
 Guarantees (README, "How it works"):
 
@@ -31,7 +34,7 @@ Guarantees (README, "How it works"):
 * Errors as librdkafka means them: retriable -> capped backoff and retry; abortable ->
   abort, rewind every assigned partition to its committed offset, drop in-memory work;
   fatal (fenced) -> exit non-zero. A commit that times out is retried, never aborted.
-  A transactional call still running 30 s past its own timeout (librdkafka's
+  A transactional call still running 5 s past its own 5 s timeout (librdkafka's
   ``send_offsets_to_transaction`` after a broker restart, librdkafka#5456) is left behind
   with its producer: a new producer with the same ``transactional.id`` fences it (its
   transaction is completed or aborted before ``init_transactions`` returns), and the work
@@ -80,7 +83,7 @@ from storage.errors import S3Unavailable, StorageError
 from storage.s3 import AudioStore
 from streams.errors import AbortableError, ProducerWedged, RetriableError, StorageFatal
 from streams.kafka import retry as kafka_retry
-from streams.kafka.consumer import PartitionedConsumer
+from streams.kafka.consumer import PartitionedConsumer, leave_group
 from streams.kafka.producer import WEDGE_GRACE_S, TransactionalProducer
 from streams.settings import BatchingSettings, KafkaSettings
 from streams.worker.answers import build_completion
@@ -109,8 +112,13 @@ _RELOAD_MAX_WAIT_S = 30.0   # a pending reload waits this long for the work in f
 # long request's segments (one partition) fetched at once would be served before every other
 # partition's. Small per-partition fetches keep the queue interleaved, so other users' short
 # requests wait for a few batches, not for the long request (bench bigrequest measures it).
+# Latency: librdkafka postpones a partition's next fetch by fetch.queue.backoff.ms (default 1 s)
+# once its queue passes those thresholds, which the small ones above reach under load: 10 ms costs
+# a few more fetcher wake-ups. fetch.wait.max.ms (default 500) bounds how long the broker holds an
+# empty fetch; 100 ms answers sooner after a pause or an aborted read at up to 10 empty fetches a
+# second per broker connection when idle.
 _FAIR_FETCH = {"max.partition.fetch.bytes": 16 * 1024, "queued.min.messages": 16,
-               "queued.max.messages.kbytes": 1024}
+               "queued.max.messages.kbytes": 1024, "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 100}
 
 
 class Worker:
@@ -131,8 +139,10 @@ class Worker:
         self.gate = ReloadGate(engine, metrics, clock=clock, max_wait_s=reload_max_wait_s)
         self.ledger = Ledger(dedup_window_s=dedup_window_s, max_request_audio_s=batching.max_request_audio_s,
                              join_memory_bytes=batching.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
+        # static membership: a worker restarted under its transactional id gets its partitions back at once
         self.consumer = PartitionedConsumer(consumer or Consumer(consumer_config(
-            kafka, kafka.worker_group, **{"client.id": kafka.effective_transactional_id}, **_FAIR_FETCH)),
+            kafka, kafka.worker_group, **{"client.id": kafka.effective_transactional_id,
+                                          "group.instance.id": kafka.effective_transactional_id}, **_FAIR_FETCH)),
             kafka.topic_segments)
         self.producer = TransactionalProducer(
             producer_factory or (lambda: Producer(transactional_config(kafka))), producer=producer,
@@ -150,7 +160,7 @@ class Worker:
         self.native_batching = bool(engine.native_batching)
         batcher: MicroBatcher[Seg] = MicroBatcher.from_section(
             batching if self.native_batching else dataclasses.replace(batching, max_batch=1), clock)
-        self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batching.max_batch,
+        self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batcher.max_batch,
                                overlap=self.overlap, io=self._io)
         self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s)
         self.checkpoint = Checkpoint(kafka=kafka, ledger=self.ledger, consumer=self.consumer, producer=self.producer,
@@ -229,8 +239,11 @@ class Worker:
         self.checkpoint.settle()
         if self.producer.in_txn:
             self.producer.abort_quietly()
+        member = self.consumer.member_id() if self._stop.is_set() else None  # a crash keeps its membership
         try:
             self.consumer.close()
+            if member is not None:  # told to stop (scale-down): leave, so nobody waits a session timeout
+                leave_group(self.kafka.bootstrap_servers, self.kafka.worker_group, member)
         finally:
             self.producer.close()
             self.done_log.close()

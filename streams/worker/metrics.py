@@ -51,7 +51,7 @@ class WorkerMetrics(ProbedMetrics):
         self._replaced = Counter("ttsflow_worker_producer_replacements_total",
                                  "Transactional producers replaced after a call ignored its timeout.", registry=r)
         self._txn_s = Histogram("ttsflow_worker_transaction_seconds",
-                                "Wall time of a committed transaction, begin to commit (the loop waits for it).",
+                                "Wall time of a committed transaction, begin to commit (on the producer thread; the loop goes on).",
                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
         self._commits = Counter("ttsflow_worker_transactions_total", "Kafka transactions committed.", registry=r)
         self._completions = Counter("ttsflow_worker_completions_total", "Completions committed, by status.",

@@ -95,7 +95,8 @@ class PartMaker:
             group: tuple[Any, ...] = (p.item.voice, round(p.item.speed, 4))
             if self.engine.native_batching:
                 group += self.engine.batch_key(p)
-            self.batcher.add(s, len(s.seg.text), group=group)
+            self.batcher.add(s, len(s.seg.text), group=group, flow=(s.partition, s.seg.request_id),
+                             priority=s.seg.priority)
 
     # -- 5) synthesize ---------------------------------------------------------------------
     def ready(self, now: float) -> bool:

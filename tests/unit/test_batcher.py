@@ -167,3 +167,198 @@ def test_property_every_item_once_batches_homogeneous_and_fifo(adds, max_batch):
         key = (b.bucket_of(x[1]), x[2])
         assert x[0] > seen.get(key, -1)
         seen[key] = x[0]
+
+
+# -- fair order: earliest due first, requests paced fair_slot_s apart, bulk delayed ---------------
+
+def fair(max_batch: int = 4, max_wait_s: float = 0.02, fair_slot_s: float = 0.5, bulk_delay_s: float = 5.0,
+         buckets: tuple[int, ...] = (32, 64, 128)):
+    clock = FakeClock()
+    return MicroBatcher(max_batch, max_wait_s, buckets, clock, fair_slot_s=fair_slot_s,
+                        bulk_delay_s=bulk_delay_s), clock
+
+
+def drain(b: MicroBatcher, clock: FakeClock, step_s: float = 0.1) -> list[list]:
+    out = []
+    while len(b):
+        clock.t += step_s
+        batch = b.take(clock.t)
+        if batch:
+            out.append(batch)
+    return out
+
+
+def test_a_short_request_behind_a_long_one_goes_in_the_next_batch():
+    b, clock = fair(max_batch=4)
+    for seq in range(30):
+        b.add(("long", seq), 40, flow="long")
+    clock.t += 0.001
+    b.add(("short", 0), 40, flow="short")
+    batches = drain(b, clock)
+    first = next(x for x, batch in enumerate(batches) if ("short", 0) in batch)
+    assert first == 0  # due at its arrival: ahead of the long request's second segment
+    assert batches[0] == [("long", 0), ("short", 0), ("long", 1), ("long", 2)]
+    # the long request still leaves in its own order
+    assert [x for batch in batches for x in batch if x[0] == "long"] == [("long", i) for i in range(30)]
+
+
+def test_two_long_requests_interleave():
+    b, clock = fair(max_batch=2)
+    for seq in range(6):
+        b.add(("a", seq), 40, flow="a")
+    clock.t += 0.01
+    for seq in range(6):
+        b.add(("b", seq), 40, flow="b")
+    flat = [x for batch in drain(b, clock) for x in batch]
+    assert [x[0] for x in flat] == ["a", "b"] * 6
+
+
+def test_arrival_order_without_flows_or_with_zero_slot():
+    b, clock = fair(max_batch=3, fair_slot_s=0.0)
+    for seq in range(5):
+        b.add(("long", seq), 40, flow="long")
+    clock.t += 0.001
+    b.add(("short", 0), 40, flow="short")
+    flat = [x for batch in drain(b, clock) for x in batch]
+    assert flat[-1] == ("short", 0)
+
+
+def test_bulk_yields_to_interactive_arriving_within_its_delay():
+    b, clock = fair(max_batch=1, bulk_delay_s=5.0)
+    b.add("bulk", 40, flow="book", priority="bulk")
+    clock.t += 1.0
+    b.add("chat", 40, flow="chat")
+    assert b.take(clock.t) == ["chat"]
+    assert b.take(clock.t) == ["bulk"]
+
+
+def overload(b: MicroBatcher, clock: FakeClock, watched: int, per_tick: int) -> list[tuple]:
+    """Serve one batch per 0.1 s while ``per_tick`` new one-segment requests arrive per tick (more
+    than are served): the service order as (item, arrival), until every watched item is served."""
+    order: list[tuple] = []
+    arrival: dict = {}
+    n = 0
+    while sum(1 for x, _ in order if x[0] != "chat") < watched:
+        assert clock.t < 1000, "a watched item starved"
+        clock.t += 0.1
+        for _ in range(per_tick):
+            b.add(("chat", n), 40, flow=("chat", n))
+            arrival[("chat", n)] = clock.t
+            n += 1
+        order += [(x, arrival.get(x, 100.0)) for x in b.take(clock.t)]
+    assert len(b) > 20  # the overload is real: interactive work piles up
+    return order
+
+
+def test_bulk_is_not_starved_by_continuous_interactive_load():
+    b, clock = fair(max_batch=2, max_wait_s=0.0, fair_slot_s=0.5, bulk_delay_s=5.0)
+    for seq in range(3):
+        b.add(("book", seq), 40, flow="book", priority="bulk")  # due 105, 105.5, 106
+    order = overload(b, clock, watched=3, per_tick=3)
+    for k in range(3):
+        pos = order.index((("book", k), 100.0))
+        due = 100.0 + 5.0 + 0.5 * k
+        # served before anything that arrived after its due, and before that it yielded to interactive work
+        assert all(t <= due + 1e-9 for _, t in order[:pos])
+        assert any(t > 100.5 for _, t in order[:pos])
+
+
+def test_long_request_advances_one_segment_per_slot_under_overload():
+    b, clock = fair(max_batch=1, max_wait_s=0.0, fair_slot_s=0.5)
+    for seq in range(10):
+        b.add(("long", seq), 40, flow="long")  # due 100 + 0.5 k
+    order = overload(b, clock, watched=10, per_tick=2)
+    longs = [x for x, _ in order if x[0] == "long"]
+    assert longs == [("long", k) for k in range(10)]
+    for k in range(10):
+        pos = order.index((("long", k), 100.0))
+        assert all(t <= 100.0 + 0.5 * k + 1e-9 for _, t in order[:pos])
+
+
+def test_ready_queue_with_earliest_due_is_served_first():
+    b, clock = fair(max_batch=2, max_wait_s=0.0, buckets=(32, 64))
+    for seq in range(6):
+        b.add(("long", seq), 50, flow="long")        # bucket 1, dues 100, 100.5, ...
+    b.take(clock.t)                                  # long 0, 1 served
+    clock.t += 0.1
+    b.add(("short", 0), 10, flow="short")            # bucket 0, due 100.1 < 101.0
+    assert b.take(clock.t) == [("short", 0)]
+
+
+def test_flows_are_forgotten_once_their_pacing_is_past():
+    b, clock = fair(max_batch=1, max_wait_s=0.0, fair_slot_s=0.5)
+    for i in range(200):
+        b.add(i, 10, flow=i)
+        b.take(clock.t)
+        clock.t += 1.0
+    assert len(b._flows) <= 65
+
+
+def test_removed_flow_starts_afresh():
+    b, clock = fair(max_batch=8)
+    for seq in range(10):
+        b.add(("a", seq), 10, flow="a")
+    assert len(b.remove_if(lambda x: x[0] == "a")) == 10
+    clock.t += 0.01
+    b.add(("a", 0), 10, flow="a")
+    b.add(("b", 0), 10, flow="b")
+    clock.t += 1
+    assert b.take(clock.t) == [("a", 0), ("b", 0)]
+
+
+def test_rejects_an_unknown_priority():
+    b, _ = fair()
+    with pytest.raises(ValueError):
+        b.add("x", 10, flow="r", priority="urgent")
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 12), st.integers(1, 200), st.booleans(),
+                          st.floats(0, 0.2)), max_size=25),
+       st.integers(1, 6), st.sampled_from([0.0, 0.05, 0.5]))
+def test_property_fair_every_item_once_in_request_order_and_bounded(reqs, max_batch, slot):
+    """Requests (flow, n segments, length, bulk?, gap before it) in any mix: every segment leaves
+    once, batches stay homogeneous, each request's segments of one queue leave in order, and no
+    segment is served later than the work due before it allows (starvation bound)."""
+    clock = FakeClock()
+    b: MicroBatcher[tuple[int, int, int]] = MicroBatcher(max_batch, 0.02, (32, 64, 128), clock,
+                                                         fair_slot_s=slot, bulk_delay_s=1.0)
+    out: list[list[tuple[int, int, int]]] = []
+    added = 0
+    for r, (_, n, length, bulk, gap) in enumerate(reqs):
+        clock.t += gap
+        for seq in range(n):
+            b.add((r, seq, length), length, flow=r, priority="bulk" if bulk else "interactive")
+            added += 1
+        while b.ready(clock.t):
+            out.append(b.take(clock.t))
+        deadline = b.next_deadline()  # the loop polls until then: it must be when a batch becomes ready
+        assert (deadline is not None and deadline <= clock.t) == b.ready(clock.t)
+    while len(b):
+        clock.t += 0.01
+        while b.ready(clock.t):
+            out.append(b.take(clock.t))
+        deadline = b.next_deadline()
+        assert deadline is None or deadline > clock.t
+    flat = [x for batch in out for x in batch]
+    assert len(flat) == added and len(set(flat)) == added
+    for batch in out:
+        assert 1 <= len(batch) <= max_batch
+        assert len({b.bucket_of(x[2]) for x in batch}) == 1
+    last_seq: dict[int, int] = {}
+    for r, seq, _ in flat:  # one request's length is one bucket here: its whole order is kept
+        assert seq > last_seq.get(r, -1)
+        last_seq[r] = seq
+
+
+def test_a_full_batch_of_later_work_waits_for_earlier_work_filling_its_batch():
+    b, clock = fair(max_batch=2, max_wait_s=0.02, buckets=(32, 64))
+    for seq in range(4):
+        b.add(("long", seq), 50, flow="long")        # dues 100, 100.5, 101, 101.5
+    assert b.take(clock.t) == [("long", 0), ("long", 1)]
+    clock.t += 0.1
+    b.add(("short", 0), 10, flow="short")            # due 100.1, not ready for 20 ms
+    assert not b.ready(clock.t)                      # the full long queue (due 101) does not jump it
+    assert b.next_deadline() == pytest.approx(clock.t + 0.02)
+    clock.t += 0.02
+    assert b.take(clock.t) == [("short", 0)]
+    assert b.take(clock.t) == [("long", 2), ("long", 3)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
 import numpy as np
 
 from schemas import Completion, ErrorInfo, Rejection, Segment
@@ -150,3 +151,61 @@ def test_a_last_segment_without_its_part_list_cannot_be_joined() -> None:
     for w in work:
         lg.part_ready(w, audio(0.1))
     assert [(r.request_id, nxt) for r, nxt in lg.answerable()] == [("nolist", "parts_unknown")]
+
+
+def test_a_chunk_leaves_only_with_the_offset_that_passes_its_segment_in_seq_order() -> None:
+    lg = ledger()
+    other = admit_all(lg, 0, segs("o", 1))  # another request's segment first in the partition
+    stream = [msgspec.structs.replace(s, stream=True) for s in segs("s", 3)]
+    work = admit_all(lg, 0, stream, first_offset=1)
+    for w in reversed(work[:2]):  # parts finish out of order
+        lg.part_ready(w, audio(0.1))
+    offsets = lg.to_commit({0, 1})
+    assert offsets == {0: 0} and lg.take_chunks(offsets) == []  # offset 0 not done: no chunk may leave
+    lg.part_ready(other[0], audio(0.1))
+    answer(lg, "o")
+    lg.take_answers()
+    offsets = lg.to_commit({0, 1})
+    assert offsets == {0: 3}
+    assert [c.seq for c in lg.take_chunks(offsets)] == [0, 1]  # passed by the commit, in seq order
+    lg.committed(offsets, [])
+    lg.part_ready(work[2], audio(0.1))
+    assert lg.take_chunks(lg.to_commit({0, 1})) == []  # the last waits for its answer
+    answer(lg, "s")
+    lg.take_answers()
+    assert [c.seq for c in lg.take_chunks(lg.to_commit({0, 1}))] == [2]
+
+
+def test_an_answered_request_counts_as_done_while_its_transaction_is_in_flight() -> None:
+    lg = ledger()
+    work = admit_all(lg, 0, segs("r", 1))
+    lg.part_ready(work[0], audio(0.1))
+    answer(lg, "r")
+    answers = lg.take_answers()
+    assert lg.is_done(0, "r")  # a copy of its segment consumed now must not start it again
+    lg.committed(lg.to_commit({0, 1}), answers)
+    assert lg.is_done(0, "r")
+    lg2 = ledger()
+    lg2.part_ready(admit_all(lg2, 0, segs("r", 1))[0], audio(0.1))
+    answer(lg2, "r")
+    lg2.take_answers()
+    lg2.drop_all({0, 1})  # the transaction aborted: redone from committed, so not done
+    assert not lg2.is_done(0, "r")
+
+
+def test_an_answered_requests_chunks_commit_with_its_completion_even_if_offsets_lag() -> None:
+    """The batcher's fair order finishes a later request first: its completion must not commit
+    without its chunks (re-read after a crash, an answered request is dropped as done)."""
+    lg = ledger()
+    admit_all(lg, 0, segs("long", 3))  # earlier in the partition, not done: holds the offset at 0
+    stream = [msgspec.structs.replace(s, stream=True) for s in segs("short", 2)]
+    work = admit_all(lg, 0, stream, first_offset=3)
+    for w in work:
+        lg.part_ready(w, audio(0.1))
+    answer(lg, "short")
+    answers = lg.take_answers()
+    offsets = lg.to_commit({0})
+    assert offsets == {0: 0}
+    chunks = lg.take_chunks(offsets, answers)
+    assert [(c.request_id, c.seq) for c in chunks] == [("short", 0), ("short", 1)]
+    assert lg.take_chunks(lg.to_commit({0}), []) == []  # once

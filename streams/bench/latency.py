@@ -1,0 +1,396 @@
+"""``ttsflow bench latency``: latency against load, ttsflow and the Celery baseline side by side.
+
+Both systems run at once on this machine (:mod:`streams.bench.baseline`'s two: one
+``ttsflow stage`` + one ``ttsflow worker`` on topics of their own, and one Celery node,
+same backend, voice, model version and engine threads), driven by the same seeded
+open-loop (Poisson) arrivals on the same fresh texts per phase, phases interleaved
+(ttsflow, then the baseline) so the shared machine's load hits both alike:
+
+1. **burst**: a batch of requests at once; its completion rate is the system's own
+   *capacity* C;
+2. **open loop** at 30/50/70/90% of each system's own C (``--fractions``): completion
+   latency p50/p90/p99 (publish to the answer a client sees: ttsflow's committed
+   completion read ``read_committed``, the baseline's result in its backend), and whether
+   the rate was sustained (``baseline.sustained``); *sustained rate* is the highest arrival
+   rate among sustained runs;
+3. **first chunk** (ttsflow): every ``--stream-every``-th request asks for streaming
+   (``stream: true``); the time from its publish to its first chunk seen on ``tts.chunks``
+   by a ``read_committed`` reader, p50/p99, for requests of several segments (and for all
+   streaming ones). A worker that produces no chunks gives null with the reason;
+4. **where the time goes** (ttsflow, per request, p50/p99/mean in ms): ``stage`` = publish
+   to its first segment readable on ``tts.segments``; ``queue`` and ``synth`` = the
+   completion's ``timings`` (longest batcher wait of its segments, synthesis time); ``fetch_upload_join``
+   = the rest until the worker built the answer (``completed_at``): waiting in the worker's
+   fetch queue before the batcher, upload of the parts, waiting for its other segments, join
+   and upload of the audio; ``transaction`` =
+   ``completed_at`` to the completion readable (the transaction that commits it, and the
+   reader's fetch).
+
+A PNG plot of latency against load for both systems is written next to the JSON
+(``--out``, default ``out/bench-latency/<run id>/``). The machine is shared: read the
+ratios measured in one run. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from streams.bench.baseline import _Baseline, _phase, _Ttsflow
+
+__all__ = ["main", "run_bench"]
+
+_FRACTIONS = [0.3, 0.5, 0.7, 0.9]
+
+
+def _say(msg: str) -> None:
+    print(f"bench latency: {msg}", file=sys.stderr, flush=True)
+
+
+def _stats(xs: list[float]) -> dict[str, float | None]:
+    """p50/p90/p99/mean of seconds, in ms."""
+    from streams.bench.harness import percentile
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else round(v * 1000, 1)
+
+    return {"n": len(xs), "p50_ms": ms(percentile(xs, 50)), "p90_ms": ms(percentile(xs, 90)),
+            "p99_ms": ms(percentile(xs, 99)), "mean_ms": ms(sum(xs) / len(xs) if xs else None)}
+
+
+class _TtsflowTimed(_Ttsflow):
+    """ttsflow as :mod:`~streams.bench.baseline` drives it, plus streaming requests, their chunks,
+    the segments' arrival and each completion kept whole (its timings)."""
+
+    def __init__(self, s: Any, workers: int, run_id: str, sup: Any, stream_every: int) -> None:
+        super().__init__(s, workers, run_id, sup)
+        self.stream_every = stream_every
+        self.n_published = 0
+        self.streaming: set[str] = set()
+        self.completions: dict[str, tuple[Any, float]] = {}   # id -> (completion, seen at)
+        self.first_chunk: dict[str, float] = {}               # id -> first chunk seen at
+        self.chunks: dict[str, list[int]] = {}                # id -> seqs in the order seen
+        self.first_segment: dict[str, float] = {}             # id -> its first segment seen at
+        self.chunk_reader: Any = None
+        self.segment_reader: Any = None
+
+    def wait_ready(self, timeout: float) -> None:
+        from streams.bench.harness import TopicReader
+
+        super().wait_ready(timeout)
+        self.chunk_reader = TopicReader(self.s.kafka, self.s.topic_chunks, start="end")
+        self.segment_reader = TopicReader(self.s.kafka, self.s.topic_segments, start="end")
+
+    def publish(self, rid: str, text: str) -> None:
+        from schemas import Request
+        from streams.bench.corpus import encode_request
+
+        stream = self.stream_every > 0 and self.n_published % self.stream_every == 0
+        self.n_published += 1
+        if stream:
+            self.streaming.add(rid)
+        req = Request(request_id=rid, user_id=f"bench-user-{self.rng.randrange(16):02d}", text=text, stream=stream)
+        self.a.sent[rid] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
+
+    def pump(self, timeout: float) -> None:
+        from schemas import SchemaError, decode_chunk, decode_completion, decode_segment_event
+
+        for rec in self.reader.poll(timeout):
+            try:
+                c = decode_completion(rec.value)
+            except SchemaError:
+                continue
+            if c.request_id not in self.a.sent:
+                continue
+            self.a.answers[c.request_id] += 1
+            if c.request_id not in self.a.got:
+                dur = c.audio.duration_s if c.audio is not None else 0.0
+                self.a.got[c.request_id] = (c.status == "ok", dur, rec.received)
+                self.completions[c.request_id] = (c, rec.received)
+        for rec in self.chunk_reader.poll(0):
+            try:
+                ch = decode_chunk(rec.value)
+            except SchemaError:
+                continue
+            self.first_chunk.setdefault(ch.request_id, rec.received)
+            self.chunks.setdefault(ch.request_id, []).append(ch.seq)
+        for rec in self.segment_reader.poll(0):
+            try:
+                seg = decode_segment_event(rec.value)
+            except SchemaError:
+                continue
+            self.first_segment.setdefault(seg.request_id, rec.received)
+
+    def close(self) -> None:
+        for r in (self.chunk_reader, self.segment_reader):
+            if r is not None:
+                with contextlib.suppress(Exception):
+                    r.close()
+        super().close()
+
+    # -- what a phase's requests say -------------------------------------------------------
+    def first_chunk_stats(self, ids: list[str]) -> dict[str, Any]:
+        stream = [i for i in ids if i in self.streaming and i in self.completions
+                  and self.completions[i][0].status == "ok"]
+        multi = [i for i in stream if self.completions[i][0].segments >= 2]
+        seen = [i for i in stream if i in self.first_chunk]
+        out: dict[str, Any] = {"streaming_requests": len(stream), "of_several_segments": len(multi),
+                               "with_chunks": len(seen)}
+        if not self.first_chunk:
+            out.update(p50_ms=None, p99_ms=None, reason=(
+                "no chunk event seen on tts.chunks during the run: this worker does not produce chunks"))
+            return out
+        out["several_segments"] = _stats([self.first_chunk[i] - self.a.sent[i] for i in multi if i in self.first_chunk])
+        out["all_streaming"] = _stats([self.first_chunk[i] - self.a.sent[i] for i in seen])
+        out["p50_ms"], out["p99_ms"] = out["several_segments"]["p50_ms"], out["several_segments"]["p99_ms"]
+        out["chunks_out_of_order"] = sum(1 for i in seen if self.chunks[i] != sorted(set(self.chunks[i])))
+        out["chunks_missing"] = sum(1 for i in seen if len(set(self.chunks[i])) != self.completions[i][0].segments)
+        return out
+
+    def breakdown(self, ids: list[str]) -> dict[str, Any]:
+        parts: dict[str, list[float]] = {k: [] for k in ("stage", "queue", "synth", "fetch_upload_join", "transaction",
+                                                         "total")}
+        for i in ids:
+            if i not in self.completions or i not in self.first_segment:
+                continue
+            c, seen = self.completions[i]
+            if c.status != "ok" or c.timings is None or c.completed_at is None:
+                continue
+            sent, seg = self.a.sent[i], self.first_segment[i]
+            done = c.completed_at.timestamp()
+            queue = (c.timings.queue_ms or 0.0) / 1000
+            synth = c.timings.synth_ms / 1000
+            parts["stage"].append(seg - sent)
+            parts["queue"].append(queue)
+            parts["synth"].append(synth)
+            parts["fetch_upload_join"].append(max(0.0, done - seg - queue - synth))
+            parts["transaction"].append(seen - done)
+            parts["total"].append(seen - sent)
+        return {k: _stats(v) for k, v in parts.items()}
+
+
+def _phase_ids(sysm: Any, prefix: str, label: str) -> list[str]:
+    head = f"{prefix}-{sysm.name[:2]}-{label}-"
+    return sorted(i for i in sysm.a.sent if i.startswith(head))
+
+
+def _latencies(sysm: Any, ids: list[str]) -> list[float]:
+    return [sysm.a.got[i][2] - sysm.a.sent[i] for i in ids if i in sysm.a.got]
+
+
+def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | None = None,
+              fractions: list[float] | None = None, stream_every: int = 2,
+              out_dir: Path | None = None) -> dict[str, Any]:
+    import importlib.util
+
+    if importlib.util.find_spec("celery") is None:
+        raise RuntimeError("celery is not installed: pip install -e '.[bench]'")
+    from streams.bench.corpus import bench_texts
+    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.devstack import stack
+    from streams.devstack.procs import Supervisor
+    from streams.settings import load_settings
+
+    t_start = time.monotonic()
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    run_s = run_s if run_s is not None else (4.0 if quick else 30.0)
+    fractions = fractions or ([0.5, 0.9] if quick else list(_FRACTIONS))
+    burst_n = 8 if quick else 40
+    run_id = new_run_id()
+    out = (out_dir or Path("out/bench-latency")) / run_id
+    base = load_settings()
+    require_stack_up(base)
+    cpus = os.cpu_count() or 1
+    s = isolated(base, run_id).replace(threads=cpus)
+    stack.ensure_topics(s)
+    rng = random.Random(seed)
+    pool = iter(bench_texts(3000 if quick else 20000, seed=seed))
+
+    def texts(n: int) -> list[str]:
+        return [next(pool) for _ in range(n)]
+
+    prefix = f"lat-{run_id}"
+    report: dict[str, Any] = {
+        "run_id": run_id, "seed": seed, "quick": quick, "cpus": cpus,
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "workers": 1, "engine_threads": cpus,
+        "backend": s.backend, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms,
+        "fair_slot_ms": s.fair_slot_ms, "run_s": run_s, "fractions": fractions, "stream_every": stream_every,
+    }
+    sup = Supervisor(out / "logs")
+    systems: list[Any] = []
+    try:
+        _say(f"run {run_id}: starting ttsflow (1 stage + 1 worker) and the Celery baseline (1 pool process)")
+        tf = _TtsflowTimed(s, 1, run_id, sup, stream_every)
+        systems.append(tf)
+        bl = _Baseline(s, 1, run_id, out / "logs", 20 if quick else 60)
+        systems.append(bl)
+        tf.wait_ready(240)
+        bl.wait_ready(240)
+        report["model"] = {"baseline": bl.model(), "ttsflow": tf.model()}
+        for sysm in systems:
+            _phase(sysm, "warm", texts(3), None, rng, answer_timeout=120, prefix=prefix)
+        res: dict[str, dict[str, Any]] = {x.name: {"rates": []} for x in systems}
+
+        burst_texts = texts(burst_n)
+        for sysm in systems:
+            _say(f"{sysm.name}: burst of {burst_n}")
+            res[sysm.name]["burst"] = _phase(sysm, "burst", burst_texts, None, rng, answer_timeout=300, prefix=prefix)
+        cap = {x.name: max(0.05, res[x.name]["burst"]["throughput_rps"]) for x in systems}
+        for name, c in cap.items():
+            res[name]["capacity_rps"] = c
+
+        for k, f in enumerate(fractions):
+            n = {x.name: max(6, int(f * cap[x.name] * run_s)) for x in systems}
+            shared = texts(max(n.values()))
+            for sysm in systems:
+                rate = f * cap[sysm.name]
+                label = f"f{k}"
+                _say(f"{sysm.name}: open loop {n[sysm.name]} requests at {rate:.2f}/s ({f:.0%} of its capacity)")
+                ph = _phase(sysm, label, shared[:n[sysm.name]], rate, rng,
+                            answer_timeout=max(60.0, 3 * run_s), prefix=prefix)
+                ids = _phase_ids(sysm, prefix, label)
+                ph["fraction"] = f
+                ph["completion"] = _stats(_latencies(sysm, ids))
+                ph["loadavg_1m"] = round(os.getloadavg()[0], 2)
+                if sysm is tf:
+                    ph["first_chunk"] = tf.first_chunk_stats(ids)
+                    ph["breakdown"] = tf.breakdown(ids)
+                res[sysm.name]["rates"].append(ph)
+                _say(f"{sysm.name}: -> p50 {ph['completion']['p50_ms']} p99 {ph['completion']['p99_ms']} ms, "
+                     f"sustained {ph['sustained']}")
+
+        for x in systems:
+            ok = [p for p in res[x.name]["rates"] if p["sustained"]]
+            res[x.name]["sustained_rps"] = max((p["sent_rps"] for p in ok), default=None)
+        report["systems"] = res
+        report["table"] = _rows(res)
+        report["ratios"] = _ratios(res)
+    finally:
+        for sysm in systems:
+            with contextlib.suppress(Exception):
+                sysm.close()
+        sup.stop_all()
+        cleanup_run_topics(s, _say)
+    report["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["wall_s"] = round(time.monotonic() - t_start, 1)
+    out.mkdir(parents=True, exist_ok=True)
+    report["json"] = str(out / "latency.json")
+    report["plot"] = _plot(report, out / "latency.png")
+    Path(report["json"]).write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _rows(res: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (system, load): the table of the report."""
+    rows = []
+    for name, x in res.items():
+        for p in x["rates"]:
+            c = p["completion"]
+            row = {"system": name, "fraction": p["fraction"], "offered_rps": p["offered_rps"],
+                   "sent_rps": p["sent_rps"], "throughput_rps": p["throughput_rps"], "sustained": p["sustained"],
+                   "p50_ms": c["p50_ms"], "p90_ms": c["p90_ms"], "p99_ms": c["p99_ms"]}
+            if "first_chunk" in p:
+                row["first_chunk_p50_ms"] = p["first_chunk"]["p50_ms"]
+                row["first_chunk_p99_ms"] = p["first_chunk"]["p99_ms"]
+            rows.append(row)
+    return rows
+
+
+def _ratios(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    tf, bl = res["ttsflow"], res["baseline"]
+
+    def r(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None or b == 0 else round(a / b, 3)
+
+    return {"capacity_rps": r(tf["capacity_rps"], bl["capacity_rps"]),
+            "sustained_rps": r(tf["sustained_rps"], bl["sustained_rps"]),
+            "p50_by_fraction": {str(p["fraction"]): r(p["completion"]["p50_ms"], q["completion"]["p50_ms"])
+                                for p, q in zip(tf["rates"], bl["rates"], strict=True)},
+            "p99_by_fraction": {str(p["fraction"]): r(p["completion"]["p99_ms"], q["completion"]["p99_ms"])
+                                for p, q in zip(tf["rates"], bl["rates"], strict=True)}}
+
+
+def _plot(report: dict[str, Any], path: Path) -> str | None:
+    """Completion p50/p99 (and ttsflow's first chunk) against load; the PNG's path, None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        report["plot_error"] = "matplotlib is not installed: pip install -e '.[dev]'"
+        return None
+    res = report.get("systems")
+    if not res:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, style in (("ttsflow", "tab:blue"), ("baseline", "tab:orange")):
+        rates = res[name]["rates"]
+        for ax, xkey in ((axes[0], "fraction"), (axes[1], "offered_rps")):
+            xs = [p[xkey] for p in rates]
+            for q, ls in (("p50_ms", "-"), ("p99_ms", "--")):
+                ys = [p["completion"][q] for p in rates]
+                ax.plot(xs, ys, ls, marker="o", color=style, label=f"{name} completion {q[:3]}")
+            if name == "ttsflow":
+                fc = [p["first_chunk"]["p50_ms"] for p in rates]
+                if any(v is not None for v in fc):
+                    ax.plot(xs, fc, ":", marker="s", color="tab:green", label="ttsflow first chunk p50")
+    axes[0].set_xlabel("load (fraction of the system's own burst capacity)")
+    axes[1].set_xlabel("offered arrival rate (requests/s)")
+    for ax in axes:
+        ax.set_ylabel("latency (ms)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    la = report["loadavg_at_start"]
+    fig.suptitle(f"bench latency {report['run_id']} ({report['backend']}, 1 worker each, {report['cpus']} CPUs, "
+                 f"load {la[0]}/{la[1]}/{la[2]} at start)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def _table(r: dict[str, Any]) -> str:
+    lines = [f"{'system':9} {'load':>5} {'rps':>6} {'sust':>5} {'p50':>8} {'p90':>8} {'p99':>8} {'chunk p50':>9} "
+             f"{'chunk p99':>9}"]
+    for row in r["table"]:
+        lines.append(f"{row['system']:9} {row['fraction']:>5.0%} {row['sent_rps']:>6} {row['sustained']!s:>5} "
+                     f"{row['p50_ms']!s:>8} {row['p90_ms']!s:>8} {row['p99_ms']!s:>8} "
+                     f"{row.get('first_chunk_p50_ms', '-')!s:>9} {row.get('first_chunk_p99_ms', '-')!s:>9}")
+    lines.append(f"ratios ttsflow/baseline: {r['ratios']}; plot: {r['plot']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow bench latency", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 loads, 4 s runs, small burst: under 2 minutes")
+    ap.add_argument("--seconds", type=float, default=None, help="length of each open-loop run (default 30, quick 4)")
+    ap.add_argument("--fractions", default=None,
+                    help="loads as fractions of each system's burst capacity (default 0.3,0.5,0.7,0.9; quick 0.5,0.9)")
+    ap.add_argument("--stream-every", type=int, default=2,
+                    help="every Nth ttsflow request asks for streaming (0: none)")
+    ap.add_argument("--out", type=Path, default=None, help="directory for <run id>/latency.json and .png")
+    ap.add_argument("--seed", type=int, default=None, help="corpus and arrival seed (default: random)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object (always the last line)")
+    ns = ap.parse_args(argv)
+    fr = [float(x) for x in ns.fractions.split(",")] if ns.fractions else None
+    if ns.stream_every < 0 or (fr is not None and not all(0 < f <= 5 for f in fr)):
+        print("ttsflow bench latency: --stream-every >= 0, 0 < fractions <= 5", file=sys.stderr)
+        return 2
+    try:
+        r = run_bench(quick=ns.quick, seed=ns.seed, run_s=ns.seconds, fractions=fr, stream_every=ns.stream_every,
+                      out_dir=ns.out)
+    except Exception as e:
+        print(f"ttsflow bench latency: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if not ns.json:
+        print(_table(r))
+    print(json.dumps(r))
+    return 0

@@ -1,0 +1,196 @@
+"""Fair order on the real broker: a one-segment request published right after another user's
+30-segment request is answered before the long one finishes, about two batches later than on
+an idle worker (issue 13's fairness goal).
+
+The worker (real engine, real Kafka/S3/Redis, its default fetch settings) runs in a thread of
+this process; segments are produced the way the stage produces them, on chosen partitions:
+
+* **other partition**: the short request's segment is on another partition than the long
+  one's. librdkafka's small per-partition fetches (``_FAIR_FETCH``) interleave the two, and
+  the batcher's fair order serves the short one in the next batches.
+* **same partition**: the short request sits behind the 30 segments in the log. The worker
+  only sees it once it has read past them: its prefetch (about ``4 x max_batch`` segments and
+  16 KiB per partition fetch) holds all 30 short segments of this test, so it reads it at once
+  and the fair order applies too. A long request whose segments do not fit in that prefetch
+  delays a same-partition follower until the worker has read that far: partitions are the
+  unit of order.
+
+The numbers are printed (``pytest -s``) for the issue's report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from schemas import Segment, decode_completion, encode
+from storage import AudioCache
+from streams.bench.corpus import sentences
+from streams.kafka.plain import TopicReader
+from streams.settings import Settings
+from tests.support.pipeline import cache_namespace, make_segments, new_store
+
+pytestmark = pytest.mark.integration
+
+MAX_BATCH = 8
+
+
+@pytest.fixture
+def settings(settings: Settings, unique: str) -> Settings:
+    return settings.replace(s3_prefix=f"test/{unique}/", max_batch=MAX_BATCH, max_wait_ms=20)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    from engine.registry import load_engine
+
+    e = load_engine("hibari", threads=0, max_batch=MAX_BATCH)
+    yield e
+    e.close()
+
+
+class RecordingEngine:
+    """The real engine, recording each model call's texts and when it ended."""
+
+    def __init__(self, engine: Any) -> None:
+        self._e = engine
+        self.calls: list[tuple[float, list[str]]] = []
+
+    def infer_batch(self, batch: Any) -> Any:
+        out = self._e.infer_batch(batch)
+        self.calls.append((time.time(), [p.item.text for p in batch]))
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._e, name)
+
+
+@contextmanager
+def running_worker(s: Settings, engine: Any) -> Iterator[Any]:
+    from streams.worker.loop import Worker
+    from streams.worker.metrics import WorkerMetrics
+
+    s = s.replace(transactional_id=f"test-fair-{uuid.uuid4().hex[:8]}")
+    store = new_store(s)
+    cache = AudioCache(s.redis_url, 600, namespace=cache_namespace(s))
+    w = Worker(s.kafka, s.batching, engine, store, cache, WorkerMetrics(0), dedup_window_s=s.dedup_window_s)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            w.run()
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run, name="worker", daemon=True)
+    t.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+        t.join(60)
+        store.close()
+        cache.close()
+        assert not t.is_alive(), "worker did not stop"
+        if errors:
+            raise errors[0]
+
+
+class Driver:
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+        self.p = Producer({"bootstrap.servers": s.bootstrap_servers, "enable.idempotence": True, "linger.ms": 0})
+        self.reader = TopicReader(s.kafka, s.topic_completed, start="end")
+        self.sent: dict[str, float] = {}
+        self.seen: dict[str, float] = {}
+        self.texts = sentences(int(uuid.uuid4().int % 100_000))
+
+    def request(self, rid: str, user: str, n: int) -> list[Segment]:
+        text = " ".join(f"{next(self.texts)}" for _ in range(n))
+        segs = make_segments(rid, user, text)
+        assert len(segs) == n, [s.text for s in segs]
+        return segs
+
+    def publish(self, segs: list[Segment], partition: int) -> None:
+        for seg in segs:
+            self.p.produce(self.s.topic_segments, key=seg.user_id.encode(), value=encode(seg), partition=partition)
+        assert self.p.flush(30) == 0
+        self.sent[segs[0].request_id] = time.time()
+
+    def wait(self, rids: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not all(r in self.seen for r in rids):
+            assert time.monotonic() < deadline, f"unanswered: {[r for r in rids if r not in self.seen]}"
+            for rec in self.reader.poll(0.05):
+                c = decode_completion(rec.value)
+                assert c.status == "ok", c
+                self.seen.setdefault(c.request_id, rec.received)
+
+    def latency(self, rid: str) -> float:
+        return self.seen[rid] - self.sent[rid]
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("placement", "fair_slot_ms"), [
+    ("other_partition", 500), ("same_partition", 500),
+    ("other_partition", 0),   # arrival order (TTS_FAIR_SLOT_MS=0): what the fair order changes
+])
+def test_short_request_is_not_stuck_behind_a_long_one(settings: Settings, engine: Any, placement: str,
+                                                      fair_slot_ms: int) -> None:
+    settings = settings.replace(fair_slot_ms=fair_slot_ms)
+    d = Driver(settings)
+    engine = RecordingEngine(engine)
+    try:
+        with running_worker(settings, engine):
+            # warm-up, then the idle reference: one short request alone
+            for k in range(2):
+                d.publish(d.request(f"warm-{k}", "user-w", 1), partition=1)
+                d.wait([f"warm-{k}"], 240)
+            idle = []
+            for k in range(3):
+                d.publish(d.request(f"idle-{k}", "user-b", 1), partition=1)
+                d.wait([f"idle-{k}"], 120)
+                idle.append(d.latency(f"idle-{k}"))
+            t_idle = sorted(idle)[1]
+
+            long_segs = d.request("long", "user-a", 30)
+            short_segs = d.request("short", "user-b", 1)
+            d.publish(long_segs, partition=0)
+            d.publish(short_segs, partition=1 if placement == "other_partition" else 0)
+            d.wait(["long", "short"], 400)
+    finally:
+        d.close()
+    t_short, t_long = d.latency("short"), d.latency("long")
+    short_text = short_segs[0].text
+    long_texts = {seg.text for seg in long_segs}
+    calls = [(t, texts) for t, texts in engine.calls if short_text in texts or long_texts & set(texts)]
+    nth = next(k for k, (_, texts) in enumerate(calls) if short_text in texts)
+    print("\nmodel calls (s after publish, S = short, L = long):", [(round(t - d.sent["long"], 2), ["S" if x == short_text else "L" for x in texts])
+                             for t, texts in calls])
+    long_calls = sum(1 for _, texts in calls if long_texts & set(texts))
+    batch_s = t_long / long_calls  # the long request's time per model call (hibari: one segment a call)
+    later = t_short - t_idle
+    print(f"\nfairness {placement} fair_slot_ms={fair_slot_ms}: idle short {t_idle * 1000:.0f} ms; behind the "
+          f"30-segment request: short {t_short * 1000:.0f} ms (+{later * 1000:.0f} ms = {later / batch_s:.1f} model calls "
+          f"of {batch_s * 1000:.0f} ms), long {t_long * 1000:.0f} ms; short answered "
+          f"{(d.seen['long'] - d.seen['short']):.2f} s before the long one, synthesized in model call {nth + 1} of "
+          f"{len(calls)}")
+    if fair_slot_ms == 0:  # arrival order: it waits for the long request's segments read before it
+        assert nth >= 2 * MAX_BATCH, nth
+        return
+    # hibari runs one segment per model call (the worker's batches of one); a batch as configured
+    # is MAX_BATCH segments: the short request may be at most about two of those later than idle
+    assert d.seen["short"] < d.seen["long"], "the short request waited for the long one"
+    assert later <= 2 * MAX_BATCH * batch_s, f"short request {later:.2f} s later than idle, a call is {batch_s:.2f} s"
+    if placement == "other_partition":  # read interleaved: only the segments consumed before it go first
+        assert nth < MAX_BATCH, f"synthesized in model call {nth + 1}: behind {nth} of the long request's segments"
