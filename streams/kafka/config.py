@@ -21,7 +21,7 @@ from typing import Any
 
 from streams.settings import KafkaSettings
 
-__all__ = ["client_config", "consumer_config", "faust_credentials", "producer_config", "reader_config",
+__all__ = ["aiokafka_auth", "client_config", "consumer_config", "faust_credentials", "producer_config", "reader_config",
            "security_config", "ssl_context", "transactional_config"]
 
 
@@ -60,6 +60,18 @@ def ssl_context(kafka: KafkaSettings) -> Any:
     if kafka.kafka_ssl_cert_file:
         ctx.load_cert_chain(kafka.kafka_ssl_cert_file, kafka.kafka_ssl_key_file)
     return ctx
+
+
+def aiokafka_auth(kafka: KafkaSettings) -> dict[str, Any]:
+    """The security keyword arguments of an aiokafka client for ``kafka`` (what faust derives from
+    :func:`faust_credentials` for its own clients), for the few aiokafka clients ttsflow makes itself."""
+    if kafka.kafka_security_protocol == "PLAINTEXT":
+        return {}
+    out: dict[str, Any] = {"security_protocol": kafka.kafka_security_protocol, "ssl_context": ssl_context(kafka)}
+    if kafka.uses_sasl:
+        out.update(sasl_mechanism=kafka.kafka_sasl_mechanism, sasl_plain_username=kafka.kafka_sasl_username,
+                   sasl_plain_password=kafka.kafka_sasl_password.reveal())
+    return out
 
 
 def faust_credentials(kafka: KafkaSettings) -> Any:

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from streams.errors import FatalError, classify
+from streams.kafka.config import aiokafka_auth
+from streams.settings import KafkaSettings
 
 __all__ = ["PartitionedConsumer", "leave_group"]
 
@@ -134,7 +136,7 @@ class PartitionedConsumer:
         self._c.close()
 
 
-def leave_group(bootstrap_servers: str, group: str, member_id: str, *, timeout_s: float = 5.0) -> bool:
+def leave_group(kafka: KafkaSettings, group: str, member_id: str, *, timeout_s: float = 5.0) -> bool:
     """Remove ``member_id`` (a static member after its consumer closed) from ``group`` now: a LeaveGroup
     by member id removes a static member too, and the group rebalances at once. One attempt, bounded
     (the session timeout covers a failure); True if the broker confirmed. The request goes through
@@ -146,8 +148,8 @@ def leave_group(bootstrap_servers: str, group: str, member_id: str, *, timeout_s
     from aiokafka.protocol.group import LeaveGroupRequest
 
     async def leave() -> None:
-        client = AIOKafkaClient(bootstrap_servers=bootstrap_servers, client_id="ttsflow-leave-group",
-                                request_timeout_ms=int(timeout_s * 1000))
+        client = AIOKafkaClient(bootstrap_servers=kafka.bootstrap_servers, client_id="ttsflow-leave-group",
+                                request_timeout_ms=int(timeout_s * 1000), **aiokafka_auth(kafka))
         try:
             await client.bootstrap()
             node = await client.coordinator_lookup(CoordinationType.GROUP, group)

@@ -243,7 +243,7 @@ class Worker:
         try:
             self.consumer.close()
             if member is not None:  # told to stop (scale-down): leave, so nobody waits a session timeout
-                leave_group(self.kafka.bootstrap_servers, self.kafka.worker_group, member)
+                leave_group(self.kafka, self.kafka.worker_group, member)
         finally:
             self.producer.close()
             self.done_log.close()

@@ -66,10 +66,17 @@ def test_a_long_text_is_cut_into_chunks_the_model_takes(engine) -> None:  # type
     assert len(p.payload) >= 2 and all(len(ids) <= MAX_TOKENS + 2 for ids in p.payload)
 
 
-def test_the_jieba_cache_is_read_from_the_store(store: ModelStore, engine) -> None:  # type: ignore[no-untyped-def]
+def test_the_jieba_cache_is_read_from_the_store(store: ModelStore) -> None:
     import jieba
 
-    engine.backend.phonemize("中文分词")
+    # jieba's tokenizer is one per process: another module's engine (its own store) may have
+    # initialized it first, so start it over as a fresh worker process would
+    jieba.dt.initialized, jieba.dt.tmp_dir = False, None
+    e = open_engine(store.current("kokoro"), threads=1)
+    try:
+        e.backend.phonemize("中文分词")
+    finally:
+        e.close()
     assert jieba.dt.initialized and Path(jieba.dt.tmp_dir) == store.current("kokoro").dir
 
 

@@ -97,6 +97,20 @@ def test_faust_gets_the_same_credentials_with_a_verifying_ssl_context() -> None:
     assert isinstance(tls, faust.SSLCredentials)
 
 
+def test_our_own_aiokafka_clients_get_what_faust_gives_its_own() -> None:
+    from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
+    from streams.kafka.config import aiokafka_auth
+
+    assert aiokafka_auth(Settings().kafka) == {}
+    for s in (_sasl(TTS_KAFKA_SASL_MECHANISM="SCRAM-SHA-256"), load_settings(env={"TTS_KAFKA_SECURITY_PROTOCOL": "SSL"})):
+        ours, faust_own = aiokafka_auth(s.kafka), dict(credentials_to_aiokafka_auth(faust_credentials(s.kafka)))
+        assert ours.keys() == faust_own.keys()
+        assert {k: v for k, v in ours.items() if k != "ssl_context"} == \
+            {k: v for k, v in faust_own.items() if k != "ssl_context"}
+        assert ours["ssl_context"].verify_mode == faust_own["ssl_context"].verify_mode
+
+
 def test_every_kafka_client_in_the_product_is_built_from_client_config() -> None:
     """A Consumer/Producer/AdminClient made from anything but the shared config builders would
     ignore the security settings (and reach only a plaintext cluster)."""
@@ -113,7 +127,7 @@ def test_every_kafka_client_in_the_product_is_built_from_client_config() -> None
     for path in ROOT.glob("streams/**/*.py"):
         text = path.read_text()
         if "aiokafka" in text and "AIOKafka" in text:
-            assert "faust_credentials" in text or "credentials_to_aiokafka_auth" in text, path
+            assert any(f in text for f in ("faust_credentials", "credentials_to_aiokafka_auth", "aiokafka_auth(")), path
 
 
 def test_redis_auth_options() -> None:
