@@ -122,12 +122,19 @@ class _Ttsflow:
         m = re.findall(r"event=model_loaded model=(\S+) version=(\S+) precision=(\S+)", log)
         return ":".join(m[-1]) if m else "?"
 
-    def publish(self, rid: str, text: str) -> None:
+    def _request(self, rid: str, text: str) -> Any:
         from schemas import Request
+
+        return Request(request_id=rid, user_id=f"bench-user-{self.rng.randrange(16):02d}", text=text)
+
+    def publish(self, rid: str, text: str) -> None:
         from streams.bench.corpus import encode_request
 
-        req = Request(request_id=rid, user_id=f"bench-user-{self.rng.randrange(16):02d}", text=text)
+        req = self._request(rid, text)
         self.a.sent[rid] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
+
+    def _answered(self, c: Any, received: float) -> None:
+        """A request's first completion, seen at ``received`` (a hook for richer benchmarks)."""
 
     def pump(self, timeout: float) -> None:
         from schemas import SchemaError, decode_completion
@@ -143,6 +150,7 @@ class _Ttsflow:
             if c.request_id not in self.a.got:
                 dur = c.audio.duration_s if c.audio is not None else 0.0
                 self.a.got[c.request_id] = (c.status == "ok", dur, rec.received)
+                self._answered(c, rec.received)
 
     def flush(self) -> None:
         self.pub.flush(60)

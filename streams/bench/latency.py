@@ -88,32 +88,22 @@ class _TtsflowTimed(_Ttsflow):
         self.chunk_reader = TopicReader(self.s.kafka, self.s.topic_chunks, start="end")
         self.segment_reader = TopicReader(self.s.kafka, self.s.topic_segments, start="end")
 
-    def publish(self, rid: str, text: str) -> None:
-        from schemas import Request
-        from streams.bench.corpus import encode_request
+    def _request(self, rid: str, text: str) -> Any:
+        import msgspec
 
         stream = self.stream_every > 0 and self.n_published % self.stream_every == 0
         self.n_published += 1
         if stream:
             self.streaming.add(rid)
-        req = Request(request_id=rid, user_id=f"bench-user-{self.rng.randrange(16):02d}", text=text, stream=stream)
-        self.a.sent[rid] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
+        return msgspec.structs.replace(super()._request(rid, text), stream=stream)
+
+    def _answered(self, c: Any, received: float) -> None:
+        self.completions[c.request_id] = (c, received)
 
     def pump(self, timeout: float) -> None:
-        from schemas import SchemaError, decode_chunk, decode_completion, decode_segment_event
+        from schemas import SchemaError, decode_chunk, decode_segment_event
 
-        for rec in self.reader.poll(timeout):
-            try:
-                c = decode_completion(rec.value)
-            except SchemaError:
-                continue
-            if c.request_id not in self.a.sent:
-                continue
-            self.a.answers[c.request_id] += 1
-            if c.request_id not in self.a.got:
-                dur = c.audio.duration_s if c.audio is not None else 0.0
-                self.a.got[c.request_id] = (c.status == "ok", dur, rec.received)
-                self.completions[c.request_id] = (c, rec.received)
+        super().pump(timeout)
         for rec in self.chunk_reader.poll(0):
             try:
                 ch = decode_chunk(rec.value)

@@ -23,36 +23,10 @@ from confluent_kafka import Message, Producer
 from schemas import AudioRef, Completion, ErrorInfo, decode_request, encode
 from streams.client import AsyncTTSClient, TTSClient, find_completion, tail_completions
 from streams.client.errors import AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
+from streams.kafka.partitioner import partition_for
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """Kafka's Java DefaultPartitioner: toPositive(murmur2(key)) % partitions."""
-    m, r, seed = 0x5BD1E995, 24, 0x9747B28C
-    length = len(key)
-    h = (seed ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(key[i:i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    rest = length % 4
-    tail = key[length - rest:]
-    if rest == 3:
-        h ^= tail[2] << 16
-    if rest >= 2:
-        h ^= tail[1] << 8
-    if rest >= 1:
-        h ^= tail[0]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return (h & 0x7FFFFFFF) % partitions
 
 
 class FakeWorker:
@@ -102,7 +76,7 @@ def test_submit_keys_by_user_and_partitions_like_java(settings: Settings, drain:
     for m in msgs:
         req = decode_request(m.value())
         assert m.key() == req.user_id.encode()
-        assert m.partition() == murmur2_partition(m.key(), 4), req.user_id
+        assert m.partition() == partition_for(m.key(), 4), req.user_id
     by_id = {decode_request(m.value()).request_id: decode_request(m.value()) for m in msgs}
     assert by_id[ids[3]].text == "hello user-3" and by_id[ids[3]].voice == "v1"
 
