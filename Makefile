@@ -51,8 +51,9 @@ test: venv up
 
 # The README's main job: stack up, one stage + one worker (default backend + kokoro), the demo corpus, audio in
 # out/demo/, a table. ~5-7 min on 2 CPU cores, most of it kokoro speaking the 1,040-character Mandarin text.
+DEMO_ARGS ?=
 demo: venv up
-	$(BIN)/ttsflow demo
+	$(BIN)/ttsflow demo $(DEMO_ARGS)
 
 WORKERS ?= 1
 run: venv
