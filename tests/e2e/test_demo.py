@@ -1,7 +1,7 @@
 """``ttsflow demo`` end to end: every demo request answered as it must be, audio on disk, intelligible.
 
 The Mandarin requests (a kokoro voice in the demo's two-backend worker) are scored by Whisper base
-(tests/support/asr_zh.py, extra ``asr-zh``; skipped without it) the way the English long text is
+(streams/bench/asr_zh.py, extra ``asr-zh``; skipped without it) the way the English long text is
 scored by pocketsphinx: the long text's characters must align in order with what is heard, and
 its first and last sentences must be heard first and last. ``MAX_CER_ZH`` is
 tests/integration/test_mandarin_pipeline.py's bound (0.35, about twice the engine's corpus rate

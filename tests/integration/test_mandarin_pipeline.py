@@ -2,7 +2,7 @@
 """Mandarin through the real stage and one worker serving two backends (TTS_BACKENDS=hibari,kokoro).
 
 A ~150-character Chinese customer-service request for a kokoro voice comes back ok, once, named
-``kokoro`` in its completion, and Whisper base (tests/support/asr_zh.py) reads its audio back with a
+``kokoro`` in its completion, and Whisper base (streams/bench/asr_zh.py) reads its audio back with a
 character error rate under ``MAX_CER``; an English request in the same run is spoken by hibari; a
 Chinese request that names the English voice is still refused (``unsupported_language``).
 
