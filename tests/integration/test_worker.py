@@ -14,13 +14,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from schemas import Segment
-from storage import AudioCache, AudioStore
+from storage import AudioCache
 from streams.settings import Settings
 from tests.support.pipeline import (
     SENTENCES,
@@ -32,6 +31,7 @@ from tests.support.pipeline import (
     new_store,
     publish,
 )
+from tests.support.pipeline import running_worker as _running_worker
 
 pytestmark = pytest.mark.integration
 
@@ -69,37 +69,9 @@ class CountingEngine:
         return getattr(self._e, name)
 
 
-@contextmanager
-def running_worker(settings: Settings, engine: Any, *, store: AudioStore | None = None,
-                   cache: AudioCache | None = None, overlap: bool | None = None) -> Iterator[Any]:
-    from streams.worker.loop import Worker
-    from streams.worker.metrics import WorkerMetrics
-
-    s = settings.replace(transactional_id=f"test-worker-{uuid.uuid4().hex[:8]}", max_wait_ms=20)
-    store = store or new_store(s)
-    cache = cache or AudioCache(s.redis_url, 600, namespace=cache_namespace(s))
-    metrics = WorkerMetrics(0)
-    w = Worker(s.kafka, s.batching, engine, store, cache, metrics, dedup_window_s=s.dedup_window_s, overlap=overlap)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            w.run()
-        except BaseException as e:  # surfaced in the test thread below
-            errors.append(e)
-
-    t = threading.Thread(target=run, name="worker", daemon=True)
-    t.start()
-    try:
-        yield w
-    finally:
-        w.stop()
-        t.join(60)
-        store.close()
-        cache.close()
-        assert not t.is_alive(), "worker did not stop"
-        if errors:
-            raise errors[0]
+def running_worker(settings: Settings, engine: Any, **kw: Any) -> Any:
+    """The shared worker rig with this file's 20 ms batch wait."""
+    return _running_worker(settings.replace(max_wait_ms=20), engine, tid_prefix="test-worker", **kw)
 
 
 def wait_for(pred: Any, timeout: float, what: str) -> None:

@@ -20,22 +20,20 @@ The numbers are printed (``pytest -s``) for the issue's report.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from schemas import Segment, decode_completion, encode
-from storage import AudioCache
 from streams.bench.corpus import sentences
 from streams.kafka.plain import TopicReader
 from streams.settings import Settings
-from tests.support.pipeline import cache_namespace, make_segments, new_store
+from tests.support.pipeline import make_segments
+from tests.support.pipeline import running_worker as _running_worker
 
 pytestmark = pytest.mark.integration
 
@@ -72,35 +70,8 @@ class RecordingEngine:
         return getattr(self._e, name)
 
 
-@contextmanager
-def running_worker(s: Settings, engine: Any) -> Iterator[Any]:
-    from streams.worker.loop import Worker
-    from streams.worker.metrics import WorkerMetrics
-
-    s = s.replace(transactional_id=f"test-fair-{uuid.uuid4().hex[:8]}")
-    store = new_store(s)
-    cache = AudioCache(s.redis_url, 600, namespace=cache_namespace(s))
-    w = Worker(s.kafka, s.batching, engine, store, cache, WorkerMetrics(0), dedup_window_s=s.dedup_window_s)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            w.run()
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=run, name="worker", daemon=True)
-    t.start()
-    try:
-        yield w
-    finally:
-        w.stop()
-        t.join(60)
-        store.close()
-        cache.close()
-        assert not t.is_alive(), "worker did not stop"
-        if errors:
-            raise errors[0]
+def running_worker(s: Settings, engine: Any) -> Any:
+    return _running_worker(s, engine, tid_prefix="test-fair")
 
 
 class Driver:

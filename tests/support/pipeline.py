@@ -5,7 +5,11 @@ checked in S3."""
 from __future__ import annotations
 
 import hashlib
+import threading
+import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +17,7 @@ from confluent_kafka import Producer
 
 from engine import audio as audio_codec
 from schemas import Completion, Segment, decode_completion, encode, request_hash, segment_hash
-from storage import AudioStore
+from storage import AudioCache, AudioStore
 from streams.settings import Settings
 from streams.stage.text import normalize, split_segments
 from tests.integration.conftest import drain_topic
@@ -120,3 +124,38 @@ def answer_requests(settings: Settings, log_dir: Any, requests: list[dict[str, A
         cs = completions(settings, count=len({r["request_id"] for r in requests}), timeout=timeout)
         sup.check_alive()
     return cs
+
+
+@contextmanager
+def running_worker(settings: Settings, engine: Any, *, tid_prefix: str = "test-worker", store: AudioStore | None = None,
+                   cache: AudioCache | None = None, overlap: bool | None = None) -> Iterator[Any]:
+    """A real Worker loop on a thread, with its own transactional id; stopped, closed and its
+    error (if any) re-raised in the test thread on exit."""
+    from streams.worker.loop import Worker
+    from streams.worker.metrics import WorkerMetrics
+
+    s = settings.replace(transactional_id=f"{tid_prefix}-{uuid.uuid4().hex[:8]}")
+    store = store or new_store(s)
+    cache = cache or AudioCache(s.redis_url, 600, namespace=cache_namespace(s))
+    w = Worker(s.kafka, s.batching, engine, store, cache, WorkerMetrics(0), dedup_window_s=s.dedup_window_s,
+               overlap=overlap)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            w.run()
+        except BaseException as e:  # surfaced in the test thread below
+            errors.append(e)
+
+    t = threading.Thread(target=run, name="worker", daemon=True)
+    t.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+        t.join(60)
+        store.close()
+        cache.close()
+        assert not t.is_alive(), "worker did not stop"
+        if errors:
+            raise errors[0]
