@@ -25,7 +25,7 @@ import numpy as np
 from engine.base import Audio, Backend, Failure, ModelInfo, Prepared, SynthItem
 from engine.errors import BackendError, EngineError, ItemError
 
-__all__ = ["WARMUP_TEXT", "Engine", "pow2_bucket"]
+__all__ = ["WARMUP_TEXT", "Engine", "pow2_bucket", "synthesize_planned"]
 
 _log = logging.getLogger("ttsflow.engine")
 
@@ -141,27 +141,7 @@ class Engine:
     # -- all at once ----------------------------------------------------------------
     def synthesize(self, items: Sequence[SynthItem]) -> list[Audio | Failure]:
         """One ``Audio`` or ``Failure`` per item, in the order given."""
-        results: list[Audio | Failure | None] = [None] * len(items)
-        prepared = self.prepare_many(items)
-        ok: list[int] = []
-        for i, p in enumerate(prepared):
-            if isinstance(p, Failure):
-                results[i] = p
-            else:
-                ok.append(i)
-        ready: list[Prepared] = [prepared[i] for i in ok]  # type: ignore[misc]
-        for group in self.plan(ready):
-            batch = [ready[g] for g in group]
-            try:
-                raw = self.infer_batch(batch)
-            except BackendError as e:
-                _log.warning("event=batch_failed size=%d error=%s", len(batch), e)
-                for g in group:
-                    results[ok[g]] = Failure.of(e)
-                continue
-            for g, res in zip(group, self.postprocess_many(raw, batch), strict=True):
-                results[ok[g]] = res
-        return [r if r is not None else Failure("engine_error", "no result") for r in results]
+        return synthesize_planned(self, items)
 
     def warm_up(self) -> float:
         """Synthesize one short sentence (first-run allocations, kernel choice); its seconds."""
@@ -175,3 +155,30 @@ class Engine:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def synthesize_planned(engine: Any, items: Sequence[SynthItem]) -> list[Audio | Failure]:
+    """``items`` through ``engine``'s four steps (``prepare_many``, ``plan``, ``infer_batch``,
+    ``postprocess_many``): one ``Audio`` or ``Failure`` per item, in the order given; a batch the
+    backend fails fails each of its items. Shared by :class:`Engine` and the backend router."""
+    results: list[Audio | Failure | None] = [None] * len(items)
+    prepared = engine.prepare_many(items)
+    ok: list[int] = []
+    for i, p in enumerate(prepared):
+        if isinstance(p, Failure):
+            results[i] = p
+        else:
+            ok.append(i)
+    ready: list[Prepared] = [prepared[i] for i in ok]
+    for group in engine.plan(ready):
+        batch = [ready[g] for g in group]
+        try:
+            raw = engine.infer_batch(batch)
+        except BackendError as e:
+            _log.warning("event=batch_failed size=%d error=%s", len(batch), e)
+            for g in group:
+                results[ok[g]] = Failure.of(e)
+            continue
+        for g, res in zip(group, engine.postprocess_many(raw, batch), strict=True):
+            results[ok[g]] = res
+    return [r if r is not None else Failure("engine_error", "no result") for r in results]

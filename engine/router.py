@@ -31,6 +31,7 @@ import numpy as np
 
 from engine.audio import resample
 from engine.base import Audio, Failure, ModelInfo, Prepared, SynthItem
+from engine.engine import synthesize_planned
 from engine.errors import BackendError, ModelLoadError, UnknownVoice
 
 __all__ = ["BackendRouter"]
@@ -170,24 +171,7 @@ class BackendRouter:
         return out
 
     def synthesize(self, items: Sequence[SynthItem]) -> list[Audio | Failure]:
-        results: list[Audio | Failure | None] = [None] * len(items)
-        prepared = self.prepare_many(items)
-        ok = [i for i, p in enumerate(prepared) if not isinstance(p, Failure)]
-        for i, p in enumerate(prepared):
-            if isinstance(p, Failure):
-                results[i] = p
-        ready: list[Prepared] = [prepared[i] for i in ok]  # type: ignore[misc]
-        for group in self.plan(ready):
-            batch = [ready[g] for g in group]
-            try:
-                raw = self.infer_batch(batch)
-            except BackendError as e:
-                for g in group:
-                    results[ok[g]] = Failure.of(e)
-                continue
-            for g, r in zip(group, self.postprocess_many(raw, batch), strict=True):
-                results[ok[g]] = r
-        return [r if r is not None else Failure("engine_error", "no result") for r in results]
+        return synthesize_planned(self, items)
 
     # -- hot reload (backends served from the model store) -----------------------------
     def _managers(self) -> list[Any]:

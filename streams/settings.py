@@ -508,12 +508,8 @@ class Settings:
 
     @property
     def served_backends(self) -> tuple[str, ...]:
-        """The backends one worker serves, the default first: ``backends`` when set (``backend`` first
-        if it is among them), else ``backend`` alone. ``Settings`` checks the names at load."""
-        names = tuple(dict.fromkeys(b.strip() for b in self.backends.split(",") if b.strip()))
-        if not names:
-            return (self.backend,)
-        return (self.backend, *[b for b in names if b != self.backend]) if self.backend in names else names
+        """:attr:`EngineSettings.served_backends` of this settings' engine section."""
+        return self.engine.served_backends
 
     def engine_options(self) -> dict[str, Any]:
         """:meth:`EngineSettings.engine_options` of this settings' engine section."""
