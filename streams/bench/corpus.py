@@ -31,6 +31,7 @@ from typing import Literal
 from schemas import Request, encode
 
 __all__ = [
+    "ASR_SENTENCES",
     "DEMO_ZH_VOICE",
     "LONG_TEXT",
     "LONG_TEXT_ZH",
@@ -42,6 +43,35 @@ __all__ = [
     "encode_request",
     "sentences",
 ]
+
+# Twenty-four varied English sentences scored by the offline recognizer (tests/support/asr.py, bench gateway): statements, questions, numbers, names, commands,
+# long and short. Numbers are written as the voices read them back.
+ASR_SENTENCES: tuple[str, ...] = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Please call me back as soon as you get this message.",
+    "The weather today is sunny with a light breeze from the west.",
+    "Can you tell me where the nearest train station is?",
+    "She opened the window and looked out at the garden.",
+    "We will meet at the library on Monday morning.",
+    "The children played in the park until it got dark.",
+    "Turn left at the second traffic light and drive for two miles.",
+    "My favorite color is blue, but I also like green.",
+    "He bought three apples and a loaf of bread at the market.",
+    "The meeting has been moved to next Thursday afternoon.",
+    "Water boils at one hundred degrees.",
+    "Do you want to go for a walk after dinner?",
+    "The old house at the end of the street was empty for years.",
+    "I think we should leave early to avoid the traffic.",
+    "Thank you very much for your help yesterday.",
+    "The doctor said I should drink more water every day.",
+    "There are seven days in a week and twelve months in a year.",
+    "Reading a good book is a great way to relax in the evening.",
+    "Please turn off the lights when you leave the room.",
+    "The company hired four new people last month.",
+    "It was the best of times, it was the worst of times.",
+    "Our flight to New York leaves at nine in the morning.",
+    "Keep the door closed so the cat does not get out.",
+)
 
 Expect = Literal["ok", "failed", "dlq", "duplicate"]
 

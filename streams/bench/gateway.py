@@ -28,20 +28,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from streams.bench.corpus import ASR_SENTENCES
 from streams.bench.harness import isolated, percentile
 
 __all__ = ["main"]
 
-_SENTENCES = (
-    "The quick brown fox jumps over the lazy dog.",
-    "Please call me back as soon as you get this message.",
-    "The weather today is sunny with a light breeze from the west.",
-    "Can you tell me where the nearest train station is?",
-    "She opened the window and looked out at the garden.",
-    "We will meet at the library on Monday morning.",
-    "The children played in the park until it got dark.",
-    "Turn left at the second traffic light and drive for two miles.",
-)
+_SENTENCES = ASR_SENTENCES[:8]
 
 
 def _fresh(i: int, salt: int) -> str:

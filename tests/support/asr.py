@@ -17,36 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from streams.bench.corpus import ASR_SENTENCES as SENTENCES  # the scored sentences live with the corpora
+
 __all__ = ["SENTENCES", "normalize_text", "recognize", "word_error", "word_error_many"]
 
-# Twenty-four varied English sentences: statements, questions, numbers, names, commands,
-# long and short. Numbers are written as the voices read them back.
-SENTENCES: tuple[str, ...] = (
-    "The quick brown fox jumps over the lazy dog.",
-    "Please call me back as soon as you get this message.",
-    "The weather today is sunny with a light breeze from the west.",
-    "Can you tell me where the nearest train station is?",
-    "She opened the window and looked out at the garden.",
-    "We will meet at the library on Monday morning.",
-    "The children played in the park until it got dark.",
-    "Turn left at the second traffic light and drive for two miles.",
-    "My favorite color is blue, but I also like green.",
-    "He bought three apples and a loaf of bread at the market.",
-    "The meeting has been moved to next Thursday afternoon.",
-    "Water boils at one hundred degrees.",
-    "Do you want to go for a walk after dinner?",
-    "The old house at the end of the street was empty for years.",
-    "I think we should leave early to avoid the traffic.",
-    "Thank you very much for your help yesterday.",
-    "The doctor said I should drink more water every day.",
-    "There are seven days in a week and twelve months in a year.",
-    "Reading a good book is a great way to relax in the evening.",
-    "Please turn off the lights when you leave the room.",
-    "The company hired four new people last month.",
-    "It was the best of times, it was the worst of times.",
-    "Our flight to New York leaves at nine in the morning.",
-    "Keep the door closed so the cat does not get out.",
-)
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
          "sixteen seventeen eighteen nineteen").split()
