@@ -46,16 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-CORPUS = (
-    "The morning train to the coast was delayed by twenty minutes, so most of us waited on the cold platform.",
-    "Please remember to bring your passport and two forms of identification to the appointment.",
-    "Scientists announced that the new telescope had captured clear images of a distant galaxy.",
-    "If the weather stays calm tonight, we will walk down to the harbor and watch the boats come in.",
-    "She opened the old wooden box and found a bundle of letters tied with a faded ribbon.",
-    "Our support team is available every day from eight in the morning until ten at night.",
-    "The committee will review each proposal carefully and publish its decision next month.",
-    "After the storm had passed, the children ran outside to splash in the puddles.",
-)
+from chattts_bench import CORPUS  # noqa: E402 (this folder is sys.path[0] when run as a script)
+
 MODELS = ROOT / "deploy" / "gpu" / "wheels" / "models"
 PIPER_SR, HIBARI_SR = 22_050, 24_000
 QUICK_IDS = 24  # --quick: phoneme ids per item
