@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from streams.bench.harness import isolated
-from streams.devstack.procs import Supervisor
-from streams.devstack.stack import ensure_topics
-from tests.integration.conftest import TEST_PARTITIONS, _cleanup
-from tests.support.stack import require_stack
+from tests.support.gateway import gateway_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 
@@ -62,36 +57,25 @@ def test_the_playground_speaks_a_phrase(browser, tmp_path, stream: bool) -> None
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    unique = f"gwpg-{uuid.uuid4().hex[:8]}"
-    s = isolated(require_stack(), unique).replace(partitions=TEST_PARTITIONS)
-    ensure_topics(s, partitions=TEST_PARTITIONS)
-    try:
-        with Supervisor(tmp_path / "logs") as sup:
-            sup.stage("stage", s)
-            sup.worker("worker", s)
-            gw = sup.gateway("gateway", s)
-            for p in sup.procs.values():
-                sup.wait_ready(p, timeout=240)
-            d = browser
-            d.get(f"http://127.0.0.1:{gw.settings.gateway_port}/")  # type: ignore[attr-defined]
-            assert "ttsflow playground" in d.title  # type: ignore[attr-defined]
-            _until(lambda: len(Select(d.find_element(By.ID, "voice")).options) > 1, 30, "voices listed")
-            Select(d.find_element(By.ID, "voice")).select_by_visible_text("nova")
-            Select(d.find_element(By.ID, "format")).select_by_visible_text("mp3")
-            text = d.find_element(By.ID, "text")
-            text.clear()
-            text.send_keys("Please call me back as soon as you get this message.")
-            if stream:
-                d.find_element(By.ID, "stream").click()
-            d.find_element(By.ID, "speak").click()
-            status = _until(lambda: (t := d.find_element(By.ID, "status").text).startswith(("ok", "HTTP", "error"))
-                            and t, 180, "an answer")
-            assert status.startswith("ok request_id="), status
-            assert "latency=" in status and "cached=" in status and "streamed=" in status
-            duration = _until(lambda: d.execute_script(
-                "const a = document.getElementById('audio');"
-                "return a.readyState >= 1 && isFinite(a.duration) ? a.duration : 0;"), 30, "playable audio")
-            assert 2.0 < duration < 8.0, duration
-            assert d.execute_script("return document.getElementById('audio').error") is None
-    finally:
-        _cleanup(s, unique)
+    with gateway_pipeline(tmp_path / "logs", "gwpg") as gw:
+        d = browser
+        d.get(f"http://127.0.0.1:{gw.settings.gateway_port}/")  # type: ignore[attr-defined]
+        assert "ttsflow playground" in d.title  # type: ignore[attr-defined]
+        _until(lambda: len(Select(d.find_element(By.ID, "voice")).options) > 1, 30, "voices listed")
+        Select(d.find_element(By.ID, "voice")).select_by_visible_text("nova")
+        Select(d.find_element(By.ID, "format")).select_by_visible_text("mp3")
+        text = d.find_element(By.ID, "text")
+        text.clear()
+        text.send_keys("Please call me back as soon as you get this message.")
+        if stream:
+            d.find_element(By.ID, "stream").click()
+        d.find_element(By.ID, "speak").click()
+        status = _until(lambda: (t := d.find_element(By.ID, "status").text).startswith(("ok", "HTTP", "error"))
+                        and t, 180, "an answer")
+        assert status.startswith("ok request_id="), status
+        assert "latency=" in status and "cached=" in status and "streamed=" in status
+        duration = _until(lambda: d.execute_script(
+            "const a = document.getElementById('audio');"
+            "return a.readyState >= 1 && isFinite(a.duration) ? a.duration : 0;"), 30, "playable audio")
+        assert 2.0 < duration < 8.0, duration
+        assert d.execute_script("return document.getElementById('audio').error") is None

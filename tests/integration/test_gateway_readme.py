@@ -7,17 +7,11 @@ import json
 import re
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 
-from streams.bench.harness import isolated
-from streams.devstack.procs import Supervisor
-from streams.devstack.stack import ensure_topics
-from tests.integration.conftest import TEST_PARTITIONS, _cleanup
-from tests.support.gateway import decode_av, decode_pcm
-from tests.support.stack import require_stack
+from tests.support.gateway import decode_av, decode_pcm, gateway_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,24 +30,13 @@ def test_the_readme_curl_examples_work(tmp_path: Path) -> None:
         pytest.skip("curl is not installed")
     script = _examples()
     assert script.count("curl ") == 4
-    unique = f"gwrd-{uuid.uuid4().hex[:8]}"
-    s = isolated(require_stack(), unique).replace(partitions=TEST_PARTITIONS)
-    ensure_topics(s, partitions=TEST_PARTITIONS)
-    try:
-        with Supervisor(tmp_path / "logs") as sup:
-            sup.stage("stage", s)
-            sup.worker("worker", s)
-            gw = sup.gateway("gateway", s)
-            for p in sup.procs.values():
-                sup.wait_ready(p, timeout=240)
-            work = tmp_path / "run"
-            work.mkdir()
-            port = gw.settings.gateway_port
-            run = subprocess.run(["bash", "-euo", "pipefail", "-c", script.replace("127.0.0.1:8000", f"127.0.0.1:{port}")],
-                                 cwd=work, capture_output=True, text=True, timeout=400)
-            assert run.returncode == 0, run.stderr
-    finally:
-        _cleanup(s, unique)
+    with gateway_pipeline(tmp_path / "logs", "gwrd") as gw:
+        work = tmp_path / "run"
+        work.mkdir()
+        port = gw.settings.gateway_port
+        run = subprocess.run(["bash", "-euo", "pipefail", "-c", script.replace("127.0.0.1:8000", f"127.0.0.1:{port}")],
+                             cwd=work, capture_output=True, text=True, timeout=400)
+        assert run.returncode == 0, run.stderr
     for name, lo, hi in (("hello.mp3", 0.8, 4.0), ("order.wav", 0.8, 4.0)):
         x, rate = decode_av((work / name).read_bytes())
         assert lo < len(x) / rate < hi, name

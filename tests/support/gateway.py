@@ -10,13 +10,17 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from streams.gateway.audio import RATE
 
-__all__ = ["decode_av", "decode_ffmpeg", "decode_pcm", "http", "wait_http"]
+__all__ = ["decode_av", "decode_ffmpeg", "decode_pcm", "gateway_pipeline", "http", "wait_http"]
 
 
 def decode_av(data: bytes) -> tuple[np.ndarray, int]:
@@ -73,3 +77,28 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{url} not answering 200 after {timeout:.0f}s")
         time.sleep(0.2)
+
+
+@contextmanager
+def gateway_pipeline(logs: Path, prefix: str) -> Iterator[Any]:
+    """A stage, a worker and a gateway on topics of their own on the shared stack, all ready;
+    yields the gateway's process (``.settings.gateway_port``); the topics go afterwards."""
+    from streams.bench.harness import isolated
+    from streams.devstack.procs import Supervisor
+    from streams.devstack.stack import ensure_topics
+    from tests.integration.conftest import TEST_PARTITIONS, _cleanup
+    from tests.support.stack import require_stack
+
+    unique = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    s = isolated(require_stack(), unique).replace(partitions=TEST_PARTITIONS)
+    ensure_topics(s, partitions=TEST_PARTITIONS)
+    try:
+        with Supervisor(logs) as sup:
+            sup.stage("stage", s)
+            sup.worker("worker", s)
+            gw = sup.gateway("gateway", s)
+            for p in sup.procs.values():
+                sup.wait_ready(p, timeout=240)
+            yield gw
+    finally:
+        _cleanup(s, unique)
