@@ -298,17 +298,18 @@ class Worker:
             misses.append(s)
         self.parts.batch(misses, self._part_failed)
 
-        # 5) synthesize ready batches (model on this thread; DSP, encode, upload on the pools); one item
-        #    a turn for a backend without batching, so each is answered and committed as it is made
+        # 5) synthesize ready batches (the model on its own thread, so this loop goes on answering and
+        #    committing while it runs; DSP, encode, upload after it); one item a turn for a backend
+        #    without batching, so each is answered and committed as it is made
         now = self.clock()
         while self.parts.ready(now):
-            self.parts.synthesize(self.parts.batcher.take_with_wait(now), self._part_failed, self.ledger.queued)
+            self.parts.synthesize(self.parts.batcher.take_with_wait(now))
             if not self.native_batching:
                 break
             now = self.clock()
 
         # 6) collect encoded and uploaded parts, update the cache, mark their offsets done
-        self.parts.collect(self.ledger.part_made, self._part_failed)
+        self.parts.collect(self.ledger.part_made, self._part_failed, self.ledger.queued)
 
         # 7) finished requests: join in order, resample, encode, upload; failed ones: answer
         self._finalize_ready()
@@ -381,15 +382,15 @@ class Worker:
 
     def _settle(self) -> None:
         """Finish, with the serving model, everything batched, synthesizing or joining (before a forced swap)."""
-        self.parts.synthesize_all(self.clock, self._part_failed, self.ledger.queued)
+        self.parts.synthesize_all(self.clock)
         wait(self.parts.futures(), _SETTLE_TIMEOUT_S)
-        self.parts.collect(self.ledger.part_made, self._part_failed)
+        self.parts.collect(self.ledger.part_made, self._part_failed, self.ledger.queued)
         self._finalize_ready()
         wait(self.joiner.futures(), _SETTLE_TIMEOUT_S)
         self.joiner.collect(self.ledger.current, self._joined)
 
     def _finish_in_flight(self) -> None:
-        self.parts.collect(self.ledger.part_made, self._part_failed)
+        self.parts.collect(self.ledger.part_made, self._part_failed, self.ledger.queued)
         self._finalize_ready()
         self.joiner.collect(self.ledger.current, self._joined)
 

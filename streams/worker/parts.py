@@ -13,8 +13,13 @@ Invariants:
   item of that call (and nothing else).
 * S3 unreachable during an upload raises :class:`~storage.errors.S3Unavailable` into the
   loop, which commits nothing (its reaction is the loop's).
-* At most two model calls' post-processing is in flight; the model runs on the loop's
-  thread, DSP, encode and upload on the pools.
+* At most two model calls are in flight. The model runs on a thread of its own (one call at
+  a time, in the order taken), so the loop keeps polling, answering and committing while it
+  runs: a finished request is answered while the next item is synthesized, not after it.
+  DSP and encode follow the model on its thread (on a second thread when ``overlap``: a model
+  on a device works on the next call meanwhile); uploads run on the S3 pool.
+* A call's results (made parts, failed items, each item's wait until the model started on it)
+  reach the ledger only through :meth:`PartMaker.collect`, on the loop's thread.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from engine.engine import Engine
 from engine.errors import EngineError
 from engine.quality import check_audio
 from storage.cache import AudioCache
-from storage.errors import S3Unavailable
 from storage.s3 import AudioStore
 from streams.worker.batcher import MicroBatcher
 from streams.worker.keys import PART_FORMAT
@@ -49,7 +53,9 @@ _MAX_CALLS_IN_FLIGHT = 2
 
 Made = Callable[[str, Part, float], None]      # part_id, the part, its share of the synthesis time
 Failed = Callable[[str, Failure], None]        # part_id, why
-_Made = tuple[Seg, Audio | Failure, str, float, str, int]  # segment, result, key, synth share, sha256, bytes
+Queued = Callable[[Seg, float], None]          # segment, seconds from batching to the model starting on it
+# segment, result, key, synth share, sha256, bytes, wait
+_Made = tuple[Seg, Audio | Failure, str, float, str, int, float]
 
 
 class PartMaker:
@@ -63,9 +69,11 @@ class PartMaker:
         self.metrics = metrics
         self.batcher = batcher
         self.max_batch = max_batch
+        self._model = ThreadPoolExecutor(1, thread_name_prefix="model")
         self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
         self._io = io
-        self._futs: list[tuple[int, Future[list[_Made]]]] = []
+        self._futs: list[tuple[int, Future[list[_Made]], Future[None]]] = []  # size, results, the model job
+        self._dropped: list[Future[Any]] = []  # jobs of dropped calls still running (busy until they end)
 
     # -- 3) cache, 4) batch ---------------------------------------------------------------
     def cached(self, part_id: str) -> Part | None:
@@ -102,36 +110,41 @@ class PartMaker:
     def ready(self, now: float) -> bool:
         return self.batcher.ready(now) and len(self._futs) < _MAX_CALLS_IN_FLIGHT
 
-    def synthesize(self, batch: list[tuple[Seg, float]], failed: Failed,
-                   queued: Callable[[Seg, float], None]) -> None:
-        """Run the model on one batch (this thread); post-process, encode, upload on the pools."""
+    def synthesize(self, batch: list[tuple[Seg, float]]) -> None:
+        """Queue one batch for the model thread (in order); its results come back through :meth:`collect`."""
         segs = [s for s, _ in batch]
         waits = [w for _, w in batch]
         prepared: list[Prepared] = [s.prepared for s in segs]  # type: ignore[misc]
         for group in self.engine.plan(prepared):
-            gsegs = [segs[i] for i in group]
-            gprep = [prepared[i] for i in group]
-            t0 = time.perf_counter()
-            try:
-                raw = self.engine.infer_batch(gprep)
-            except EngineError as e:  # the model failed on the batch: every item of it fails
-                _log.warning("event=batch_failed size=%d error=%s", len(gsegs), e)
-                for s in gsegs:
-                    failed(s.part_id, Failure.of(e))
-                continue
-            infer_s = time.perf_counter() - t0
-            gwaits = [waits[i] for i in group]
-            for s, w in zip(gsegs, gwaits, strict=True):
-                queued(s, w)
-            job = self._post.submit(self._postprocess_upload, gsegs, gprep, raw, infer_s, gwaits) \
-                if self._post is not None else _done_future(self._postprocess_upload, gsegs, gprep, raw, infer_s,
-                                                             gwaits)
-            self._futs.append((len(gsegs), job))
+            done: Future[list[_Made]] = Future()
+            job = self._model.submit(self._call, [segs[i] for i in group], [prepared[i] for i in group],
+                                     [waits[i] for i in group], time.perf_counter(), done)
+            self._futs.append((len(group), done, job))
 
-    def synthesize_all(self, now: Callable[[], float], failed: Failed, queued: Callable[[Seg, float], None]) -> None:
+    def synthesize_all(self, now: Callable[[], float]) -> None:
         """Everything batched, now, whatever its deadline (before a forced model swap)."""
         while len(self.batcher):
-            self.synthesize(self.batcher.take_with_wait(now(), force=True), failed, queued)
+            self.synthesize(self.batcher.take_with_wait(now(), force=True))
+
+    def _call(self, segs: list[Seg], prepared: list[Prepared], waits: list[float], submitted: float,
+              done: Future[list[_Made]]) -> None:
+        """Model thread: one model call, then its post-processing (here, or on the post thread)."""
+        t0 = time.perf_counter()
+        waits = [w + (t0 - submitted) for w in waits]  # behind the call before it, too
+        try:
+            raw = self.engine.infer_batch(prepared)
+        except EngineError as e:  # the model failed on the batch: every item of it fails
+            _log.warning("event=batch_failed size=%d error=%s", len(segs), e)
+            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w) for s, w in zip(segs, waits, strict=True)])
+            return
+        except BaseException as e:  # not an engine's failure: raised into the loop at collect
+            done.set_exception(e)
+            return
+        args = (segs, prepared, raw, time.perf_counter() - t0, waits)
+        if self._post is None:
+            _run_into(done, self._postprocess_upload, *args)
+        else:
+            self._post.submit(_run_into, done, self._postprocess_upload, *args)
 
     def _postprocess_upload(self, segs: list[Seg], prepared: list[Prepared], raw: list[Any], infer_s: float,
                             waits: list[float]) -> list[_Made]:
@@ -154,10 +167,10 @@ class PartMaker:
                 uploads.append(None)
         out: list[_Made] = []
         share = synth_s / max(1, len(segs))
-        for s, r, up in zip(segs, results, uploads, strict=True):
+        for s, r, up, w in zip(segs, results, uploads, waits, strict=True):
             key = self.store.key("part", s.part_id, PART_FORMAT)
             sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
-            out.append((s, r, key, share, sha, size))
+            out.append((s, r, key, share, sha, size, w))
         return out
 
     def _checked(self, s: Seg, r: Audio | Failure) -> Audio | Failure:
@@ -174,19 +187,21 @@ class PartMaker:
         return Failure("synthesis_failed", f"voice {s.seg.voice!r}: {refused.message}")
 
     # -- 6) collect -------------------------------------------------------------------------
-    def collect(self, made: Made, failed: Failed) -> None:
+    def collect(self, made: Made, failed: Failed, queued: Queued) -> None:
         """Hand over the parts of every finished model call, in order; cache the made ones."""
         keep = []
-        for n, fut in self._futs:
+        for entry in self._futs:
+            fut = entry[1]
             if not fut.done():
-                keep.append((n, fut))
+                keep.append(entry)
                 continue
             try:
                 results = fut.result()
-            except S3Unavailable:
+            except BaseException:
                 self._futs = []
                 raise
-            for s, r, key, share, sha, size in results:
+            for s, r, key, share, sha, size, w in results:
+                queued(s, w)
                 if isinstance(r, Failure):
                     failed(s.part_id, r)
                     continue
@@ -197,14 +212,15 @@ class PartMaker:
 
     # -- in flight ---------------------------------------------------------------------------
     def busy(self) -> bool:
-        return bool(self._futs)
+        self._dropped = [j for j in self._dropped if not j.done()]
+        return bool(self._futs) or bool(self._dropped)
 
     def futures(self) -> list[Future[Any]]:
-        return [f for _, f in self._futs]
+        return [f for _, f, _ in self._futs] + [j for j in self._dropped if not j.done()]
 
     def backlog(self) -> int:
         """Segments consumed and not yet synthesized: what bounds prefetching."""
-        return len(self.batcher) + sum(n for n, _ in self._futs)
+        return len(self.batcher) + sum(n for n, _, _ in self._futs)
 
     def held_by_partition(self) -> dict[int, int]:
         """Batched segments per partition (what backpressure weighs)."""
@@ -214,7 +230,11 @@ class PartMaker:
         return held
 
     def drop(self) -> None:
-        """Forget everything batched and in flight (results of calls still running are ignored)."""
+        """Forget everything batched and in flight: calls not started are cancelled, the results of
+        one still running are ignored (it counts as busy until it ends: no model swap under it)."""
+        for _, _, job in self._futs:
+            if not job.cancel() and not job.done():
+                self._dropped.append(job)
         self._futs = []
         self.batcher.remove_if(lambda s: True)
 
@@ -222,15 +242,14 @@ class PartMaker:
         self.batcher.remove_if(lambda s: s.partition in gone)
 
     def close(self) -> None:
+        self._model.shutdown(wait=True, cancel_futures=True)
         if self._post is not None:
             self._post.shutdown(wait=True, cancel_futures=True)
 
 
-def _done_future(fn: Callable[..., Any], *args: Any) -> Future[Any]:
-    """Run ``fn`` now and wrap its outcome in a finished future (no-overlap mode)."""
-    fut: Future[Any] = Future()
+def _run_into(fut: Future[Any], fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn`` and put its outcome (result or exception, raised into the loop at collect) in ``fut``."""
     try:
         fut.set_result(fn(*args))
-    except S3Unavailable as e:
+    except BaseException as e:
         fut.set_exception(e)
-    return fut

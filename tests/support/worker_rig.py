@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from datetime import UTC, datetime
 from typing import Any
@@ -339,6 +339,15 @@ class Rig:
             self.worker.run_once()
             # joins and uploads run on the worker's pool: let them finish before the next turn
             futures.wait(self.worker.joiner.futures() + self.worker.parts.futures() + self.worker.checkpoint.futures(), 10)
+
+    def run_until(self, cond: Callable[[], bool], max_steps: int = 30) -> None:
+        """Turns of the loop until ``cond()`` holds (the model runs on its own thread: how many turns
+        a request takes is the loop's business, not the test's)."""
+        for _ in range(max_steps):
+            self.run(steps=1)
+            if cond():
+                return
+        raise AssertionError(f"not reached in {max_steps} turns of the loop")
 
     def completions(self) -> list[Any]:
         return [decode_completion(m.value()) for m in self.broker.read(COMPLETED)]
