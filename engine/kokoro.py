@@ -5,9 +5,11 @@ wheels and joined, with its sha256 checked, into the versioned model store
 (:mod:`engine.store`, ``kokoro/<version>-int8/``) beside ``config.json`` (the phoneme
 vocabulary), ``voices.npz`` (the voice styles) and ``jieba.cache`` (the Mandarin word
 segmenter's dictionary, built once at install so that loading writes nothing anywhere).
-The only styles on PyPI are the five Japanese ones (``jf_alpha`` ...); Kokoro's Mandarin
-styles (``zf_*``, ``zm_*``) are not shipped in any wheel, so the voices are those styles
-speaking Mandarin and English phonemes (measured in :mod:`engine.voices`).
+The styles on PyPI are the five Japanese ones (``jf_alpha`` ...); four of Kokoro's Mandarin
+styles (``zm_yunjian``, ``zf_xiaobei``, ``zf_xiaoyi``, ``zm_yunyang``) come with ttsflow
+(:mod:`engine.kokoro_wheels`: from the Apache-2.0 npm package kokoro-js, digests pinned).
+Every style speaks Mandarin and English phonemes; the Mandarin ones are heard with about
+half the character errors of the Japanese ones (measured in :mod:`engine.voices`).
 
 Front end, per item (``prepare``):
 
@@ -43,8 +45,9 @@ from engine.providers import detect_precision, make_session
 __all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "voices_path"]
 
 SAMPLE_RATE = 24_000
-VOICES: tuple[str, ...] = ("jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")
-DEFAULT_VOICE = "jm_kumo"  # the lowest character error of the five (engine.voices)
+VOICES: tuple[str, ...] = ("zm_yunjian", "zf_xiaobei", "zf_xiaoyi", "zm_yunyang",
+                           "jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")
+DEFAULT_VOICE = "zm_yunjian"  # the lowest character error of the nine (engine.voices)
 MAX_TOKENS = 500
 VOICES_NAME = "voices.npz"
 JIEBA_CACHE = "jieba.cache"

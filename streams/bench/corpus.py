@@ -138,7 +138,7 @@ LONG_TEXT = " ".join([
 # Mandarin for a kokoro voice: a short sentence, one whose numbers engine/zh_text.py must read
 # (money, a phone number without separators, a date, a percentage), and a narration over 1,000
 # characters the stage splits at its sentence ends and the worker joins back in order.
-DEMO_ZH_VOICE = "jm_kumo"
+DEMO_ZH_VOICE = "zm_yunjian"
 LONG_TEXT_ZH = "".join([
     "秋天的第一个寒冷早晨，河边的小镇慢慢醒来。",
     "渔民们扛着渔网走向河边，面包师傅推开了店铺的窗板。",

