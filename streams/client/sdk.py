@@ -108,8 +108,22 @@ def _start_offsets(consumer: Any, topic: str, parts: list[int], since_ms: int, t
             if time.monotonic() >= deadline:
                 raise StackUnavailable(f"could not look up offsets of {topic}: {e.args[0].str()}") from None
             time.sleep(0.1)  # back-off between retries of a retriable broker answer
-    # -1: nothing at or after the timestamp in that partition, start at its end
-    return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END) for tp in got]
+    # -1: nothing at or after the timestamp in that partition: start at its end as of now, a concrete
+    # offset (the last stable one: read_committed). A logical OFFSET_END would be resolved only when
+    # the fetcher starts, after the caller may have published, and an answer landing in between
+    # would never be seen (a fast pipeline on a fresh topic, a loaded machine).
+    out = []
+    for tp in got:
+        offset = tp.offset
+        if offset < 0:
+            try:
+                marks = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition),
+                                                       timeout=max(deadline - time.monotonic(), 1.0), cached=False)
+            except KafkaException:
+                marks = None
+            offset = marks[1] if marks is not None else OFFSET_END  # None: timed out
+        out.append(TopicPartition(topic, tp.partition, offset))
+    return out
 
 
 def pipeline_problems(settings: Settings, timeout: float = 3.0) -> list[str]:
