@@ -610,7 +610,7 @@ def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 6
             starts = _start_offsets(c, kafka.topic_completed, sorted(ends), since, 10)
             from confluent_kafka import OFFSET_END
 
-            starts = [tp for tp in starts if tp.offset != OFFSET_END]
+            starts = [tp for tp in starts if tp.offset != OFFSET_END and tp.offset < ends[tp.partition]]  # else nothing newer
             if not starts:
                 return None
             ends = {tp.partition: ends[tp.partition] for tp in starts}
