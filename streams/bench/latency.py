@@ -226,6 +226,9 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
         tf.wait_ready(240)
         bl.wait_ready(240)
         report["model"] = {"baseline": bl.model(), "ttsflow": tf.model()}
+        # the same thread budget: the baseline's one process runs one call on all of it, ttsflow's
+        # worker splits it into model lanes (TTS_MODEL_LANES) when its backend runs items one by one
+        report["model_calls"] = {"baseline": f"1 x {report['engine_threads']} threads", "ttsflow": tf.lanes()}
         for sysm in systems:
             _phase(sysm, "warm", texts(3), None, rng, answer_timeout=120, prefix=prefix)
         res: dict[str, dict[str, Any]] = {x.name: {"rates": []} for x in systems}

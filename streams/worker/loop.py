@@ -127,7 +127,8 @@ class Worker:
     def __init__(self, kafka: KafkaSettings, batching: BatchingSettings, engine: Engine | ModelManager,
                  store: AudioStore, cache: AudioCache, metrics: Any, *, dedup_window_s: int, consumer: Any = None, producer: Any = None, reader: Any = None, overlap: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, reload_max_wait_s: float = _RELOAD_MAX_WAIT_S,
-                 producer_factory: Callable[[], Any] | None = None, wedge_grace_s: float = WEDGE_GRACE_S) -> None:
+                 producer_factory: Callable[[], Any] | None = None, wedge_grace_s: float = WEDGE_GRACE_S,
+                 lanes: int = 1) -> None:
         from confluent_kafka import Consumer, Producer
 
         from streams.kafka import consumer_config, reader_config, transactional_config
@@ -160,8 +161,10 @@ class Worker:
         self.native_batching = bool(engine.native_batching)
         batcher: MicroBatcher[Seg] = MicroBatcher.from_section(
             batching if self.native_batching else dataclasses.replace(batching, max_batch=1), clock)
+        # model calls at once (streams.worker.main.model_lanes: 2 one-by-one backends on 2+ cores)
+        self.lanes = lanes
         self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batcher.max_batch,
-                               overlap=self.overlap, io=self._io)
+                               overlap=self.overlap, io=self._io, lanes=lanes)
         self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s)
         self.checkpoint = Checkpoint(kafka=kafka, ledger=self.ledger, consumer=self.consumer, producer=self.producer,
                                      done_log=self.done_log, metrics=metrics, chunk=self._chunk, clock=clock,
@@ -195,9 +198,9 @@ class Worker:
         self.producer.init_transactions()
         self.consumer.subscribe(on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
         self.metrics.ready(True)
-        _log.info("event=worker_started transactional_id=%s group=%s model=%s provider=%s overlap=%s",
+        _log.info("event=worker_started transactional_id=%s group=%s model=%s provider=%s overlap=%s lanes=%d",
                   self.kafka.effective_transactional_id, self.kafka.worker_group, self.identity,
-                  self.gate.model_info.provider, self.overlap)
+                  self.gate.model_info.provider, self.overlap, self.lanes)
 
     def stop(self) -> None:
         self._stop.set()
@@ -298,14 +301,12 @@ class Worker:
             misses.append(s)
         self.parts.batch(misses, self._part_failed)
 
-        # 5) synthesize ready batches (the model on its own thread, so this loop goes on answering and
-        #    committing while it runs; DSP, encode, upload after it); one item a turn for a backend
-        #    without batching, so each is answered and committed as it is made
+        # 5) hand ready batches to the model lanes (threads of their own, so this loop goes on answering
+        #    and committing while they run; DSP, encode, upload after the model), as many as the lanes
+        #    take plus one queued: a backend without batching gets batches of one, each answered as made
         now = self.clock()
         while self.parts.ready(now):
             self.parts.synthesize(self.parts.batcher.take_with_wait(now))
-            if not self.native_batching:
-                break
             now = self.clock()
 
         # 6) collect encoded and uploaded parts, update the cache, mark their offsets done

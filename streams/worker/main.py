@@ -8,6 +8,7 @@ to an exit status.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -57,6 +58,29 @@ def open_engine(engine: EngineSettings, *, model_dir: Path, max_batch: int) -> A
     router = BackendRouter(engines, default=names[0])
     router.cold_start_s = time.perf_counter() - t0
     return router
+
+
+def model_lanes(engine: EngineSettings, cores: int | None = None) -> tuple[int, int]:
+    """(model calls at once, intra-op threads per call) for this engine section on ``cores`` cores.
+
+    ``TTS_MODEL_LANES`` 0 (auto) is 2 when every served backend runs items one by one (hibari,
+    kokoro: its calls cannot use a batch to fill the cores) and there are 2 or more cores, else 1.
+    ``TTS_THREADS`` is the budget the lanes share (0: all cores); one lane with no budget set
+    leaves onnxruntime its default (all cores)."""
+    from engine.errors import ModelLoadError
+    from engine.registry import backend_class
+
+    cores = cores or len(os.sched_getaffinity(0))
+    lanes = engine.model_lanes
+    if lanes == 0:
+        try:
+            one_by_one = all(not backend_class(n).native_batching for n in engine.served_backends)
+        except ModelLoadError:
+            one_by_one = False
+        lanes = 2 if one_by_one and cores >= 2 else 1
+    if lanes == 1:
+        return 1, engine.threads
+    return lanes, max(1, (engine.threads or cores) // lanes)
 
 
 def _open_backend(engine: EngineSettings, name: str, *, model_dir: Path, max_batch: int) -> Any:
@@ -154,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     from streams.worker.metrics import WorkerMetrics
 
     engine: Any
+    lanes, threads = model_lanes(settings.engine)
     try:
-        engine = open_engine(settings.engine, model_dir=settings.effective_model_dir, max_batch=settings.max_batch)
+        engine = open_engine(dataclasses.replace(settings.engine, threads=threads),
+                             model_dir=settings.effective_model_dir, max_batch=settings.max_batch)
         if isinstance(engine, ModelManager):  # served from the versioned store: hot reload on SIGHUP
             if settings.precision not in ("auto", engine.version.precision):
                 _log.warning("event=precision_ignored precision=%s serving=%s hint=%r", settings.precision,
@@ -166,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as e:  # ModelLoadError, StoreError
         print(f"ttsflow worker: {e}", file=sys.stderr)
         return 2
-    _log.info("event=engine_loaded model=%s provider=%s cold_start_s=%.2f", engine.info.name, engine.info.provider,
-              engine.cold_start_s or 0.0)
+    _log.info("event=engine_loaded model=%s provider=%s cold_start_s=%.2f lanes=%d threads_per_call=%s",
+              engine.info.name, engine.info.provider, engine.cold_start_s or 0.0, lanes, threads or "all")
     metrics = WorkerMetrics(settings.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
     metrics.identify(transactional_id=settings.effective_transactional_id, group=settings.worker_group)
     if isinstance(engine, BackendRouter):
@@ -175,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     store = AudioStore.from_section(settings.s3)
     cache = AudioCache.from_section(settings.redis, namespace=cache_namespace(settings.s3))
     worker = Worker(settings.kafka, settings.batching, engine, store, cache, metrics,
-                    dedup_window_s=settings.dedup_window_s, overlap=args.overlap)
+                    dedup_window_s=settings.dedup_window_s, overlap=args.overlap, lanes=lanes)
 
     def _on_signal(signum: int, _frame: Any) -> None:
         _log.info("event=signal signum=%d", signum)

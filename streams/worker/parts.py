@@ -13,9 +13,10 @@ Invariants:
   item of that call (and nothing else).
 * S3 unreachable during an upload raises :class:`~storage.errors.S3Unavailable` into the
   loop, which commits nothing (its reaction is the loop's).
-* At most two model calls are in flight. The model runs on a thread of its own (one call at
-  a time, in the order taken), so the loop keeps polling, answering and committing while it
-  runs: a finished request is answered while the next item is synthesized, not after it.
+* At most ``lanes + 1`` model calls are in flight. The model runs on threads of its own
+  (``lanes`` calls at once, started in the order taken; one queued behind them so a lane never
+  waits for the loop), so the loop keeps polling, answering and committing while it runs: a
+  finished request is answered while the next item is synthesized, not after it.
   DSP and encode follow the model on its thread (on a second thread when ``overlap``: a model
   on a device works on the next call meanwhile); uploads run on the S3 pool.
 * A call's results (made parts, failed items, each item's wait until the model started on it)
@@ -49,8 +50,6 @@ __all__ = ["PartMaker"]
 
 _log = logging.getLogger("ttsflow.worker")
 
-_MAX_CALLS_IN_FLIGHT = 2
-
 Made = Callable[[str, Part, float], None]      # part_id, the part, its share of the synthesis time
 Failed = Callable[[str, Failure], None]        # part_id, why
 Queued = Callable[[Seg, float], None]          # segment, seconds from batching to the model starting on it
@@ -62,14 +61,16 @@ class PartMaker:
     """Cache lookup, batching, the engine, audio check, encode and upload of parts."""
 
     def __init__(self, engine: Engine | ModelManager, store: AudioStore, cache: AudioCache, metrics: Any,
-                 batcher: MicroBatcher[Seg], *, max_batch: int, overlap: bool, io: ThreadPoolExecutor) -> None:
+                 batcher: MicroBatcher[Seg], *, max_batch: int, overlap: bool, io: ThreadPoolExecutor,
+                 lanes: int = 1) -> None:
         self.engine = engine
         self.store = store
         self.cache = cache
         self.metrics = metrics
         self.batcher = batcher
         self.max_batch = max_batch
-        self._model = ThreadPoolExecutor(1, thread_name_prefix="model")
+        self._model = ThreadPoolExecutor(max(1, lanes), thread_name_prefix="model")
+        self._max_calls = max(1, lanes) + 1
         self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
         self._io = io
         self._futs: list[tuple[int, Future[list[_Made]], Future[None]]] = []  # size, results, the model job
@@ -108,7 +109,7 @@ class PartMaker:
 
     # -- 5) synthesize ---------------------------------------------------------------------
     def ready(self, now: float) -> bool:
-        return self.batcher.ready(now) and len(self._futs) < _MAX_CALLS_IN_FLIGHT
+        return self.batcher.ready(now) and len(self._futs) < self._max_calls
 
     def synthesize(self, batch: list[tuple[Seg, float]]) -> None:
         """Queue one batch for the model thread (in order); its results come back through :meth:`collect`."""

@@ -307,11 +307,13 @@ def segments(rid: str, user: str, texts: list[str]) -> list[Segment]:
 
 
 class Rig:
-    def __init__(self, partitions: int = 2, max_batch: int = 4) -> None:
+    def __init__(self, partitions: int = 2, max_batch: int = 4, *, backend: Backend | None = None,
+                 lanes: int = 1) -> None:
         self.broker = Broker(partitions)
         self.store = FakeStore()
         self.cache = FakeCache()
-        self.backend = ToneBackend()
+        self.backend = backend or ToneBackend()
+        self.lanes = lanes
         self.settings = Settings(topic_segments=SEG, topic_done=DONE, topic_completed=COMPLETED,
                                  max_batch=max_batch, max_wait_ms=0, metrics_port=0)
         self.metrics = WorkerMetrics(0)
@@ -325,7 +327,8 @@ class Rig:
         self.worker = Worker(self.settings.kafka, self.settings.batching,
                              Engine(self.backend, max_batch=self.settings.max_batch), self.store, self.cache,
                              self.metrics, dedup_window_s=self.settings.dedup_window_s, consumer=self.consumer, producer=self.producer,
-                             reader=FakeReader(self.broker), overlap=False, clock=lambda: self.now)
+                             reader=FakeReader(self.broker), overlap=False, clock=lambda: self.now,
+                             lanes=self.lanes)
         self.consumer.assign_now(self.worker, range(self.broker.partitions))
         return self.worker
 

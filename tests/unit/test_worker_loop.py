@@ -545,3 +545,54 @@ def test_silent_or_blip_audio_fails_only_its_request_with_the_reason(rig: Rig) -
     assert rig.broker.committed == {0: 3, 1: 2}
     # a refused part is not cached: a retry of the same text is synthesized again
     assert all("SILENT" not in k for k in rig.cache.d)
+
+
+class PairedTone(ToneBackend):
+    """Runs items one by one, and each model call waits until a second one runs beside it."""
+
+    native_batching = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.barrier = threading.Barrier(2, timeout=5)
+        self.paired = 0
+
+    def infer(self, batch: Sequence[Prepared]) -> list[Any]:
+        import threading
+
+        try:
+            self.barrier.wait()
+            self.paired += 1
+        except threading.BrokenBarrierError:  # a lone call (the last odd one): not paired
+            self.barrier.reset()
+        return super().infer(batch)
+
+
+def test_two_lanes_run_two_model_calls_at_once_and_answer_each_request_once() -> None:
+    backend = PairedTone()
+    rig = Rig(backend=backend, lanes=2)
+    try:
+        for i in range(3):
+            rig.publish(i % 2, segments(f"r{i}", f"u{i}", [f"Request {i} first part.", f"Request {i} second."]))
+        rig.run_until(lambda: len(rig.completions()) == 3, max_steps=60)
+        assert Counter(c.request_id for c in rig.completions()) == Counter({"r0": 1, "r1": 1, "r2": 1})
+        assert all(c.status == "ok" for c in rig.completions())
+        assert backend.paired >= 4, "model calls never overlapped"  # 6 calls: at least two pairs met
+    finally:
+        rig.close()
+
+
+def test_model_lanes_auto_is_two_for_one_by_one_backends_on_two_cores() -> None:
+    from streams.settings import Settings
+    from streams.worker.main import model_lanes
+
+    hibari = Settings(backend="hibari").engine
+    assert model_lanes(hibari, cores=2) == (2, 1)          # two 1-thread calls on 2 cores
+    assert model_lanes(hibari, cores=8) == (2, 4)
+    assert model_lanes(hibari, cores=1) == (1, 0)          # one core: one call, onnxruntime's default
+    assert model_lanes(Settings(backend="hibari", threads=6).engine, cores=8) == (2, 3)  # the budget is shared
+    assert model_lanes(Settings(backend="hibari", model_lanes=1).engine, cores=8) == (1, 0)
+    assert model_lanes(Settings(backend="hibari", model_lanes=3, threads=2).engine, cores=8) == (3, 1)
+    assert model_lanes(Settings(backend="piper").engine, cores=8) == (1, 0)  # batches fill the cores
