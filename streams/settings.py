@@ -368,7 +368,7 @@ class Settings:
     precision: str = _f("auto", "Model precision: auto picks fp16 on GPU, the shipped model on CPU.", choices=("auto", "fp32", "fp16", "int8"))
     providers: str = _f("auto", "onnxruntime execution providers, comma separated, or auto (TensorRT, CUDA, CPU); torch (torch-cuda, torch-cpu) runs the same graph on torch (extra torch).")
     threads: int = _f(0, "Engine intra-op threads (a worker's budget, shared by its model lanes); 0 means all cores.", lo=0, hi=1024)
-    model_lanes: int = _f(0, "Model calls a worker runs at once, each on its share of the threads; 0 means auto: 2 when every served backend runs items one by one (hibari, kokoro) and the worker has 2 or more cores (two 1-thread calls made 1.5x the parts per second of one 2-thread call on 2 cores), else 1.", lo=0, hi=64)
+    model_lanes: int = _f(0, "Model calls a worker runs at once, each on its share of the threads; 0 means auto: 2 when every served backend runs items one by one (hibari, kokoro) and the thread budget is 2 or more (two 1-thread calls made 1.5x the parts per second of one 2-thread call on 2 cores), else 1.", lo=0, hi=64)
     model_dir: str = _f("", "Versioned model store; empty means <home>/models.")
     model_version: str = _f("", "Model version the stage writes into segment hashes and events; the worker keys audio by its own loaded model too.")
     chattts_asset_dir: str = _f("", "chattts backend: local dir holding ChatTTS's asset/ (gpt, tokenizer, *.safetensors); weights are CC BY-NC 4.0, never bundled or downloaded.")

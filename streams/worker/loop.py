@@ -269,7 +269,7 @@ class Worker:
             self.consumer.rewind(self.consumer.rewind_pending & self.consumer.assigned)
         self.consumer.apply_backpressure(self.parts.backlog(), self._cap, self.parts.held_by_partition())
         timeout = 0.2
-        deadline = self.parts.batcher.next_deadline()
+        deadline = self.parts.next_deadline()  # None while every lane is taken: nothing to start before one frees
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - now))
         if self.parts.busy() or self.joiner.busy() or self.checkpoint.in_flight or self.ledger.answers:

@@ -64,23 +64,23 @@ def model_lanes(engine: EngineSettings, cores: int | None = None) -> tuple[int, 
     """(model calls at once, intra-op threads per call) for this engine section on ``cores`` cores.
 
     ``TTS_MODEL_LANES`` 0 (auto) is 2 when every served backend runs items one by one (hibari,
-    kokoro: its calls cannot use a batch to fill the cores) and there are 2 or more cores, else 1.
+    kokoro: its calls cannot use a batch to fill the cores) and the budget is 2 or more threads, else 1.
     ``TTS_THREADS`` is the budget the lanes share (0: all cores); one lane with no budget set
     leaves onnxruntime its default (all cores)."""
     from engine.errors import ModelLoadError
     from engine.registry import backend_class
 
-    cores = cores or len(os.sched_getaffinity(0))
+    budget = engine.threads or cores or len(os.sched_getaffinity(0))
     lanes = engine.model_lanes
     if lanes == 0:
         try:
             one_by_one = all(not backend_class(n).native_batching for n in engine.served_backends)
         except ModelLoadError:
             one_by_one = False
-        lanes = 2 if one_by_one and cores >= 2 else 1
+        lanes = 2 if one_by_one and budget >= 2 else 1
     if lanes == 1:
         return 1, engine.threads
-    return lanes, max(1, (engine.threads or cores) // lanes)
+    return lanes, max(1, budget // lanes)
 
 
 def _open_backend(engine: EngineSettings, name: str, *, model_dir: Path, max_batch: int) -> Any:

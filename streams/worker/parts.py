@@ -111,6 +111,12 @@ class PartMaker:
     def ready(self, now: float) -> bool:
         return self.batcher.ready(now) and len(self._futs) < self._max_calls
 
+    def next_deadline(self) -> float | None:
+        """When the next batch can start: the batcher's deadline, or None while the lanes (and the one
+        queued call) are all taken (the loop then waits on its polling interval, never spins on a
+        deadline it cannot act on)."""
+        return self.batcher.next_deadline() if len(self._futs) < self._max_calls else None
+
     def synthesize(self, batch: list[tuple[Seg, float]]) -> None:
         """Queue one batch for the model thread (in order); its results come back through :meth:`collect`."""
         segs = [s for s, _ in batch]

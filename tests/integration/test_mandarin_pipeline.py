@@ -39,7 +39,7 @@ MAX_CER = 0.10
 @pytest.fixture
 def settings(settings: Settings, unique: str, tmp_path: Path) -> Settings:
     return settings.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, backend="hibari", backends="hibari,kokoro",
-                            voice="", model_dir=str(tmp_path / "models"), threads=1)
+                            voice="", model_dir=str(tmp_path / "models"), threads=2)
 
 
 def test_chinese_requests_are_spoken_by_kokoro_in_a_two_backend_worker(settings: Settings, tmp_path: Path) -> None:

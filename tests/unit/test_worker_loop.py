@@ -596,3 +596,4 @@ def test_model_lanes_auto_is_two_for_one_by_one_backends_on_two_cores() -> None:
     assert model_lanes(Settings(backend="hibari", model_lanes=1).engine, cores=8) == (1, 0)
     assert model_lanes(Settings(backend="hibari", model_lanes=3, threads=2).engine, cores=8) == (3, 1)
     assert model_lanes(Settings(backend="piper").engine, cores=8) == (1, 0)  # batches fill the cores
+    assert model_lanes(Settings(backend="hibari", threads=1).engine, cores=8) == (1, 1)  # a budget of one thread
