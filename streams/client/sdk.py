@@ -47,6 +47,7 @@ from typing import Any
 
 from schemas import AudioRef, Chunk, Completion, Request, SchemaError, decode_chunk, decode_completion, encode
 from streams.client.errors import AccessDenied, AudioFetchError, CompletionTimeout, RequestFailed, StackUnavailable
+from streams.kafka.consumer import consume_ready
 from streams.settings import KafkaSettings, S3Settings, Settings, load_settings
 
 __all__ = ["AsyncTTSClient", "TTSClient", "fetch_audio", "fetch_chunk", "find_completion", "pipeline_problems",
@@ -177,7 +178,7 @@ class _ChunkReader:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                for m in self._consumer.consume(500, 0.1):
+                for m in consume_ready(self._consumer, 500, 0.1):
                     if m.error() is not None:
                         if m.error().fatal():
                             raise StackUnavailable(f"chunks reader: {m.error().str()}")
@@ -264,7 +265,7 @@ class TTSClient:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                for m in self._consumer.consume(500, 0.2):
+                for m in consume_ready(self._consumer, 500, 0.2):
                     if m.error() is not None:
                         from confluent_kafka import KafkaError
 
@@ -567,7 +568,7 @@ def tail_completions(kafka: KafkaSettings, *, from_beginning: bool = False, look
             since = int((time.time() - lookback_s) * 1000)
             c.assign(_start_offsets(c, kafka.topic_completed, parts, since, 10))
         while stop is None or not stop.is_set():
-            for m in c.consume(500, poll_s):
+            for m in consume_ready(c, 500, poll_s):
                 if m.error() is not None:
                     continue
                 try:
@@ -619,7 +620,7 @@ def find_completion(kafka: KafkaSettings, request_id: str, *, timeout: float = 6
         pending = set(ends)
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
-            for m in c.consume(1000, 0.5):
+            for m in consume_ready(c, 1000, 0.5):
                 if m.error() is not None:
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         pending.discard(m.partition())

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streams.kafka.config import client_config, producer_config, reader_config
+from streams.kafka.consumer import consume_ready
 from streams.settings import KafkaSettings
 
 __all__ = ["Publisher", "Record", "TopicReader", "count_records", "raw_producer"]
@@ -43,7 +44,7 @@ def count_records(kafka: KafkaSettings, topic: str, *, isolation: str = "read_un
         n, deadline = 0, time.monotonic() + timeout
         eof: set[int] = set()
         while eof != set(md.partitions) and time.monotonic() < deadline:
-            for m in c.consume(5000, 0.5):
+            for m in consume_ready(c, 5000, 0.5):
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -139,7 +140,7 @@ class TopicReader:
     def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[Record]:
         """Records read within ``timeout`` (possibly none)."""
         out: list[Record] = []
-        for msg in self._c.consume(max_records, timeout):
+        for msg in consume_ready(self._c, max_records, timeout):
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:

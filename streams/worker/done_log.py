@@ -21,6 +21,7 @@ from typing import Any
 
 from schemas import Done, encode
 from streams.errors import FatalError, RetriableError, classify
+from streams.kafka.consumer import consume_ready
 from streams.worker.ledger import Answer
 
 __all__ = ["DoneLog"]
@@ -67,7 +68,7 @@ class DoneLog:
         while open_parts:
             if time.monotonic() > deadline:
                 raise RetriableError(f"reading {self.topic} partitions {sorted(open_parts)} did not reach the end")
-            for m in self._reader.consume(1000, 0.5):
+            for m in consume_ready(self._reader, 1000, 0.5):
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
