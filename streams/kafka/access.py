@@ -87,9 +87,9 @@ def role_needs(kafka: KafkaSettings, role: str, *, stage_app_id: str = "") -> li
     raise ValueError(f"unknown role {role!r}")
 
 
-def require(kafka: KafkaSettings, needs: Sequence[tuple[str, str, str]], *, role: str, admin: Any = None,
-            timeout_s: float = 10.0) -> None:
-    """Raise :class:`KafkaAccessError` naming every operation of ``needs`` this principal lacks."""
+def _granted(kafka: KafkaSettings, needs: Sequence[tuple[str, str, str]], admin: Any,
+             timeout_s: float) -> dict[tuple[str, str], set[str] | None]:
+    """The operations granted on each resource of ``needs`` (None: unknown, not made yet)."""
     from confluent_kafka import KafkaException, TopicCollection
 
     admin = admin or connect(kafka, timeout_s=timeout_s)
@@ -126,6 +126,24 @@ def require(kafka: KafkaSettings, needs: Sequence[tuple[str, str, str]], *, role
                 if code not in _COORDINATOR_BUSY or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)  # back-off before asking the coordinator again
+    return granted
+
+
+def require(kafka: KafkaSettings, needs: Sequence[tuple[str, str, str]], *, role: str, admin: Any = None,
+            timeout_s: float = 10.0) -> None:
+    """Raise :class:`KafkaAccessError` naming every operation of ``needs`` this principal lacks;
+    ``RetriableError`` when the cluster does not answer the check in time (a broker restarting, a
+    loaded machine): the caller starts anyway and its own loop waits for the broker."""
+    import concurrent.futures
+
+    from confluent_kafka import KafkaException
+
+    try:
+        granted = _granted(kafka, needs, admin, timeout_s)
+    except (concurrent.futures.TimeoutError, KafkaException) as e:
+        why = e.args[0].str() if isinstance(e, KafkaException) and e.args else type(e).__name__
+        raise RetriableError(f"{_who(kafka)} did not answer the {role}'s access check within {timeout_s:g} s "
+                             f"({why})") from e
     missing = [f"{op} on {kind} {name}" for kind, name, op in needs
                if (ops := granted.get((kind, name))) is not None and op not in ops and "ALL" not in ops]
     if missing:

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # faust exits at once when it cannot bootstrap; a stage started during a broker restart
     # waits for it instead (bounded: past that, exit non-zero for the orchestrator)
-    from streams.errors import KafkaAccessError
+    from streams.errors import KafkaAccessError, RetriableError
     from streams.kafka import wait_for_broker
     from streams.kafka.access import require, role_needs
     from streams.stage.metrics import StageMetrics
@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaAccessError as e:
         print(f"ttsflow stage: {e}", file=sys.stderr)
         return 1
+    except RetriableError as e:  # the check itself got no answer in time: start, faust waits for the broker
+        logging.getLogger("ttsflow.stage").warning("event=access_not_checked error=%s", e)
 
     settings = prepare_topics(settings)
     port = settings.metrics_port if ns.metrics_port is None else ns.metrics_port

@@ -142,3 +142,23 @@ def test_presigned_links_are_off_by_default_and_bounded() -> None:
     assert Settings().s3_presign_ttl_s == 0
     with pytest.raises(SettingsError, match="above the maximum"):
         load_settings(env={"TTS_S3_PRESIGN_TTL_S": str(8 * 24 * 3600)})  # S3 SigV4 allows 7 days at most
+
+
+def test_an_access_check_the_cluster_does_not_answer_is_retriable_not_a_crash() -> None:
+    # a broker restarting while a worker starts: the futures never complete in time
+    from concurrent.futures import Future
+
+    from streams.errors import RetriableError
+    from streams.kafka.access import require, role_needs
+    from streams.settings import Settings
+
+    class SilentAdmin:
+        def describe_topics(self, topics, **_kw):  # type: ignore[no-untyped-def]
+            return {t: Future() for t in topics.topic_names}
+
+        def describe_consumer_groups(self, groups, **_kw):  # type: ignore[no-untyped-def]
+            return {g: Future() for g in groups}
+
+    kafka = Settings().kafka
+    with pytest.raises(RetriableError, match="did not answer the worker's access check"):
+        require(kafka, role_needs(kafka, "worker"), role="worker", admin=SilentAdmin(), timeout_s=0.05)
