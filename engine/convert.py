@@ -139,8 +139,13 @@ def dequantize(model: Any) -> tuple[Any, int]:
         s  = Mul(xs, Ws)
         y  = Mul(Cast(yi, to=FLOAT), s)
 
-    becomes ``y = MatMul(x, (Wq - Wz) * Ws)``. Nodes left without consumers are dropped.
-    Returns the model (modified in place) and the number of rebuilt MatMuls.
+    becomes ``y = MatMul(x, (Wq - Wz) * Ws)``. Its convolution form (``ConvInteger``, whose
+    bias the quantizer adds as ``Floor(B / s)`` in int32 before the Cast) becomes
+    ``y = Conv(x, (Wq - Wz) * Ws, B)`` with the same attributes, and
+    ``com.microsoft.DynamicQuantizeLSTM`` (weights ``[dirs, input, 4*hidden]``, a scale and
+    zero point per direction) becomes the standard ``LSTM`` with its weights dequantized and
+    transposed to ``[dirs, 4*hidden, input]``. Nodes left without consumers are dropped.
+    Returns the model (modified in place) and the number of rebuilt nodes.
     """
     from onnx import helper, numpy_helper
 
@@ -163,7 +168,36 @@ def dequantize(model: Any) -> tuple[Any, int]:
             return numpy_helper.to_array(helper.get_attribute_value(p.attribute[0]))
         return None
 
+    def per_axis0(v: np.ndarray, ndim: int) -> np.ndarray:
+        """A scale or zero point (scalar, or one per output channel) shaped to broadcast over a weight."""
+        v = v.astype(np.float32)
+        return v if v.ndim == 0 else v.reshape((-1,) + (1,) * (ndim - 1))
+
     for node in graph.node:
+        if node.op_type == "ConvInteger":
+            _rebuild_conv(node, prod, cons, init_array, per_axis0, new_inits, add_nodes, remove, index)
+            rebuilt += 1
+            continue
+        if node.op_type == "DynamicQuantizeLSTM":
+            _rebuild_lstm(node, init_array, new_inits, add_nodes, remove, index)
+            rebuilt += 1
+            continue
+        if node.op_type == "DequantizeLinear":  # an int8 table read by Gather (embeddings): Gather the floats
+            gather = prod.get(node.input[0])
+            table = init_array(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
+            sc = init_array(node.input[1])
+            zp = init_array(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.float32)
+            if gather is None or table is None or sc is None or zp is None or sc.ndim or zp.ndim:
+                raise ConversionError(f"DequantizeLinear {node.name!r}: not a per-tensor int8 table read by Gather")
+            fname = f"{gather.input[0]}_ttsflow_dequantized"
+            new_inits.append(numpy_helper.from_array(
+                ((table.astype(np.float32) - zp.astype(np.float32)) * sc.astype(np.float32)).astype(np.float32), fname))
+            g2 = helper.make_node("Gather", [fname, gather.input[1]], [node.output[0]], name=f"{gather.name}_ttsflow_fp32")
+            g2.attribute.extend(gather.attribute)
+            add_nodes.append((index[id(node)], g2))
+            remove.update({index[id(node)], index[id(gather)]})
+            rebuilt += 1
+            continue
         if node.op_type != "MatMulInteger":
             continue
         a, b = node.input[0], node.input[1]
@@ -222,7 +256,9 @@ def dequantize(model: Any) -> tuple[Any, int]:
     del graph.node[:]
     graph.node.extend(kept)
     used = {i for n in graph.node for i in n.input} | outputs
-    keep_inits = [t for t in graph.initializer if t.name in used] + [t for t in new_inits if t.name in used]
+    # a weight shared by several quantized nodes is dequantized once per node under one name: keep one
+    fresh = list({t.name: t for t in new_inits if t.name in used}.values())
+    keep_inits = [t for t in graph.initializer if t.name in used] + fresh
     del graph.initializer[:]
     graph.initializer.extend(keep_inits)
     # Value infos of removed tensors would only confuse shape inference.
@@ -231,6 +267,90 @@ def dequantize(model: Any) -> tuple[Any, int]:
     del graph.value_info[:]
     graph.value_info.extend(vis)
     return model, rebuilt
+
+
+def _rebuild_conv(node: Any, prod: dict[str, Any], cons: dict[str, list[Any]], init_array: Any, per_axis0: Any,
+                  new_inits: list[Any], add_nodes: list[tuple[int, Any]], remove: set[int],
+                  index: dict[int, int]) -> None:
+    """``ConvInteger`` (+ its int32 bias Add) + Cast + rescale Mul -> one float ``Conv``."""
+    from onnx import helper, numpy_helper
+
+    def fail(why: str) -> ConversionError:
+        return ConversionError(f"ConvInteger {node.name!r}: {why}")
+
+    dql = prod.get(node.input[0])
+    wq = init_array(node.input[1])
+    if dql is None or dql.op_type != "DynamicQuantizeLinear" or wq is None:
+        raise fail("not the dynamic-quantization pattern")
+    wz = init_array(node.input[3]) if len(node.input) > 3 and node.input[3] else np.zeros((), wq.dtype)
+    if wz is None:
+        raise fail("weight zero point is not constant")
+    after = cons.get(node.output[0], [])
+    bias: np.ndarray | None = None
+    chain = [node]
+    if len(after) == 1 and after[0].op_type == "Add":  # the bias, quantized in the graph: Floor(B / s) as int32
+        add = after[0]
+        chain.append(add)
+        q = prod.get(next(i for i in add.input if i != node.output[0]))
+        while q is not None and q.op_type in ("Reshape", "Cast", "Floor", "Round"):
+            q = prod.get(q.input[0])
+        if q is None or q.op_type != "Div" or (bias := init_array(q.input[0])) is None:
+            raise fail("its bias is not Floor(B / scale) of a constant B")
+        after = cons.get(add.output[0], [])
+    if len(after) != 1 or after[0].op_type != "Cast":
+        raise fail("expected one Cast after it")
+    cast = after[0]
+    muls = cons.get(cast.output[0], [])
+    if len(muls) != 1 or muls[0].op_type != "Mul":
+        raise fail("expected one rescale Mul")
+    out_mul = muls[0]
+    scale_mul = prod.get(next(i for i in out_mul.input if i != cast.output[0]))
+    if scale_mul is None or scale_mul.op_type != "Mul":
+        raise fail("scale is not Mul(x_scale, w_scale)")
+    ws = next((v for i in scale_mul.input if i != dql.output[1] and (v := init_array(i)) is not None), None)
+    if ws is None:
+        raise fail("weight scale is not constant")
+    w = ((wq.astype(np.float32) - per_axis0(wz, wq.ndim)) * per_axis0(ws, wq.ndim)).astype(np.float32)
+    wname = f"{node.input[1]}_ttsflow_dequantized"
+    new_inits.append(numpy_helper.from_array(w, wname))
+    inputs = [dql.input[0], wname]
+    if bias is not None:
+        bname = f"{node.name}_ttsflow_bias"
+        new_inits.append(numpy_helper.from_array(bias.astype(np.float32).reshape(-1), bname))
+        inputs.append(bname)
+    conv = helper.make_node("Conv", inputs, [out_mul.output[0]], name=f"{node.name}_ttsflow_fp32")
+    conv.attribute.extend(node.attribute)
+    add_nodes.append((index[id(out_mul)], conv))
+    for n in (*chain, cast, out_mul):
+        remove.add(index[id(n)])
+
+
+def _rebuild_lstm(node: Any, init_array: Any, new_inits: list[Any], add_nodes: list[tuple[int, Any]],
+                  remove: set[int], index: dict[int, int]) -> None:
+    """``com.microsoft.DynamicQuantizeLSTM`` -> the standard float ``LSTM`` (same attributes)."""
+    from onnx import helper, numpy_helper
+
+    ins = list(node.input) + [""] * (12 - len(node.input))
+    names = []
+    for k, (w_in, s_in, z_in) in enumerate(((ins[1], ins[8], ins[9]), (ins[2], ins[10], ins[11]))):
+        wq, sc = init_array(w_in), init_array(s_in)
+        zp = init_array(z_in) if z_in else None
+        if wq is None or sc is None or (z_in and zp is None):
+            raise ConversionError(f"DynamicQuantizeLSTM {node.name!r}: weights, scales or zero points are not constant")
+        dirs = wq.shape[0]
+        zp = np.zeros((dirs,), np.float32) if zp is None else zp
+        # [dirs, in, 4h] with a scale/zero point per direction (or per dir and gate column)
+        w = (wq.astype(np.float32) - zp.astype(np.float32).reshape(dirs, 1, -1)) * sc.astype(np.float32).reshape(dirs, 1, -1)
+        name = f"{w_in}_ttsflow_dequantized_{'WR'[k]}"
+        new_inits.append(numpy_helper.from_array(np.ascontiguousarray(w.transpose(0, 2, 1)), name))
+        names.append(name)
+    lstm = helper.make_node("LSTM", [ins[0], names[0], names[1], *ins[3:8]], list(node.output),
+                            name=f"{node.name}_ttsflow_fp32")
+    lstm.attribute.extend(node.attribute)
+    while lstm.input and lstm.input[-1] == "":
+        lstm.input.pop()
+    add_nodes.append((index[id(node)], lstm))
+    remove.add(index[id(node)])
 
 
 # --------------------------------------------------------------------------- fp32 -> fp16
@@ -414,7 +534,8 @@ def convert(src: Path, dst: Path, precision: str, *, expose: Sequence[str] = ())
                 if detect_precision(model) != "fp32":
                     left = sorted({n.op_type for n in model.graph.node if n.op_type in _QUANT_OPS})
                     raise ConversionError("graph still holds quantized ops after dequantization "
-                                          f"({', '.join(left)}; only MatMulInteger is rebuilt)")
+                                          f"({', '.join(left)}; MatMulInteger, ConvInteger and "
+                                          "DynamicQuantizeLSTM are rebuilt)")
             elif source_precision == "fp16":
                 raise ConversionError("converting from an fp16 graph is not supported; start from fp32 or int8")
             if precision == "fp32":

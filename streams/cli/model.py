@@ -1,7 +1,7 @@
 """``ttsflow model``: the versioned model store from the command line.
 
     ttsflow model list [--json]
-    ttsflow model convert --model hibari|piper --precision fp16|int8|fp32 [--version V] [--no-check] [--json]
+    ttsflow model convert --model hibari|piper|kokoro --precision fp16|int8|fp32 [--version V] [--no-check] [--json]
     ttsflow model use MODEL VERSION
 
 ``convert`` writes a new version (never touching ``current``) and prints its check
@@ -132,16 +132,18 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from engine.store import MODELS
+
     p = argparse.ArgumentParser(prog="ttsflow model", description="versioned voice models")
     p.add_argument("--model-dir", default=None, help="model store (default: TTS_MODEL_DIR or <home>/models)")
     sub = p.add_subparsers(dest="cmd", required=True)
     ls = sub.add_parser("list", help="installed versions; * marks current")
     ls.add_argument("--json", action="store_true")
     use = sub.add_parser("use", help="point current at a version")
-    use.add_argument("model", choices=("hibari", "piper"))
+    use.add_argument("model", choices=MODELS)
     use.add_argument("version")
     cv = sub.add_parser("convert", help="write a new version at another precision and check it against fp32")
-    cv.add_argument("--model", required=True, choices=("hibari", "piper"))
+    cv.add_argument("--model", required=True, choices=MODELS)
     cv.add_argument("--precision", required=True, choices=("fp16", "int8", "fp32"))
     cv.add_argument("--version", default=None, help="version name (default <base>-<precision>)")
     cv.add_argument("--no-check", action="store_true", help="skip the comparison with fp32")

@@ -127,6 +127,43 @@ def test_int8_roundtrip_rebuilds_float_matmuls(tmp_path: Path) -> None:
     assert err_rebuilt <= np.abs(quant - ref).mean() + 1e-6
 
 
+def test_int8_conv_lstm_and_embedding_are_rebuilt_as_float_ops(tmp_path: Path) -> None:
+    # Kokoro's int8 graph: an int8 embedding table read by Gather, ConvInteger, DynamicQuantizeLSTM
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(1)
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("emb", rng.standard_normal((50, 16))), ("cw", rng.standard_normal((16, 16, 3)) * 0.3),
+        ("cb", rng.standard_normal(16)), ("lw", rng.standard_normal((2, 32, 16)) * 0.3),
+        ("lr", rng.standard_normal((2, 32, 8)) * 0.3), ("lb", rng.standard_normal((2, 64)) * 0.1))]
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"], name="gather"),
+             helper.make_node("Transpose", ["e"], ["et"], perm=[0, 2, 1], name="t1"),
+             helper.make_node("Conv", ["et", "cw", "cb"], ["c"], pads=[1, 1], kernel_shape=[3], name="conv"),
+             helper.make_node("Transpose", ["c"], ["ct"], perm=[2, 0, 1], name="t2"),
+             helper.make_node("LSTM", ["ct", "lw", "lr", "lb"], ["y"], hidden_size=8, direction="bidirectional",
+                              name="lstm")]
+    model = helper.make_model(helper.make_graph(nodes, "enc", [ids], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    fp32, int8, back = tmp_path / "fp32.onnx", tmp_path / "int8.onnx", tmp_path / "back.onnx"
+    onnx.save_model(model, str(fp32))
+    quantize_dynamic(str(fp32), str(int8), op_types_to_quantize=["Conv", "LSTM", "Gather"], weight_type=QuantType.QUInt8)
+    qops = {n.op_type for n in onnx.load(str(int8)).graph.node}
+    assert {"ConvInteger", "DynamicQuantizeLSTM"} <= qops
+    rep = convert(int8, back, "fp32")
+    ops = {n.op_type for n in onnx.load(str(back)).graph.node}
+    assert rep.source_precision == "int8" and rep.fixes["matmuls_dequantized"] >= 2
+    assert {"Conv", "LSTM"} <= ops and not ops & {"ConvInteger", "DynamicQuantizeLSTM", "DynamicQuantizeLinear"}
+    feeds = {"ids": rng.integers(0, 50, (1, 12)).astype(np.int64)}
+    ref, quant, rebuilt = (_session(p).run(None, feeds)[0] for p in (fp32, int8, back))
+    scale = np.abs(ref).mean()
+    # the int8 weights with float activations: about as close to fp32 as the int8 graph, and not zero
+    assert np.abs(rebuilt - ref).mean() < 0.1 * scale
+    assert np.abs(rebuilt - ref).mean() <= 1.5 * np.abs(quant - ref).mean() + 1e-6
+
+
 def test_bad_inputs_are_clear_errors_and_leave_no_file(tmp_path: Path) -> None:
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"not a model at all")
