@@ -4,8 +4,10 @@ The Mandarin requests (a kokoro voice in the demo's two-backend worker) are scor
 (streams/bench/asr_zh.py, extra ``asr-zh``; skipped without it) the way the English long text is
 scored by pocketsphinx: the long text's characters must align in order with what is heard, and
 its first and last sentences must be heard first and last. ``MAX_CER_ZH`` is
-tests/integration/test_mandarin_pipeline.py's bound (0.35, about twice the engine's corpus rate
-of 0.163 for jm_kumo, which still fails espeak-ng's Mandarin at 1.59 and noise at 1.0).
+0.35: the demo's three texts are scored as recorded, one long clip dominating (Whisper base over
+~4 minutes of audio, window cuts included), so the bound is looser than the 24-sentence corpus
+bound of tests/integration/test_mandarin_pipeline.py (0.10; zm_yunjian measured 0.076 there) and
+still fails espeak-ng's Mandarin at 1.59 and noise at 1.0.
 """
 
 from __future__ import annotations
