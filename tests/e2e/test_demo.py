@@ -4,10 +4,11 @@ The Mandarin requests (a kokoro voice in the demo's two-backend worker) are scor
 (streams/bench/asr_zh.py, extra ``asr-zh``; skipped without it) the way the English long text is
 scored by pocketsphinx: the long text's characters must align in order with what is heard, and
 its first and last sentences must be heard first and last. ``MAX_CER_ZH`` is
-0.35: the demo's three texts are scored as recorded, one long clip dominating (Whisper base over
+0.25: the demo's three texts are scored as recorded, one long clip dominating (Whisper base over
 ~4 minutes of audio, window cuts included), so the bound is looser than the 24-sentence corpus
-bound of tests/integration/test_mandarin_pipeline.py (0.10; zm_yunjian measured 0.076 there) and
-still fails espeak-ng's Mandarin at 1.59 and noise at 1.0.
+bound of tests/integration/test_mandarin_pipeline.py (0.10; zm_yunjian measured 0.076 there).
+Measured on a CI trial's demo (zm_yunjian): long 0.156, greeting 0.095, numbers 0.091, all three
+0.151 (jm_kumo, session 4: 0.21, 0.05, 0.36, 0.21); espeak-ng's Mandarin scores 1.59, noise 1.0.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tests.e2e.helpers import run_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-MAX_CER_ZH = 0.35
+MAX_CER_ZH = 0.25
 # kokoro speaks the 1,040-character Mandarin text at a real-time factor near 1 on this 2-core
 # machine (~4 minutes of audio): the demo's own deadline is 900 s, this leaves it room.
 DEMO_TIMEOUT_S = 1200
