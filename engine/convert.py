@@ -168,34 +168,17 @@ def dequantize(model: Any) -> tuple[Any, int]:
             return numpy_helper.to_array(helper.get_attribute_value(p.attribute[0]))
         return None
 
-    def per_axis0(v: np.ndarray, ndim: int) -> np.ndarray:
-        """A scale or zero point (scalar, or one per output channel) shaped to broadcast over a weight."""
-        v = v.astype(np.float32)
-        return v if v.ndim == 0 else v.reshape((-1,) + (1,) * (ndim - 1))
-
     for node in graph.node:
         if node.op_type == "ConvInteger":
-            _rebuild_conv(node, prod, cons, init_array, per_axis0, new_inits, add_nodes, remove, index)
+            _rebuild_conv(node, prod, cons, init_array, new_inits, add_nodes, remove, index)
             rebuilt += 1
             continue
         if node.op_type == "DynamicQuantizeLSTM":
             _rebuild_lstm(node, init_array, new_inits, add_nodes, remove, index)
             rebuilt += 1
             continue
-        if node.op_type == "DequantizeLinear":  # an int8 table read by Gather (embeddings): Gather the floats
-            gather = prod.get(node.input[0])
-            table = init_array(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
-            sc = init_array(node.input[1])
-            zp = init_array(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.float32)
-            if gather is None or table is None or sc is None or zp is None or sc.ndim or zp.ndim:
-                raise ConversionError(f"DequantizeLinear {node.name!r}: not a per-tensor int8 table read by Gather")
-            fname = f"{gather.input[0]}_ttsflow_dequantized"
-            new_inits.append(numpy_helper.from_array(
-                ((table.astype(np.float32) - zp.astype(np.float32)) * sc.astype(np.float32)).astype(np.float32), fname))
-            g2 = helper.make_node("Gather", [fname, gather.input[1]], [node.output[0]], name=f"{gather.name}_ttsflow_fp32")
-            g2.attribute.extend(gather.attribute)
-            add_nodes.append((index[id(node)], g2))
-            remove.update({index[id(node)], index[id(gather)]})
+        if node.op_type == "DequantizeLinear":
+            _rebuild_gather(node, prod, init_array, new_inits, add_nodes, remove, index)
             rebuilt += 1
             continue
         if node.op_type != "MatMulInteger":
@@ -226,7 +209,7 @@ def dequantize(model: Any) -> tuple[Any, int]:
                 ws = init_array(i)
         if ws is None:
             raise ConversionError(f"MatMulInteger {node.name!r}: weight scale is not constant")
-        w = ((wq.astype(np.float32) - wz.astype(np.float32)) * ws.astype(np.float32)).astype(np.float32)
+        w = _dequant(wq, wz, ws)
         wname = f"{b}_ttsflow_dequantized"
         new_inits.append(numpy_helper.from_array(w, wname))
         mm = helper.make_node("MatMul", [dql.input[0], wname], [out_mul.output[0]],
@@ -269,7 +252,36 @@ def dequantize(model: Any) -> tuple[Any, int]:
     return model, rebuilt
 
 
-def _rebuild_conv(node: Any, prod: dict[str, Any], cons: dict[str, list[Any]], init_array: Any, per_axis0: Any,
+def _dequant(q: np.ndarray, zero: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(q - zero) * scale`` in float32 (zero and scale already shaped to broadcast over ``q``)."""
+    return ((q.astype(np.float32) - zero.astype(np.float32)) * scale.astype(np.float32)).astype(np.float32)
+
+
+def _per_axis0(v: np.ndarray, ndim: int) -> np.ndarray:
+    """A scale or zero point (scalar, or one per output channel) shaped to broadcast over a weight."""
+    return v if v.ndim == 0 else v.reshape((-1,) + (1,) * (ndim - 1))
+
+
+def _rebuild_gather(node: Any, prod: dict[str, Any], init_array: Any, new_inits: list[Any],
+                    add_nodes: list[tuple[int, Any]], remove: set[int], index: dict[int, int]) -> None:
+    """An int8 table read by ``Gather`` + ``DequantizeLinear`` (embeddings) -> a ``Gather`` of the floats."""
+    from onnx import helper, numpy_helper
+
+    gather = prod.get(node.input[0])
+    table = init_array(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
+    sc = init_array(node.input[1])
+    zp = init_array(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.float32)
+    if gather is None or table is None or sc is None or zp is None or sc.ndim or zp.ndim:
+        raise ConversionError(f"DequantizeLinear {node.name!r}: not a per-tensor int8 table read by Gather")
+    fname = f"{gather.input[0]}_ttsflow_dequantized"
+    new_inits.append(numpy_helper.from_array(_dequant(table, zp, sc), fname))
+    g2 = helper.make_node("Gather", [fname, gather.input[1]], [node.output[0]], name=f"{gather.name}_ttsflow_fp32")
+    g2.attribute.extend(gather.attribute)
+    add_nodes.append((index[id(node)], g2))
+    remove.update({index[id(node)], index[id(gather)]})
+
+
+def _rebuild_conv(node: Any, prod: dict[str, Any], cons: dict[str, list[Any]], init_array: Any,
                   new_inits: list[Any], add_nodes: list[tuple[int, Any]], remove: set[int],
                   index: dict[int, int]) -> None:
     """``ConvInteger`` (+ its int32 bias Add) + Cast + rescale Mul -> one float ``Conv``."""
@@ -310,7 +322,7 @@ def _rebuild_conv(node: Any, prod: dict[str, Any], cons: dict[str, list[Any]], i
     ws = next((v for i in scale_mul.input if i != dql.output[1] and (v := init_array(i)) is not None), None)
     if ws is None:
         raise fail("weight scale is not constant")
-    w = ((wq.astype(np.float32) - per_axis0(wz, wq.ndim)) * per_axis0(ws, wq.ndim)).astype(np.float32)
+    w = _dequant(wq, _per_axis0(wz, wq.ndim), _per_axis0(ws, wq.ndim))
     wname = f"{node.input[1]}_ttsflow_dequantized"
     new_inits.append(numpy_helper.from_array(w, wname))
     inputs = [dql.input[0], wname]
@@ -340,7 +352,7 @@ def _rebuild_lstm(node: Any, init_array: Any, new_inits: list[Any], add_nodes: l
         dirs = wq.shape[0]
         zp = np.zeros((dirs,), np.float32) if zp is None else zp
         # [dirs, in, 4h] with a scale/zero point per direction (or per dir and gate column)
-        w = (wq.astype(np.float32) - zp.astype(np.float32).reshape(dirs, 1, -1)) * sc.astype(np.float32).reshape(dirs, 1, -1)
+        w = _dequant(wq, zp.reshape(dirs, 1, -1), sc.reshape(dirs, 1, -1))
         name = f"{w_in}_ttsflow_dequantized_{'WR'[k]}"
         new_inits.append(numpy_helper.from_array(np.ascontiguousarray(w.transpose(0, 2, 1)), name))
         names.append(name)
