@@ -114,21 +114,23 @@ class _Ttsflow:
         self.pub = Publisher(self.s.kafka)
         self.reader = TopicReader(self.s.kafka, self.s.topic_completed, start="end")
 
-    def model(self) -> str:
-        """The model the first worker says it loaded (its ``event=model_loaded`` log line)."""
+    def _logged(self, pattern: str) -> tuple[str, ...] | None:
+        """The groups of ``pattern``'s last match in the first worker's log, if any."""
         import re
 
         log = self.sup.procs["tf-worker-0"].log_path.read_text(errors="replace")
-        m = re.findall(r"event=model_loaded model=(\S+) version=(\S+) precision=(\S+)", log)
-        return ":".join(m[-1]) if m else "?"
+        m = list(re.finditer(pattern, log))
+        return m[-1].groups() if m else None
+
+    def model(self) -> str:
+        """The model the first worker says it loaded (its ``event=model_loaded`` log line)."""
+        m = self._logged(r"event=model_loaded model=(\S+) version=(\S+) precision=(\S+)")
+        return ":".join(m) if m else "?"
 
     def lanes(self) -> str:
         """The first worker's model lanes and threads per call (its ``event=engine_loaded`` log line)."""
-        import re
-
-        log = self.sup.procs["tf-worker-0"].log_path.read_text(errors="replace")
-        m = re.findall(r"event=engine_loaded .*lanes=(\d+) threads_per_call=(\S+)", log)
-        return f"{m[-1][0]} x {m[-1][1]} threads" if m else "?"
+        m = self._logged(r"event=engine_loaded .*lanes=(\d+) threads_per_call=(\S+)")
+        return f"{m[0]} x {m[1]} threads" if m else "?"
 
     def _request(self, rid: str, text: str) -> Any:
         from schemas import Request

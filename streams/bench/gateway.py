@@ -81,11 +81,7 @@ def main(argv: list[str]) -> int:
     logs = Path(s.home) / "logs" / run
     try:
         with Supervisor(logs) as sup:
-            sup.stage("stage", s)
-            sup.worker("worker", s)
-            gw = sup.gateway("gateway", s)
-            for p in sup.procs.values():
-                sup.wait_ready(p, timeout=300)
+            gw = sup.serving(s, timeout=300)
             url = f"http://127.0.0.1:{gw.settings.gateway_port}/v1/audio/speech"
             with TTSClient(s) as client:
                 def via_client(text: str) -> float:

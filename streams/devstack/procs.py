@@ -191,6 +191,16 @@ class Supervisor:
         """A ``ttsflow gateway`` on a free port (its ``settings.gateway_port`` with ``keep_port``)."""
         return self.add(name, "gateway", settings, claim_id=keep_port)
 
+    def serving(self, settings: Settings, *, timeout: float) -> Proc:
+        """One stage, one worker and a gateway on ``settings``, each waited for until ready (at most
+        ``timeout`` each); the gateway's process (``.settings.gateway_port``)."""
+        self.stage("stage", settings)
+        self.worker("worker", settings)
+        gw = self.gateway("gateway", settings)
+        for p in self.procs.values():
+            self.wait_ready(p, timeout=timeout)
+        return gw
+
     def _spawn(self, proc: Proc) -> None:
         with open(proc.log_path, "ab") as log:
             log.write(f"\n==== start {proc.starts + 1} of {proc.name} at {time.strftime('%H:%M:%S')} ====\n".encode())

@@ -94,11 +94,6 @@ def gateway_pipeline(logs: Path, prefix: str) -> Iterator[Any]:
     ensure_topics(s, partitions=TEST_PARTITIONS)
     try:
         with Supervisor(logs) as sup:
-            sup.stage("stage", s)
-            sup.worker("worker", s)
-            gw = sup.gateway("gateway", s)
-            for p in sup.procs.values():
-                sup.wait_ready(p, timeout=240)
-            yield gw
+            yield sup.serving(s, timeout=240)
     finally:
         _cleanup(s, unique)
