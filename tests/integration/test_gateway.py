@@ -14,8 +14,9 @@ from __future__ import annotations
 import concurrent.futures
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,9 +44,14 @@ class Rig:
     sup: Supervisor
     gateway: Proc
     url: str
+    clients: list[Any] = field(default_factory=list)
 
     def client(self, **kw: object) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused-open-gateway", max_retries=0, timeout=180, **kw)
+        """An SDK client, closed at the end of the module: one left to the garbage collector
+        closes its pooled sockets late, and the ResourceWarning lands in whichever test runs then."""
+        c = openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused-open-gateway", max_retries=0, timeout=180, **kw)
+        self.clients.append(c)
+        return c
 
     def completions_of(self, rid: str) -> int:
         msgs = drain_topic(self.settings.bootstrap_servers, self.settings.topic_completed, timeout=30)
@@ -66,7 +72,12 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             sup.wait_ready(gw, timeout=120)
             sup.wait_ready("stage", timeout=240)
             sup.wait_ready("worker", timeout=240)
-            yield Rig(s, sup, gw, f"http://127.0.0.1:{gw.settings.gateway_port}")
+            rig = Rig(s, sup, gw, f"http://127.0.0.1:{gw.settings.gateway_port}")
+            try:
+                yield rig
+            finally:
+                for c in rig.clients:
+                    c.close()
             sup.check_alive()
     finally:
         _cleanup(s, unique)
@@ -231,7 +242,6 @@ def test_two_replicas_on_one_port_both_answer(rig: Rig) -> None:
     b = rig.sup.gateway(f"replica-b-{port}", s, keep_port=True)
     rig.sup.wait_ready(a, timeout=120)
     rig.sup.wait_ready(b, timeout=120)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=180)
 
     def call(i: int) -> tuple[str, bytes]:
         # a fresh connection per call, so the kernel spreads them over both listeners
@@ -242,7 +252,6 @@ def test_two_replicas_on_one_port_both_answer(rig: Rig) -> None:
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         got = list(pool.map(call, range(16)))
-    client.close()
     replicas = {rep for rep, _ in got}
     assert len(replicas) == 2, replicas
     for i, (_, audio) in enumerate(got):

@@ -32,11 +32,49 @@ def test_use_moves_current_and_refuses_unknown_versions(tmp_path: Path) -> None:
                       precision="int8", source="test")
     store.use("hibari", other.version)
     assert store.current("hibari").version == "9.9-test"
-    assert (tmp_path / "hibari" / "current").read_text().strip() == "9.9-test"
+    assert store.current_name("hibari") == "9.9-test" and store.current_pinned("hibari")
     with pytest.raises(StoreError, match="no version hibari/nope"):
         store.use("hibari", "nope")
     assert store.current_name("hibari") == "9.9-test"          # a refused use changes nothing
     assert not [p for p in (tmp_path / "hibari").iterdir() if p.name.startswith(".current")]
+
+
+def _fake_old_shipped(store: ModelStore, version: str) -> None:
+    """What an earlier ttsflow left: a shipped install (another version name) made current."""
+    shipped = store.install_shipped("hibari")
+    store.add("hibari", version, write=lambda p, _c: p.write_bytes(shipped.onnx_path.read_bytes()) and None,
+              precision="int8", source="shipped: hibari-tts 0.0.1 (heart)")
+    (store.root / "hibari" / "current").write_text(version + "\n")  # the one-line file of before
+
+
+def test_an_upgrade_serves_the_new_shipped_model_unless_a_person_pinned_another(tmp_path: Path) -> None:
+    """CI's store kept kokoro/0.1.0-int8 current from before the Mandarin styles shipped, and the
+    demo's Mandarin requests failed with unknown_voice: an automatic choice follows the shipped model."""
+    store = ModelStore(tmp_path)
+    new = store.install_shipped("hibari").version
+    _fake_old_shipped(store, "0.0.1-int8")
+    assert store.current_name("hibari") == "0.0.1-int8" and not store.current_pinned("hibari")
+    assert store.current("hibari").version == new                  # what a worker loads at start
+    assert store.current_name("hibari") == new and not store.current_pinned("hibari")
+    # A person's choice stays, through install_shipped and current() alike.
+    store.use("hibari", "0.0.1-int8")
+    assert store.install_shipped("hibari").version == new
+    assert store.current("hibari").version == "0.0.1-int8" and store.current_pinned("hibari")
+    # A one-line file naming a version that is not a shipped install was a person's choice too.
+    conv = store.add("hibari", "9.9-fp32", write=lambda p, _c: p.write_bytes(b"x") and None,
+                     precision="fp32", source="converted from hibari/" + new)
+    (tmp_path / "hibari" / "current").write_text(conv.version + "\n")
+    assert store.current_pinned("hibari") and store.current_name("hibari") == "9.9-fp32"
+    store.install_shipped("hibari")
+    assert store.current_name("hibari") == "9.9-fp32"
+
+
+def test_reading_current_without_install_never_moves_it(tmp_path: Path) -> None:
+    """A running worker's reload watcher reads ``current`` and must not rewrite it."""
+    store = ModelStore(tmp_path)
+    _fake_old_shipped(store, "0.0.1-int8")
+    assert store.current("hibari", install=False).version == "0.0.1-int8"
+    assert store.current_name("hibari") == "0.0.1-int8"
 
 
 def test_a_version_appears_whole_or_not_at_all(tmp_path: Path) -> None:
