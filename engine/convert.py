@@ -17,7 +17,11 @@ what ``to_fp16`` does about each before converting:
 * a graph output that is also consumed inside the graph is renamed by the converter's
   output cast, cutting the internal consumers off: such outputs are routed through an
   ``Identity`` first;
-* unnamed nodes are named (the converter keys its cast bookkeeping by node name).
+* unnamed nodes are named (the converter keys its cast bookkeeping by node name);
+* two kept-fp32 nodes in a row are joined by the converter through a Cast to fp16 and
+  back, rounding (and flushing to zero) the tensor between them: each such round trip is
+  made an ``Identity`` of the fp32 tensor afterwards (Kokoro's STFT -> atan2 divided by
+  the zeros that made).
 
 Hibari ships only an int8 graph (``quantize_dynamic``: ``DynamicQuantizeLinear`` +
 ``MatMulInteger`` + rescale). ``dequantize()`` rebuilds the fp32 graph from it: each
@@ -395,7 +399,8 @@ def _untie_initializers(graph: Any) -> int:
     return copies
 
 
-def _retarget_casts(graph: Any, blocked: set[str]) -> tuple[int, list[str]]:
+def _retarget_casts(graph: Any, blocked: set[str], kept: frozenset[str] | set[str] = frozenset()
+                    ) -> tuple[int, list[str]]:
     """Retarget ``Cast(to=FLOAT)`` to FLOAT16 where every reader is converted to fp16.
 
     A cast that feeds a blocked op or a graph output keeps emitting float32 and is put on
@@ -410,12 +415,12 @@ def _retarget_casts(graph: Any, blocked: set[str]) -> tuple[int, list[str]]:
     outputs = {o.name for o in graph.output}
     n, keep = 0, []
     for node in graph.node:
-        if node.op_type != "Cast":
+        if node.op_type != "Cast" or node.name in kept:
             continue
         for attr in node.attribute:
             if attr.name == "to" and attr.i == TensorProto.FLOAT:
                 out = node.output[0]
-                if out in outputs or any(c.op_type in blocked for c in cons.get(out, [])):
+                if out in outputs or any(c.op_type in blocked or c.name in kept for c in cons.get(out, [])):
                     keep.append(node.name)
                 else:
                     attr.i = TensorProto.FLOAT16
@@ -447,8 +452,13 @@ def _route_outputs(graph: Any) -> int:
     return n
 
 
-def to_fp16(model: Any) -> tuple[Any, dict[str, int]]:
-    """fp32 graph -> fp16 graph with fp32 inputs and outputs (see the module docstring)."""
+def to_fp16(model: Any, keep_fp32: Sequence[str] = ()) -> tuple[Any, dict[str, int]]:
+    """fp32 graph -> fp16 graph with fp32 inputs and outputs (see the module docstring).
+
+    ``keep_fp32``: regular expressions; nodes whose name matches one stay fp32 (a model's
+    numerically fragile parts, e.g. a sine generator's running phase)."""
+    import re
+
     from onnxconverter_common import float16
 
     graph = model.graph
@@ -458,17 +468,89 @@ def to_fp16(model: Any) -> tuple[Any, dict[str, int]]:
         "outputs_routed": _route_outputs(graph),
         "initializers_untied": _untie_initializers(graph),
     }
-    fixes["casts_retargeted"], keep_fp32 = _retarget_casts(graph, set(block))
-    fixes["casts_kept_fp32"] = len(keep_fp32)
+    kept: list[str] = []
+    if keep_fp32:
+        pattern = re.compile("|".join(f"(?:{k})" for k in keep_fp32))
+        kept = [n.name for n in graph.node if pattern.search(n.name)]
+        fixes["nodes_kept_fp32"] = len(kept)
+    fixes["casts_retargeted"], keep_casts = _retarget_casts(graph, set(block), set(kept))
+    fixes["casts_kept_fp32"] = len(keep_casts)
+    keep_casts = [*keep_casts, *(k for k in kept if k not in set(keep_casts))]
     del graph.value_info[:]  # stale fp32 infos; the converter re-infers shapes
+    output_types = {o.name: o.type.tensor_type.elem_type for o in graph.output}
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "the float32 number ... will be truncated": expected
         # check_fp16_ready would mistake the retargeted casts for an fp16 graph.
-        out = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=block, node_block_list=keep_fp32,
+        out = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=block, node_block_list=keep_casts,
                                                check_fp16_ready=False)
+    fixes["outputs_retyped"] = _restore_output_types(out, output_types)
+    fixes["round_trips_removed"] = _collapse_round_trips(out)
     return out, fixes
+
+
+def _restore_output_types(model: Any, types: dict[str, int]) -> int:
+    """keep_io_types, where the converter missed it: an fp32 output made by a kept-fp32 node
+    comes out of the converter as fp16 (its output cast points the wrong way); cast it back."""
+    from onnx import TensorProto, helper
+
+    graph = model.graph
+    n = 0
+    for out in graph.output:
+        tt = out.type.tensor_type
+        if types.get(out.name) != TensorProto.FLOAT or tt.elem_type != TensorProto.FLOAT16:
+            continue
+        inner = f"{out.name}_ttsflow_fp16"
+        for node in graph.node:
+            for j, o in enumerate(node.output):
+                if o == out.name:
+                    node.output[j] = inner
+            for j, i in enumerate(node.input):
+                if i == out.name:
+                    node.input[j] = inner
+        graph.node.append(helper.make_node("Cast", [inner], [out.name], to=TensorProto.FLOAT,
+                                           name=f"{out.name}_ttsflow_to_fp32"))
+        tt.elem_type = TensorProto.FLOAT
+        n += 1
+    return n
+
+
+def _cast_to(node: Any) -> int | None:
+    return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+
+
+def _collapse_round_trips(model: Any) -> int:
+    """``x(fp32) -> Cast(fp16) -> Cast(fp32)`` becomes ``Identity(x)``; casts left unread go."""
+    from onnx import TensorProto, shape_inference
+
+    graph = model.graph
+    try:
+        inferred = shape_inference.infer_shapes(model)
+    except Exception:  # an uninferable graph keeps its casts (correct, only less precise)
+        return 0
+    types = {vi.name: vi.type.tensor_type.elem_type
+             for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
+    prod = _producers(graph)
+    n = 0
+    for node in graph.node:
+        if _cast_to(node) != TensorProto.FLOAT:
+            continue
+        first = prod.get(node.input[0])
+        if first is None or _cast_to(first) != TensorProto.FLOAT16 or types.get(first.input[0]) != TensorProto.FLOAT:
+            continue
+        node.op_type = "Identity"
+        del node.attribute[:]
+        node.input[0] = first.input[0]
+        n += 1
+    outputs = {o.name for o in graph.output}
+    while True:
+        read = {i for node in graph.node for i in node.input} | outputs
+        dead = [node for node in graph.node if node.op_type == "Cast" and not any(o in read for o in node.output)]
+        if not dead:
+            return n
+        for node in dead:
+            graph.node.remove(node)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -511,13 +593,15 @@ def expose_outputs(model: Any, names: Sequence[str]) -> int:
     return added
 
 
-def convert(src: Path, dst: Path, precision: str, *, expose: Sequence[str] = ()) -> ConvertReport:
+def convert(src: Path, dst: Path, precision: str, *, expose: Sequence[str] = (),
+            keep_fp32: Sequence[str] = ()) -> ConvertReport:
     """Write ``src`` converted to ``precision`` at ``dst`` (atomically) and check that it loads.
 
     ``fp32`` from an int8 graph dequantizes it; ``fp16`` goes through fp32 first;
     ``int8`` quantizes the fp32 graph dynamically. Converting to the source's own
     precision copies the graph unchanged. ``expose`` names internal float tensors to add
-    as float32 graph outputs (see ``expose_outputs``).
+    as float32 graph outputs (see ``expose_outputs``); ``keep_fp32`` names nodes an fp16
+    graph keeps in fp32 (see ``to_fp16``).
     """
     import onnx
 
@@ -553,7 +637,7 @@ def convert(src: Path, dst: Path, precision: str, *, expose: Sequence[str] = ())
             if precision == "fp32":
                 _save(model, tmp)
             elif precision == "fp16":
-                model, more = to_fp16(model)
+                model, more = to_fp16(model, keep_fp32)
                 fixes.update(more)
                 _save(model, tmp)
             else:

@@ -78,6 +78,55 @@ def test_fp16_of_a_tricky_graph_loads_and_matches(tmp_path: Path) -> None:
         np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)
 
 
+def _fragile_graph(path: Path) -> None:
+    """y = (1 / (x * 1e-7) + big - big) * 1e-6 = 10 / x: the product is below fp16's smallest
+    normal number, and the sum past fp16's largest (65504)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])
+    tiny = numpy_helper.from_array(np.array(1e-7, np.float32), "tiny")
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    big = numpy_helper.from_array(np.array(3e5, np.float32), "big")
+    micro = numpy_helper.from_array(np.array(1e-6, np.float32), "micro")
+    nodes = [helper.make_node("Mul", ["x", "tiny"], ["small"], name="/gen/Mul"),
+             helper.make_node("Div", ["one", "small"], ["inv"], name="/gen/Div"),
+             helper.make_node("Add", ["inv", "big"], ["up"], name="/gen/Add"),
+             helper.make_node("Sub", ["up", "big"], ["back"], name="/gen/Sub"),
+             helper.make_node("Mul", ["back", "micro"], ["scaled"], name="/gen/Mul_1"),
+             helper.make_node("Sub", ["small", "small"], ["nil"], name="/gen/Sub_1"),  # small: read twice
+             helper.make_node("Add", ["scaled", "nil"], ["y"], name="/gen/Add_1"),
+             helper.make_node("Relu", ["x"], ["z"], name="/body/Relu")]
+    g = helper.make_graph(nodes, "fragile", [x], [y, z], [tiny, one, big, micro])
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_nodes_kept_fp32_talk_to_each_other_in_fp32(tmp_path: Path) -> None:
+    """Kokoro's fp16 audio was non-finite: its kept-fp32 STFT -> atan2 passed through fp16
+    between two kept nodes, and the zeros that made were divided by. Kept nodes in a row now
+    hand each other the fp32 tensor; the rest of the graph is still fp16."""
+    src, dst = tmp_path / "fp32.onnx", tmp_path / "fp16.onnx"
+    _fragile_graph(src)
+    feeds = {"x": np.array([[0.1, 0.2, 0.4, 3.0]], np.float32)}
+    want = _session(src).run(None, feeds)
+    rep = convert(src, dst, "fp16", keep_fp32=[r"^/gen/"])
+    assert rep.fixes["nodes_kept_fp32"] == 7 and rep.fixes["outputs_retyped"] == 1
+    got = _session(dst).run(None, feeds)
+    assert [a.dtype for a in got] == [np.float32, np.float32]         # keep_io_types, kept output too
+    np.testing.assert_allclose(want[0], 10 / feeds["x"], rtol=1e-3)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-3)
+    m = onnx.load(str(dst))
+    prod = {o: n for n in m.graph.node for o in n.output}
+    kept = [n for n in m.graph.node if n.op_type != "Cast" and n.name.startswith("/gen/") and "cast" not in n.name]
+    assert len(kept) == 7 and rep.fixes["round_trips_removed"] >= 1
+    for n in kept:  # every input of a kept node is fp32 from the start: x, an initializer, another kept node
+        assert not any(i in prod and prod[i].op_type == "Cast" for i in n.input), n.name
+    # Without the kept nodes the same graph gives fp16's answer, far off.
+    plain = tmp_path / "plain16.onnx"
+    convert(src, plain, "fp16")
+    assert not np.allclose(_session(plain).run(None, feeds)[0], want[0], rtol=0.05)
+
+
 def test_the_tricky_graph_defeats_plain_float16_conversion(tmp_path: Path) -> None:
     """Precondition of the test above: without ttsflow's fixes the fp16 graph does not load."""
     import warnings
