@@ -22,6 +22,7 @@ need different prefixes.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import socket
@@ -34,6 +35,14 @@ from streams.errors import FatalError
 __all__ = ["claim_slot", "host_name", "slot_dir"]
 
 _held: list[IO[Any]] = []  # the locks this process holds, for its whole life
+
+
+@atexit.register
+def _release() -> None:
+    """Close the held locks at exit (the kernel would drop them anyway; this keeps the
+    interpreter from warning about open files as it tears its modules down)."""
+    while _held:
+        _held.pop().close()
 
 
 def slot_dir() -> Path:
