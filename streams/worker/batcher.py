@@ -8,19 +8,22 @@ Guarantees:
 * A queue is ready when it holds ``max_batch`` items or its oldest item has waited
   ``max_wait_s`` (readiness is about arrival only, so batching delay is unchanged).
 * **Fair order** (earliest due first). Every item gets a *due* time when it is added:
-  ``max(arrival + delay, flow's previous due + fair_slot_s)``. A flow is one request
+  ``max(arrival + delay, flow's previous due + pace)``, where ``pace`` is
+  ``max(fair_slot_s, cost_s)`` of the flow's previous item (``cost_s``: the caller's estimate
+  of that item's model time, so a slow voice's segments are spaced as far apart as the worker
+  takes to make one; 0 leaves the slot alone). A flow is one request
   (``flow=``); ``delay`` is 0 for ``interactive`` and ``bulk_delay_s`` for ``bulk``.
   A batch takes the items of its queue with the earliest due, and of the ready queues
   ``take`` serves the one whose earliest due is earliest; while a queue holding work due
   earlier still fills its batch (at most ``max_wait_s``), no later-due batch starts ahead of
   it (a model call can take seconds: starting one would delay that work by all of it). So one request's segments are
-  paced ``fair_slot_s`` apart against other work: a short request that arrives while a
+  paced ``fair_slot_s`` (or their cost) apart against other work: a short request that arrives while a
   long one is queued gets a due near its arrival and is served in the next batches, not
   after the long one; two long requests interleave (round-robin); an idle worker still
   runs a lone long request at full speed (pacing only orders, it never waits).
 * **Starvation-free.** Every new item's due is at least its arrival, so an item of due
   ``d`` is served before anything that arrives after ``d``: a long request's k-th segment
-  waits at most for the work due before ``arrival + k * fair_slot_s``, and a bulk item at
+  waits at most for the work due before ``arrival + k * fair_slot_s`` (k paces, with costs), and a bulk item at
   most for what is due before ``arrival + bulk_delay_s``, however much interactive work keeps
   coming.
 * **Per-request order.** A flow's dues never decrease and ties keep insertion order, so
@@ -116,7 +119,7 @@ class MicroBatcher(Generic[T]):
         self.delay = {"interactive": 0.0, "bulk": bulk_delay_s}
         self._clock = clock
         self._queues: dict[tuple[int, Hashable], _Queue[T]] = {}
-        self._flows: dict[Hashable, float] = {}   # flow -> due of its last item (pruned once in the past)
+        self._flows: dict[Hashable, float] = {}   # flow -> earliest due of its next item (pruned once past)
         self._sweep_at = 64
         self._order = itertools.count()
         self._n = 0
@@ -133,18 +136,18 @@ class MicroBatcher(Generic[T]):
         return bisect.bisect_left(self.buckets, length)
 
     def add(self, item: T, length: int, group: Hashable = None, *, flow: Hashable = None,
-            priority: str = "interactive") -> None:
+            priority: str = "interactive", cost_s: float = 0.0) -> None:
         """Queue ``item``; ``flow`` names its request (None: an item on its own), ``priority``
-        is ``interactive`` or ``bulk``."""
+        is ``interactive`` or ``bulk``, ``cost_s`` the model time it is expected to take (it
+        spaces the flow's next item at least that far after this one; see the module doc)."""
         if priority not in self.delay:
             raise ValueError(f"priority must be one of {PRIORITIES}, got {priority!r}")
         now = self._clock()
         due = now + self.delay[priority]
         if flow is not None:
-            last = self._flows.get(flow)
-            if last is not None:
-                due = max(due, last + self.fair_slot_s)
-            self._flows[flow] = due
+            due = max(due, self._flows.get(flow, due))
+            pace = max(self.fair_slot_s, cost_s) if self.fair_slot_s > 0 else 0.0
+            self._flows[flow] = due + pace
             if len(self._flows) > self._sweep_at:
                 self._sweep(now)
         key = (self.bucket_of(length), group)
@@ -156,7 +159,7 @@ class MicroBatcher(Generic[T]):
 
     def _sweep(self, now: float) -> None:
         """Forget flows whose next item would be due at its arrival anyway (bounded memory)."""
-        self._flows = {f: d for f, d in self._flows.items() if d + self.fair_slot_s > now}
+        self._flows = {f: d for f, d in self._flows.items() if d > now}
         self._sweep_at = max(64, 2 * len(self._flows))
 
     def __len__(self) -> int:

@@ -70,6 +70,10 @@ class PartMaker:
         self.batcher = batcher
         self.max_batch = max_batch
         self._model = ThreadPoolExecutor(max(1, lanes), thread_name_prefix="model")
+        self._lanes = max(1, lanes)
+        # voice -> model seconds per character of this worker (EWMA over its calls, all lanes
+        # counted): a segment's expected cost, which paces its request in the fair order
+        self._cost_per_char: dict[str, float] = {}
         self._max_calls = max(1, lanes) + 1
         self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
         self._io = io
@@ -104,8 +108,9 @@ class PartMaker:
             group: tuple[Any, ...] = (p.item.voice, round(p.item.speed, 4))
             if self.engine.native_batching:
                 group += self.engine.batch_key(p)
+            cost = len(s.seg.text) * self._cost_per_char.get(p.item.voice, 0.0)
             self.batcher.add(s, len(s.seg.text), group=group, flow=(s.partition, s.seg.request_id),
-                             priority=s.seg.priority)
+                             priority=s.seg.priority, cost_s=cost)
 
     # -- 5) synthesize ---------------------------------------------------------------------
     def ready(self, now: float) -> bool:
@@ -160,6 +165,7 @@ class PartMaker:
         results = self.engine.postprocess_many(raw, prepared)
         results = [self._checked(s, r) for s, r in zip(segs, results, strict=True)]
         synth_s = infer_s + (time.perf_counter() - t0)
+        self._learn_cost(prepared, synth_s)
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
         uploads: list[tuple[Future[str], int] | None] = []
@@ -179,6 +185,16 @@ class PartMaker:
             sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
             out.append((s, r, key, share, sha, size, w))
         return out
+
+    def _learn_cost(self, prepared: list[Prepared], synth_s: float) -> None:
+        """Fold one call's seconds per character (its voice; lanes run side by side) into the estimate."""
+        chars = sum(len(p.item.text) for p in prepared)
+        if not prepared or chars == 0:
+            return
+        voice = prepared[0].item.voice
+        rate = synth_s / chars / self._lanes
+        old = self._cost_per_char.get(voice)
+        self._cost_per_char[voice] = rate if old is None else 0.8 * old + 0.2 * rate
 
     def _checked(self, s: Seg, r: Audio | Failure) -> Audio | Failure:
         """A part is an answer only if it sounds like its text: near-silent or far too short audio

@@ -202,6 +202,34 @@ def test_a_short_request_behind_a_long_one_goes_in_the_next_batch():
     assert [x for batch in batches for x in batch if x[0] == "long"] == [("long", i) for i in range(30)]
 
 
+def test_a_slow_voice_is_paced_by_its_cost_not_the_slot():
+    """Kokoro makes a segment in ~1 s against a 0.5 s slot: paced by the slot, a long request's
+    dues fell behind real time and a short request arriving 3 s in waited for ~3 s of them.
+    Paced by each segment's cost, it waits for about one."""
+    def wait_of_short(cost_s: float) -> int:
+        b, clock = fair(max_batch=1, max_wait_s=0.0, fair_slot_s=0.5)
+        for seq in range(20):
+            b.add(("long", seq), 40, flow="long", cost_s=cost_s)
+        served = 0
+        for _ in range(3):  # the worker makes one segment per second for 3 s
+            clock.t += 1.0
+            assert b.take(clock.t)[0][0] == "long"
+            served += 1
+        b.add(("short", 0), 40, flow="short", cost_s=cost_s)
+        before = 0
+        while b.take(clock.t)[0] != ("short", 0):
+            before += 1
+        return before
+
+    assert wait_of_short(0.0) == 4   # slot-paced: dues 1.5, 2.0, 2.5 and 3.0 are ahead of it (due 3.0)
+    assert wait_of_short(1.0) == 1   # cost-paced: only the long segment due at 3.0, added first
+    b, clock = fair(max_batch=1, fair_slot_s=0.0)  # a zero slot is arrival order, whatever the cost
+    for seq in range(3):
+        b.add(("a", seq), 40, flow="a", cost_s=5.0)
+    b.add(("b", 0), 40, flow="b", cost_s=5.0)
+    assert [x[0] for batch in drain(b, clock) for x in batch] == ["a", "a", "a", "b"]
+
+
 def test_two_long_requests_interleave():
     b, clock = fair(max_batch=2)
     for seq in range(6):
