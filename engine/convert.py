@@ -10,7 +10,7 @@ What plain ``onnxconverter_common.float16`` conversion gets wrong on these graph
 what ``to_fp16`` does about each before converting:
 
 * an initializer shared by a blocked (kept fp32) and a converted consumer can only have
-  one type: every consumer gets its own copy;
+  one type: the fp32 consumers get a copy of their own;
 * ``Cast(to=FLOAT)`` nodes inside the graph still emit float32 into fp16 consumers: they
   are retargeted to FLOAT16 (blocked consumers get a cast back, inserted by the converter);
 * ``RandomNormalLike`` (Piper's noise) stays fp32: it is on the op block list;
@@ -376,8 +376,10 @@ def _fp16_block_list() -> list[str]:
     return sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(_EXTRA_FP16_BLOCK))
 
 
-def _untie_initializers(graph: Any) -> int:
-    """Give every consumer of a shared float initializer its own copy."""
+def _untie_initializers(graph: Any, blocked: set[str], kept: set[str]) -> int:
+    """An initializer read by both fp32 nodes (a blocked op, a kept node) and converted ones gets
+    a copy of its own for the fp32 readers. (Only then: ALBERT's one layer, read by each of its
+    twelve passes, would otherwise be stored twelve times.)"""
     from onnx import TensorProto
 
     inits = {t.name: t for t in graph.initializer if t.data_type == TensorProto.FLOAT}
@@ -385,17 +387,18 @@ def _untie_initializers(graph: Any) -> int:
     copies = 0
     for name, init in inits.items():
         users = cons.get(name, [])
-        if len(users) < 2:
+        fp32 = [n for n in users if n.op_type in blocked or n.name in kept]
+        if not fp32 or len(fp32) == len(users):
             continue
-        for k, node in enumerate(users[1:], start=1):
-            new_name = f"{name}_ttsflow_copy{k}"
-            dup = graph.initializer.add()
-            dup.CopyFrom(init)
-            dup.name = new_name
+        new_name = f"{name}_ttsflow_fp32"
+        dup = graph.initializer.add()
+        dup.CopyFrom(init)
+        dup.name = new_name
+        for node in fp32:
             for j, i in enumerate(node.input):
                 if i == name:
                     node.input[j] = new_name
-            copies += 1
+        copies += 1
     return copies
 
 
@@ -466,7 +469,6 @@ def to_fp16(model: Any, keep_fp32: Sequence[str] = ()) -> tuple[Any, dict[str, i
     fixes = {
         "nodes_named": _name_nodes(graph),
         "outputs_routed": _route_outputs(graph),
-        "initializers_untied": _untie_initializers(graph),
     }
     kept: list[str] = []
     if keep_fp32:
@@ -476,6 +478,7 @@ def to_fp16(model: Any, keep_fp32: Sequence[str] = ()) -> tuple[Any, dict[str, i
     fixes["casts_retargeted"], keep_casts = _retarget_casts(graph, set(block), set(kept))
     fixes["casts_kept_fp32"] = len(keep_casts)
     keep_casts = [*keep_casts, *(k for k in kept if k not in set(keep_casts))]
+    fixes["initializers_untied"] = _untie_initializers(graph, set(block), set(keep_casts))
     del graph.value_info[:]  # stale fp32 infos; the converter re-infers shapes
     output_types = {o.name: o.type.tensor_type.elem_type for o in graph.output}
     import warnings

@@ -144,6 +144,14 @@ def _expose_for(model: str, onnx_path: Path) -> list[str]:
     return ceil if len(ceil) == 1 else []
 
 
+# Node names (regular expressions) that stay fp32 in a model's fp16 version. Kokoro's
+# generator: the sine source's running phase reaches ~1e4 rad, where fp16's step is 8 rad,
+# and the STFT / atan2 / iSTFT glue between its blocks divides by values fp16 flushes to zero.
+_KEEP_FP32 = {
+    "kokoro": (r"^/decoder/decoder/generator/m_source/", r"^/decoder/decoder/generator/[A-Za-z]+(_[0-9]+)?$"),
+}
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -343,7 +351,8 @@ class ModelStore:
             files = list(src.manifest.extra.get("files", []))
             for name in files:  # voice styles and the like: the same for every precision
                 shutil.copyfile(src.dir / name, path.parent / name)
-            rep = convert(src.onnx_path, path, precision, expose=_expose_for(model, src.onnx_path))
+            rep = convert(src.onnx_path, path, precision, expose=_expose_for(model, src.onnx_path),
+                          keep_fp32=_KEEP_FP32.get(model, ()))
             reports.append(rep)
             extra: dict[str, Any] = {"conversion": {"seconds": rep.seconds, "fixes": rep.fixes,
                                                     "source_precision": rep.source_precision}}

@@ -154,8 +154,9 @@ def corpus_cer(references: Sequence[str], heard: Sequence[str]) -> float:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    """``python -m streams.bench.asr_zh [--voice V ...] [--model-dir D] [--first N]``: the character error
-    of kokoro voices on :data:`SENTENCES` (how engine/voices.py's table was measured); one JSON line each."""
+    """``python -m streams.bench.asr_zh [--voice V ...] [--version V ...] [--model-dir D] [--first N]``: the
+    character error of kokoro voices on :data:`SENTENCES` (how engine/voices.py's table was measured), each
+    voice on each installed version named (default: the current one) in one run; one JSON line each."""
     import argparse
     import json
     import time
@@ -167,25 +168,32 @@ def _main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m streams.bench.asr_zh")
     ap.add_argument("--voice", action="append", default=None, help="kokoro voice (repeatable; default zm_yunjian)")
     ap.add_argument("--model-dir", default=None, help="model store (default: a temporary one)")
+    ap.add_argument("--version", action="append", default=None,
+                    help="installed kokoro version to read with (repeatable; default the current one)")
     ap.add_argument("--first", type=int, default=len(SENTENCES), help="only the first N sentences")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        engine = open_engine(ModelStore(args.model_dir or tmp).current("kokoro"), threads=1)
-        try:
-            for voice in args.voice or ["zm_yunjian"]:
-                sents = SENTENCES[: args.first]
-                t0 = time.perf_counter()
-                out = engine.synthesize([SynthItem(s, voice) for s in sents])
-                synth_s = time.perf_counter() - t0
-                audios = [o.samples for o in out if isinstance(o, Audio)]
-                per = [char_error(a, 24_000, s) for a, s in zip(audios, sents, strict=True)]
-                audio_s = sum(len(a) for a in audios) / 24_000
-                print(json.dumps({"voice": voice, "sentences": len(sents),
-                                  "corpus_cer": round(char_error_many(audios, 24_000, sents), 4),
-                                  "min": round(min(per), 4), "max": round(max(per), 4),
-                                  "rtf": round(synth_s / audio_s, 3), "loadavg_1m": round(os.getloadavg()[0], 2)}))
-        finally:
-            engine.close()
+        store = ModelStore(args.model_dir or tmp)
+        versions = [store.get("kokoro", v) for v in args.version] if args.version else [store.current("kokoro")]
+        for mv in versions:
+            engine = open_engine(mv, threads=1)
+            try:
+                for voice in args.voice or ["zm_yunjian"]:
+                    sents = SENTENCES[: args.first]
+                    t0 = time.perf_counter()
+                    out = engine.synthesize([SynthItem(s, voice) for s in sents])
+                    synth_s = time.perf_counter() - t0
+                    audios = [o.samples for o in out if isinstance(o, Audio)]
+                    per = [char_error(a, 24_000, s) for a, s in zip(audios, sents, strict=True)]
+                    audio_s = sum(len(a) for a in audios) / 24_000
+                    print(json.dumps({"version": mv.version, "precision": mv.precision, "voice": voice,
+                                      "sentences": len(sents),
+                                      "corpus_cer": round(char_error_many(audios, 24_000, sents), 4),
+                                      "min": round(min(per), 4), "max": round(max(per), 4),
+                                      "rtf": round(synth_s / audio_s, 3), "loadavg_1m": round(os.getloadavg()[0], 2)}),
+                          flush=True)
+            finally:
+                engine.close()
     return 0
 
 

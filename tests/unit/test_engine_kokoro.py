@@ -85,9 +85,7 @@ def test_the_jieba_cache_is_read_from_the_store(store: ModelStore) -> None:
 
 def test_the_int8_graph_converts_to_fp32_with_every_quantized_op_rebuilt(store: ModelStore) -> None:
     """Kokoro's int8 graph quantizes Conv, LSTM and embeddings too (ConvInteger, DynamicQuantizeLSTM,
-    Gather + DequantizeLinear): all are rebuilt as float ops, and the fp32 version speaks Mandarin.
-    (Its fp16 graph loads but is non-finite on CPU; ``ttsflow model convert``'s check refuses it:
-    README, known limitations.)"""
+    Gather + DequantizeLinear): all are rebuilt as float ops, and the fp32 version speaks Mandarin."""
     import onnx
 
     from engine.convert import _QUANT_OPS, detect_precision
@@ -105,6 +103,35 @@ def test_the_int8_graph_converts_to_fp32_with_every_quantized_op_rebuilt(store: 
         e.close()
     assert isinstance(out, Audio) and np.isfinite(out.samples).all() and 1.0 < out.duration_s < 6
     assert float(np.abs(out.samples).max()) > 0.05
+
+
+def test_the_fp16_version_is_finite_and_reads_mandarin_as_well_as_fp32(store: ModelStore) -> None:
+    """Kokoro's fp16 audio was all NaN: the sine source's phase and the STFT/atan2 glue of the
+    generator must stay fp32 (engine/store.py's ``_KEEP_FP32``), and the converter must not
+    pass fp32 tensors between kept nodes through fp16. Same sentences, both versions, Whisper."""
+    from tests.support import asr_zh
+
+    fp32 = store.ensure("kokoro", "fp32")
+    fp16, report = store.convert("kokoro", "fp16")
+    assert report.fixes["nodes_kept_fp32"] > 0 and report.fixes["round_trips_removed"] > 0
+    assert fp16.precision == "fp16" and fp16.manifest.bytes < 0.6 * fp32.manifest.bytes
+    sents = asr_zh.SENTENCES[:4]
+    audio: dict[str, list[np.ndarray]] = {}
+    for mv in (fp32, fp16):
+        e = open_engine(mv, threads=1)
+        try:
+            out = e.synthesize([SynthItem(t, "zm_yunjian") for t in sents])
+        finally:
+            e.close()
+        assert all(isinstance(o, Audio) and np.isfinite(o.samples).all() for o in out), mv.ref
+        audio[mv.precision] = [o.samples for o in out if isinstance(o, Audio)]
+    for a, b in zip(audio["fp32"], audio["fp16"], strict=True):
+        assert 0.9 < len(b) / len(a) < 1.1 and float(np.abs(b).max()) > 0.05
+    if not asr_zh.available():
+        pytest.skip("the Mandarin recognizer is not installed (pip install -e '.[asr-zh]')")
+    cer32 = asr_zh.char_error_many(audio["fp32"], 24_000, sents)
+    cer16 = asr_zh.char_error_many(audio["fp16"], 24_000, sents)
+    assert cer16 <= max(0.10, cer32 + 0.05), (cer32, cer16)
 
 
 def test_a_mandarin_style_that_is_not_the_pinned_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
