@@ -359,7 +359,7 @@ class Settings:
     max_batch: int = _f(8, "Most segments in one engine batch.", lo=1, hi=1024)
     max_wait_ms: int = _f(20, "Longest a segment waits for its batch to fill, milliseconds.", lo=0, hi=60_000)
     length_buckets: str = _f("32,64,128,256", "Ascending segment-length bucket edges in characters; batches never mix buckets.")
-    fair_slot_ms: int = _f(500, "Fair order in the worker's batcher: one request's segments are spaced this far apart in service order against other requests (earliest due first), so a short request is not stuck behind a long one and a long one still advances one segment per slot under any load; 0 means arrival order.", lo=0, hi=600_000)
+    fair_slot_ms: int = _f(500, "Fair order in the worker's batcher: one request's segments are spaced this far apart in service order against other requests (earliest due first), or by a segment's measured model time where that is longer (a slow voice), so a short request is not stuck behind a long one and a long one still advances one segment per slot under any load; 0 means arrival order.", lo=0, hi=600_000)
     bulk_delay_ms: int = _f(5_000, "A priority=bulk request's segments count as arrived this much later than interactive ones in the batcher's order: the longest a bulk segment yields to newer interactive work.", lo=0, hi=3_600_000)
     # --- Engine ------------------------------------------------------------------
     backend: str = _f("hibari", "Engine backend (the default one when backends lists several).", choices=_BACKEND_NAMES)
