@@ -12,6 +12,14 @@ Invariants:
   no LeaveGroup for a static member on close (KIP-345: the broker waits for it to come
   back), so a clean stop (SIGTERM, a scale-down) calls :func:`leave_group` after closing:
   the group rebalances at once instead of idling the partitions for a session timeout.
+* A consumer librdkafka declares fatally failed is replaced by a new one, when a factory is
+  given: the only fatal consumer error is a static member fenced by its own instance id, which
+  a broker restart can cause (the session timed out on the restarted coordinator, the rejoin
+  with the old member id was fenced, and the old consumer polled on for ever, answering
+  nothing). Its partitions count as lost (their work is dropped and redone from committed
+  offsets); the new consumer joins under the same instance id. At most
+  ``_MAX_REPLACEMENTS`` in ``_REPLACEMENT_WINDOW_S`` (two live processes with one id would
+  fence each other in turn): beyond that the error is fatal for the process.
 * A rewind is one attempt: right after a broker restart the group's offsets can be
   unreadable until the consumer has polled (a lost session is served by poll), so a failed
   one stays pending and the loop polls and tries again.
@@ -32,6 +40,7 @@ __all__ = ["PartitionedConsumer", "consume_ready", "leave_group"]
 _log = logging.getLogger("ttsflow.worker")
 
 _REWIND_TIMEOUT_S = 10.0  # one attempt at reading committed offsets; a failed rewind is retried by the loop
+_MAX_REPLACEMENTS, _REPLACEMENT_WINDOW_S = 3, 300.0
 
 
 def consume_ready(consumer: Any, n: int, timeout: float) -> list[Any]:
@@ -55,17 +64,22 @@ def consume_ready(consumer: Any, n: int, timeout: float) -> list[Any]:
 class PartitionedConsumer:
     """A group consumer of one topic (confluent-kafka ``Consumer``, or a fake with its methods)."""
 
-    def __init__(self, consumer: Any, topic: str) -> None:
+    def __init__(self, consumer: Any, topic: str, *, factory: Callable[[], Any] | None = None) -> None:
         self._c = consumer
         self.topic = topic
         self.assigned: set[int] = set()
         self.paused: set[int] = set()
         self.rewind_pending: set[int] = set()
         self._last_error_log = -1e9
+        self._factory = factory
+        self._callbacks: dict[str, Callable[..., None]] = {}
+        self._replaced_at: list[float] = []
+        self.abandoned: list[Any] = []  # replaced consumers (closing one that failed may block: a thread does)
 
     def subscribe(self, *, on_assign: Callable[..., None], on_revoke: Callable[..., None],
                   on_lost: Callable[..., None]) -> None:
-        self._c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+        self._callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
+        self._c.subscribe([self.topic], **self._callbacks)
 
     def consume(self, n: int, timeout: float) -> list[Any]:
         return consume_ready(self._c, n, timeout)
@@ -112,12 +126,39 @@ class PartitionedConsumer:
         self.set_paused({p for p in self.assigned if held.get(p, 0) >= share})
 
     def note_error(self, err: Any, now: float) -> None:
-        """Errors delivered by poll are informational (the client retries) unless librdkafka says fatal."""
-        if err.fatal():
-            raise classify(err)
+        """Errors delivered by poll are informational (the client retries) unless librdkafka says fatal:
+        then the consumer is replaced (see the module doc) or, past the limit, ``FatalError``."""
+        from confluent_kafka import KafkaError
+
+        if err.fatal() or err.code() == KafkaError._FATAL:  # poll delivers the fatal state as _FATAL
+            self._replaced_at = [t for t in self._replaced_at if now - t < _REPLACEMENT_WINDOW_S]
+            if self._factory is None or len(self._replaced_at) >= _MAX_REPLACEMENTS:
+                raise FatalError(f"consumer failed: {err.str()}")
+            self._replace(err, now)
+            return
         if now - self._last_error_log >= 5.0:  # e.g. the topic does not exist yet: say so, not 50 times a second
             self._last_error_log = now
             _log.warning("event=consumer_error code=%s error=%s", err.name(), err.str())
+
+    def _replace(self, err: Any, now: float) -> None:
+        import threading
+
+        from confluent_kafka import TopicPartition
+
+        assert self._factory is not None
+        gone = sorted(self.assigned)
+        if gone and "on_lost" in self._callbacks:  # drop their work first: it is redone from committed offsets
+            self._callbacks["on_lost"](self._c, [TopicPartition(self.topic, p) for p in gone])
+        old, self._c = self._c, self._factory()
+        self.assigned.clear()
+        self.paused.clear()
+        self.rewind_pending.clear()
+        self._replaced_at.append(now)
+        self.abandoned.append(old)
+        threading.Thread(target=_close_quietly, args=(old,), name="consumer-close", daemon=True).start()
+        if self._callbacks:
+            self._c.subscribe([self.topic], **self._callbacks)
+        _log.error("event=consumer_replaced partitions_lost=%s error=%s", gone, err.str())
 
     def rewind(self, partitions: set[int]) -> None:
         """Seek each partition back to its committed offset (the start if none); one attempt,
@@ -152,6 +193,13 @@ class PartitionedConsumer:
 
     def close(self) -> None:
         self._c.close()
+
+
+def _close_quietly(consumer: Any) -> None:
+    try:
+        consumer.close()
+    except Exception as e:  # a failed consumer may refuse to close; it is abandoned either way
+        _log.info("event=replaced_consumer_close_failed error=%s", e)
 
 
 def leave_group(kafka: KafkaSettings, group: str, member_id: str, *, timeout_s: float = 5.0) -> bool:

@@ -141,10 +141,14 @@ class Worker:
         self.ledger = Ledger(dedup_window_s=dedup_window_s, max_request_audio_s=batching.max_request_audio_s,
                              join_memory_bytes=batching.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
         # static membership: a worker restarted under its transactional id gets its partitions back at once
-        self.consumer = PartitionedConsumer(consumer or Consumer(consumer_config(
-            kafka, kafka.worker_group, **{"client.id": kafka.effective_transactional_id,
-                                          "group.instance.id": kafka.effective_transactional_id}, **_FAIR_FETCH)),
-            kafka.topic_segments)
+        def new_consumer() -> Any:
+            return Consumer(consumer_config(
+                kafka, kafka.worker_group, **{"client.id": kafka.effective_transactional_id,
+                                              "group.instance.id": kafka.effective_transactional_id}, **_FAIR_FETCH))
+
+        # a consumer fenced for good (after a broker restart) is replaced by a new one, same identity
+        self.consumer = PartitionedConsumer(consumer or new_consumer(), kafka.topic_segments,
+                                            factory=new_consumer if consumer is None else None)
         self.producer = TransactionalProducer(
             producer_factory or (lambda: Producer(transactional_config(kafka))), producer=producer,
             wedge_grace_s=wedge_grace_s, heartbeat=metrics.heartbeat, on_replaced=metrics.producer_replaced,

@@ -1,0 +1,73 @@
+"""The worker's consumer after librdkafka declares it failed: replaced, its partitions lost, a limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from streams.errors import FatalError
+from streams.kafka.consumer import PartitionedConsumer
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.subscribed: list[tuple[list[str], dict[str, Any]]] = []
+        self.closed = False
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self.subscribed.append((topics, callbacks))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def fatal_poll_error() -> KafkaError:
+    # what poll delivered on CI after a broker restart: code _FATAL, fatal() False on this object
+    return KafkaError(KafkaError._FATAL, "Fatal error: Broker: Static consumer fenced by other consumer "
+                                         "with same group.instance.id")
+
+
+def test_a_fenced_consumer_is_replaced_and_its_partitions_are_lost_not_kept() -> None:
+    """CI: after a broker restart the worker's static member was fenced for good; it logged the
+    error and polled the dead consumer for four minutes, answering nothing."""
+    made: list[FakeConsumer] = []
+
+    def factory() -> FakeConsumer:
+        made.append(FakeConsumer())
+        return made[-1]
+
+    first = FakeConsumer()
+    c = PartitionedConsumer(first, "tts.segments", factory=factory)
+    lost: list[list[int]] = []
+    c.subscribe(on_assign=lambda *_: None, on_revoke=lambda *_: None,
+                on_lost=lambda _c, tps: lost.append([tp.partition for tp in tps]))
+    c.assign({0, 1})
+    c.rewind_pending.add(1)
+    assert not fatal_poll_error().fatal()
+    c.note_error(fatal_poll_error(), now=10.0)
+    assert lost == [[0, 1]]                       # the loop drops their work; redone from committed offsets
+    assert len(made) == 1 and c._c is made[0]
+    assert made[0].subscribed and made[0].subscribed[0][0] == ["tts.segments"]
+    assert set(made[0].subscribed[0][1]) == {"on_assign", "on_revoke", "on_lost"}
+    assert c.assigned == set() and c.rewind_pending == set()
+    assert c.abandoned == [first]
+
+
+def test_replacements_are_limited_then_the_error_is_fatal() -> None:
+    c = PartitionedConsumer(FakeConsumer(), "t", factory=FakeConsumer)
+    c.subscribe(on_assign=lambda *_: None, on_revoke=lambda *_: None, on_lost=lambda *_: None)
+    for k in range(3):
+        c.note_error(fatal_poll_error(), now=float(k))
+    with pytest.raises(FatalError, match="Static consumer fenced"):
+        c.note_error(fatal_poll_error(), now=3.0)
+    c.note_error(fatal_poll_error(), now=400.0)   # the window has passed: replaced again
+    assert len(c.abandoned) == 4
+
+
+def test_without_a_factory_a_fatal_error_stops_the_process() -> None:
+    c = PartitionedConsumer(FakeConsumer(), "t")
+    with pytest.raises(FatalError):
+        c.note_error(fatal_poll_error(), now=0.0)
+    c.note_error(KafkaError(KafkaError._TRANSPORT, "broker down"), now=0.0)  # informational: logged
