@@ -402,8 +402,7 @@ def _untie_initializers(graph: Any, blocked: set[str], kept: set[str]) -> int:
     return copies
 
 
-def _retarget_casts(graph: Any, blocked: set[str], kept: frozenset[str] | set[str] = frozenset()
-                    ) -> tuple[int, list[str]]:
+def _retarget_casts(graph: Any, blocked: set[str], kept: set[str]) -> tuple[int, list[str]]:
     """Retarget ``Cast(to=FLOAT)`` to FLOAT16 where every reader is converted to fp16.
 
     A cast that feeds a blocked op or a graph output keeps emitting float32 and is put on
@@ -431,6 +430,15 @@ def _retarget_casts(graph: Any, blocked: set[str], kept: frozenset[str] | set[st
     return n, keep
 
 
+def _rename_tensor(nodes: Any, old: str, new: str) -> None:
+    """Every mention of tensor ``old`` among ``nodes``' inputs and outputs becomes ``new``."""
+    for node in nodes:
+        for names in (node.input, node.output):
+            for j, name in enumerate(names):
+                if name == old:
+                    names[j] = new
+
+
 def _route_outputs(graph: Any) -> int:
     """Put an Identity between a graph output and its producer when the graph also reads it."""
     from onnx import helper
@@ -442,14 +450,7 @@ def _route_outputs(graph: Any) -> int:
         if out.name not in cons or out.name not in prod:
             continue
         inner = f"{out.name}_ttsflow_inner"
-        p = prod[out.name]
-        for j, o in enumerate(p.output):
-            if o == out.name:
-                p.output[j] = inner
-        for node in cons[out.name]:
-            for j, i in enumerate(node.input):
-                if i == out.name:
-                    node.input[j] = inner
+        _rename_tensor([prod[out.name], *cons[out.name]], out.name, inner)
         graph.node.append(helper.make_node("Identity", [inner], [out.name], name=f"{out.name}_ttsflow_identity"))
         n += 1
     return n
@@ -477,7 +478,7 @@ def to_fp16(model: Any, keep_fp32: Sequence[str] = ()) -> tuple[Any, dict[str, i
         fixes["nodes_kept_fp32"] = len(kept)
     fixes["casts_retargeted"], keep_casts = _retarget_casts(graph, set(block), set(kept))
     fixes["casts_kept_fp32"] = len(keep_casts)
-    keep_casts = [*keep_casts, *(k for k in kept if k not in set(keep_casts))]
+    keep_casts += kept  # disjoint: _retarget_casts leaves the kept nodes alone
     fixes["initializers_untied"] = _untie_initializers(graph, set(block), set(keep_casts))
     del graph.value_info[:]  # stale fp32 infos; the converter re-infers shapes
     output_types = {o.name: o.type.tensor_type.elem_type for o in graph.output}
@@ -505,13 +506,7 @@ def _restore_output_types(model: Any, types: dict[str, int]) -> int:
         if types.get(out.name) != TensorProto.FLOAT or tt.elem_type != TensorProto.FLOAT16:
             continue
         inner = f"{out.name}_ttsflow_fp16"
-        for node in graph.node:
-            for j, o in enumerate(node.output):
-                if o == out.name:
-                    node.output[j] = inner
-            for j, i in enumerate(node.input):
-                if i == out.name:
-                    node.input[j] = inner
+        _rename_tensor(graph.node, out.name, inner)
         graph.node.append(helper.make_node("Cast", [inner], [out.name], to=TensorProto.FLOAT,
                                            name=f"{out.name}_ttsflow_to_fp32"))
         tt.elem_type = TensorProto.FLOAT

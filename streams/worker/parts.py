@@ -69,12 +69,12 @@ class PartMaker:
         self.metrics = metrics
         self.batcher = batcher
         self.max_batch = max_batch
-        self._model = ThreadPoolExecutor(max(1, lanes), thread_name_prefix="model")
         self._lanes = max(1, lanes)
+        self._model = ThreadPoolExecutor(self._lanes, thread_name_prefix="model")
         # voice -> model seconds per character of this worker (EWMA over its calls, all lanes
         # counted): a segment's expected cost, which paces its request in the fair order
         self._cost_per_char: dict[str, float] = {}
-        self._max_calls = max(1, lanes) + 1
+        self._max_calls = self._lanes + 1
         self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
         self._io = io
         self._futs: list[tuple[int, Future[list[_Made]], Future[None]]] = []  # size, results, the model job
