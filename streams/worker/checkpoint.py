@@ -1,24 +1,25 @@
-"""The worker's transaction step, pipelined: what commits together, and at most one transaction in flight.
+"""The worker's transaction, owned in one place: it alone begins, commits and aborts.
 
-Invariants:
+Everyone else asks: the loop (:meth:`Checkpoint.start`, :meth:`Checkpoint.poll`), a revoke
+(:meth:`Checkpoint.commit_durable`), recovery (:meth:`Checkpoint.settle`), any abortable
+error (:meth:`Checkpoint.abort`) and shutdown (:meth:`Checkpoint.abort_quietly`). Only this
+module calls ``begin_transaction``, ``commit_transaction`` or ``abort_transaction``
+(tests/unit/test_layering.py fails otherwise). Invariants:
 
-* **One transaction, all or nothing**: a step's chunks (``tts.chunks``, those whose segment
-  the step's offsets pass, in ``seq`` order), its completions (``tts.completed``), a done
-  record per completion (``tts.worker.done``) and the consumer offsets (sent with the
-  group metadata, so a zombie is fenced) commit together or not at all.
-* **Offsets follow durability**: the offsets are the ledger's committed-offset rule at the
-  moment the transaction starts (:meth:`~streams.worker.ledger.Ledger.to_commit`); what is
-  done later waits for the next one. The ledger learns that they are durable
-  (:meth:`~streams.worker.ledger.Ledger.committed`) only once the commit returned.
+* **One transaction, all or nothing**: a step's chunks, completions, done records
+  (:meth:`~streams.worker.core.WorkerCore.take_commit` says which) and the consumer offsets
+  (sent with the group metadata, so a zombie is fenced) commit together or not at all.
+* **Offsets follow durability**: the ledger learns that the offsets and answers are durable
+  (:meth:`~streams.worker.core.WorkerCore.committed`) only once the commit returned.
 * **Pipelined**: the transaction runs on the producer's thread while the loop polls and
-  synthesizes the next work; at most one is in flight (:meth:`start` does nothing while one
-  runs). A transaction starts as soon as none is in flight and answers or chunks are due,
-  or when offsets moved and ``interval_s`` passed since the last one: nothing waits for a
-  batch that is not done.
-* **Failures**: :meth:`poll` raises the in-flight transaction's error (the loop aborts and
-  redoes from the committed offsets, so only invisible work repeats) or
-  :class:`~streams.errors.ProducerWedged` when a call of it hangs. Every path that drops
-  in-memory work or gives partitions away first :meth:`settle`\\ s the in-flight one.
+  synthesizes; at most one is in flight (:meth:`Checkpoint.start` does nothing while one runs).
+* **Each failure has one answer, decided here**: a commit that times out is retried, never
+  aborted; an abortable error (the transaction's, or the loop's own) aborts the open
+  transaction; a call still running 5 s past its own 5 s timeout (librdkafka#5456 after a
+  broker restart) is *wedged*: the producer is replaced under the same ``transactional.id``
+  (its ``init_transactions`` fences the old one and ends its open transaction); a fenced
+  producer is fatal. After an abort or a replacement the caller redoes its work from the
+  committed offsets (:class:`~streams.worker.recovery.Recovery`), so only invisible work repeats.
 """
 
 from __future__ import annotations
@@ -30,13 +31,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import Chunk, encode
-from streams.errors import FatalError, ProducerWedged, StreamError
+from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, StreamError, classify
 from streams.kafka.consumer import PartitionedConsumer
-from streams.kafka.producer import Record, TransactionalProducer
-from streams.settings import KafkaSettings
-from streams.worker.done_log import DoneLog
-from streams.worker.ledger import Answer, ChunkDue, Ledger
+from streams.kafka.producer import OP_TIMEOUT_S, TransactionalProducer, produce_record, transaction_error
+from streams.worker.core import TxnPlan, WorkerCore
 
 __all__ = ["Checkpoint"]
 
@@ -46,20 +44,21 @@ _log = logging.getLogger("ttsflow.worker")
 @dataclass(slots=True)
 class _InFlight:
     fut: Future[float]
-    offsets: dict[int, int]
-    answers: list[Answer]
+    plan: TxnPlan
 
 
 class Checkpoint:
-    """Builds each transaction from the ledger, runs it on the producer's thread, applies its outcome."""
+    """Runs each transaction the core plans on the producer's thread and applies its outcome."""
 
-    def __init__(self, *, kafka: KafkaSettings, ledger: Ledger, consumer: PartitionedConsumer,
-                 producer: TransactionalProducer, done_log: DoneLog, metrics: Any,
-                 chunk: Callable[[ChunkDue], Chunk], clock: Callable[[], float], interval_s: float) -> None:
-        self.kafka, self.ledger, self.consumer, self.producer = kafka, ledger, consumer, producer
-        self.done_log, self.metrics, self.chunk, self.clock = done_log, metrics, chunk, clock
+    def __init__(self, *, core: WorkerCore, producer: TransactionalProducer, consumer: PartitionedConsumer,
+                 segments_topic: str, metrics: Any, clock: Callable[[], float], interval_s: float,
+                 transactional_id: str) -> None:
+        self.core, self.producer, self.consumer = core, producer, consumer
+        self.segments_topic, self.metrics, self.clock = segments_topic, metrics, clock
         self.interval_s = interval_s
+        self.transactional_id = transactional_id
         self._inflight: _InFlight | None = None
+        self._open = False  # a transaction begun here is neither committed nor aborted
         self._last = clock()
 
     @property
@@ -69,37 +68,45 @@ class Checkpoint:
     def futures(self) -> list[Future[Any]]:
         return [self._inflight.fut] if self._inflight is not None else []
 
-    def due(self, *, force: bool = False) -> bool:
-        """Answers or chunks to produce, or offsets that moved (rate-limited to ``interval_s`` unless forced)."""
-        if self.ledger.answers:
-            return True
-        if not self.ledger.tracker.advanced():
-            return False
-        return force or bool(self.ledger.chunks) or self.clock() - self._last >= self.interval_s
+    def open(self) -> None:
+        """``init_transactions``: fences older instances of this transactional.id, ends what they left open."""
+        self.producer.init_transactions()
 
     # -- the transaction -----------------------------------------------------------------
     def start(self, *, force: bool = False) -> bool:
         """Begin the next transaction if none is in flight and one is due; True if one began."""
-        if self._inflight is not None or not self.due(force=force):
+        if self._inflight is not None or not self.core.commit_due(
+                force=force, since_last_s=self.clock() - self._last, interval_s=self.interval_s):
             return False
-        # 1) what commits: the answers (from here every segment of theirs counts as done), the
-        #    offsets the committed-offset rule allows now, the chunks those offsets pass and those of
-        #    the answered requests
-        answers = self.ledger.take_answers()
-        offsets = self.ledger.to_commit(self.consumer.assigned)
-        chunks = self.ledger.take_chunks(offsets, answers)
-        # 2) the records, in order: chunks before their request's completion, done record with it
-        records: list[Record] = [(self.kafka.topic_chunks, c.user_id.encode(), encode(self.chunk(c)), None)
-                                 for c in chunks]
-        for a in answers:
-            records.append((self.kafka.topic_completed, a.user_id.encode(), encode(a.completion), None))
-            records.append(self.done_log.record(a))
-        # 3) begin, produce, send offsets with the group metadata, commit: on the producer's thread
-        fut = self.producer.submit_transaction(records, self.kafka.topic_segments, offsets,
-                                               self.consumer.group_metadata())
-        self._inflight = _InFlight(fut, offsets, answers)
-        self._last = self.clock()
+        plan = self.core.take_commit(self.consumer.assigned)
+        fut = self.producer.run(self._transaction(plan, self.consumer.group_metadata()))
+        self._inflight, self._open, self._last = _InFlight(fut, plan), True, self.clock()
         return True
+
+    def _transaction(self, plan: TxnPlan, group_metadata: Any) -> Callable[[Any], float]:
+        """The producer thread's work: begin, produce in order, send offsets, commit; its seconds,
+        or its classified error (a retriable one as abortable: an open transaction cannot resume)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        tps = [TopicPartition(self.segments_topic, p, o) for p, o in sorted(plan.offsets.items())]
+
+        def work(p: Any) -> float:
+            t0 = time.perf_counter()
+            try:
+                p.begin_transaction()
+                for record in plan.records:
+                    produce_record(p, record)
+                if tps:
+                    self.producer.call("send_offsets_to_transaction",
+                                       lambda: p.send_offsets_to_transaction(tps, group_metadata, OP_TIMEOUT_S))
+                self.producer.call("commit_transaction", lambda: p.commit_transaction(OP_TIMEOUT_S))
+            except KafkaException as e:
+                raise transaction_error(e) from e
+            except RetriableError as e:  # still retrying while stopping: the transaction is given up
+                raise AbortableError(str(e)) from e
+            return time.perf_counter() - t0
+
+        return work
 
     def poll(self) -> None:
         """Apply the in-flight transaction if it committed; raise its error, or ``ProducerWedged``."""
@@ -109,16 +116,13 @@ class Checkpoint:
         try:
             took = self.producer.check(inflight.fut)
         except BaseException:
-            self._inflight = None
+            self._inflight = None  # still open: the caller's abort ends it
             raise
         if took is None:
             return
-        self._inflight = None
-        # 4) committed: the offsets and answers are durable now
-        self.ledger.committed(inflight.offsets, inflight.answers)
+        self._inflight, self._open = None, False
+        self.core.committed(inflight.plan)
         self.metrics.transaction(True, took)
-        for a in inflight.answers:
-            self.metrics.completion(a.completion.status, a.e2e_s)
 
     def wait(self) -> None:
         """Block until the in-flight transaction is over (applied, or its error raised)."""
@@ -128,33 +132,80 @@ class Checkpoint:
             if self._inflight is not None:
                 time.sleep(0.002)
 
-    def commit(self, *, force: bool = False) -> None:
-        """A synchronous step (before a revoke, on a graceful stop): the in-flight one, then what is due."""
+    def commit_durable(self) -> None:
+        """Synchronously (before a revoke, on a graceful stop): the in-flight one, then what is due."""
         self.wait()
-        if self.start(force=force):
+        if self.start(force=True):
             self.wait()
 
-    # -- before dropping work ------------------------------------------------------------
+    # -- failures ----------------------------------------------------------------------------
     def settle(self) -> None:
         """Before in-memory work is dropped or partitions move: the in-flight transaction is over.
-        A committed one is applied; a failed one is aborted here (the caller redoes from the
-        committed offsets anyway); a wedged one is left to a fresh producer (its init fences it).
-        Raises only :class:`~streams.errors.FatalError` (fenced)."""
+        A committed one is applied; a failed one is aborted here; a wedged one is left to a fresh
+        producer. Raises only :class:`~streams.errors.FatalError` (fenced)."""
         try:
             self.wait()
         except ProducerWedged as e:
-            _log.error("event=producer_wedged error=%s; replacing the producer", e)
-            self.metrics.transaction(False)
-            self.producer.replace()
+            self._replace(e)
         except FatalError:
             raise
         except StreamError as e:
             _log.warning("event=transaction_failed error=%s", e)
             self.metrics.transaction(False)
-            if self.producer.in_txn:
-                self.producer.abort_quietly()
+            self._abort_once()
 
-    def forget(self) -> None:
-        """The in-flight transaction's producer is being replaced: its outcome no longer matters
-        (the new producer's init_transactions completes or aborts it; work redone from committed)."""
+    def abort(self, reason: BaseException) -> None:
+        """An abortable error (the transaction's or the loop's own) or a wedged producer: end the open
+        transaction, by aborting it or, when a call wedges, by replacing the producer. The caller then
+        redoes from the committed offsets."""
+        if isinstance(reason, ProducerWedged):
+            self._replace(reason)
+            return
+        _log.warning("event=transaction_abort error=%s", reason)
+        self.metrics.transaction(False)
+        self.settle()  # an abortable error of the loop's own: let the one in flight end first
+        if not self._open:
+            return
+        try:
+            self.producer.bounded("abort_transaction", lambda p: p.abort_transaction(OP_TIMEOUT_S))
+        except ProducerWedged as e:
+            self._replace(e)
+            return
+        self._open = False
+
+    def abort_quietly(self, reason: BaseException | None = None) -> None:
+        """Shutdown, or a revoke whose commit failed: settle, then one bounded abort of what is still
+        open, its failure logged (fenced: raised). Never replaces the producer."""
+        if reason is not None:
+            _log.warning("event=commit_failed error=%s", reason)
+        self.settle()
+        if self._open:
+            self.metrics.transaction(False)
+            self._abort_once()
+
+    def _abort_once(self) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            self.producer.bounded("abort_transaction", lambda p: p.abort_transaction(OP_TIMEOUT_S), retry=False)
+        except KafkaException as e:
+            exc = classify(e, during="abort")
+            if isinstance(exc, FatalError):
+                raise exc from e
+            _log.warning("event=abort_failed error=%s", e)
+        except ProducerWedged as e:
+            _log.warning("event=abort_failed error=%s", e)
+        self._open = False
+
+    def _replace(self, err: BaseException) -> None:
+        """A transactional call is wedged: a new producer with the same transactional.id takes over;
+        the in-flight transaction's outcome no longer matters (the new init completes or aborts it)."""
+        _log.error("event=producer_wedged error=%s; replacing the producer", err)
+        self.metrics.transaction(False)
         self._inflight = None
+        self.producer.replace()
+        self._open = False
+        _log.info("event=producer_replaced transactional_id=%s", self.transactional_id)
+
+    def close(self) -> None:
+        self.producer.close()

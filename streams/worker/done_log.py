@@ -3,9 +3,10 @@
 Invariants:
 
 * A request's :class:`~schemas.Done` record goes to partition p of the done topic, p being
-  the partition of its segments, in the transaction of its completion (:meth:`record`
-  gives what to produce; the loop produces it), so a completion is committed if and only
-  if its done record is.
+  the partition of its segments, in the transaction of its completion (:func:`done_record`
+  gives what to produce; the checkpoint produces it), so a completion is committed if and
+  only if its done record is. The done topic has at least as many partitions as the
+  segments topic (:meth:`DoneLog.ensure` creates it and says how many).
 * On assignment of partition p, :meth:`load` reads partition p of the done topic
   (``read_committed``) from ``dedup_window_s`` ago to its end: every request answered within
   the stage's dedup window is known before the first segment of p is admitted, so a
@@ -21,10 +22,12 @@ from typing import Any
 
 from schemas import Done, encode
 from streams.errors import FatalError, RetriableError, classify
+from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import consume_ready
+from streams.settings import KafkaSettings
 from streams.worker.ledger import Answer
 
-__all__ = ["DoneLog"]
+__all__ = ["DoneLog", "done_record"]
 
 _log = logging.getLogger("ttsflow.worker")
 
@@ -32,20 +35,30 @@ _LOAD_TIMEOUT_S = 120.0  # reading the done partitions to their end; past it the
 _OP_TIMEOUT_S = 30.0
 
 
-class DoneLog:
-    """Writes done records (through the caller's transaction) and reads them back on assignment."""
+def done_record(topic: str, a: Answer) -> tuple[str, bytes, bytes, int]:
+    """``(topic, key, value, partition)`` of the done record of answer ``a``."""
+    done = Done(request_id=a.request_id, status=a.completion.status, completed_at=a.completion.completed_at)
+    return topic, a.request_id.encode(), encode(done), a.partition
 
-    def __init__(self, topic: str, dedup_window_s: int, reader: Any, *,
-                 retry: Callable[[str, Callable[[], Any]], Any]) -> None:
+
+class DoneLog:
+    """Reads done records back on assignment (they are written by the checkpoint's transaction)."""
+
+    def __init__(self, topic: str, dedup_window_s: int, reader: Any, *, stopping: Callable[[], bool]) -> None:
         self.topic = topic
         self.dedup_window_s = dedup_window_s
         self._reader = reader  # a group-less read_committed Consumer with enable.partition.eof
-        self._retry = retry
+        self._stopping = stopping
+        self.partitions = 1 << 30  # known after ensure(); a test that skips it has no limit
 
-    def record(self, a: Answer) -> tuple[str, bytes, bytes, int]:
-        """``(topic, key, value, partition)`` of the done record of answer ``a``."""
-        done = Done(request_id=a.request_id, status=a.completion.status, completed_at=a.completion.completed_at)
-        return self.topic, a.request_id.encode(), encode(done), a.partition
+    def _retry(self, what: str, fn: Callable[[], Any]) -> Any:
+        return kafka_retry.call_with_retry(what, fn, stopping=self._stopping)
+
+    def ensure(self, kafka: KafkaSettings) -> None:
+        """Create the done topic if it is missing and learn its partition count."""
+        from streams.kafka import ensure_done_topic
+
+        self.partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(kafka, self.dedup_window_s))
 
     def load(self, partitions: set[int]) -> dict[int, dict[str, float]]:
         """Per partition: request id -> answered at (epoch seconds), for the dedup window."""

@@ -141,7 +141,7 @@ def _ref(store: Any, spec: JoinSpec, sha: str, size: int, duration_s: float) -> 
 
 class Joiner:
     """Finished requests joined on the S3 pool, one join per request at a time
-    (:attr:`Request.finalizing`); a join finished for a revoked or rewound partition is dropped."""
+    (the core marks :attr:`Request.finalizing`, and drops a join finished for a revoked or rewound partition)."""
 
     def __init__(self, store: AudioStore, io: ThreadPoolExecutor, *, sample_rate: int, max_audio_s: float) -> None:
         self.store = store
@@ -153,7 +153,6 @@ class Joiner:
     def submit(self, req: Request, hashes: list[str], identities: list[str]) -> None:
         """Join ``req``'s parts (in memory, else from S3) into its object; ``identities``: the serving
         model's first, then the ones served before a hot reload (where older parts are stored)."""
-        req.finalizing = True
         parts = {seq: req.parts[seq] for seq in req.parts}
         last = req.last
         assert last is not None
@@ -192,23 +191,20 @@ class Joiner:
                 continue
         return None
 
-    def collect(self, current: Callable[[int, int], bool],
-                answer: Callable[[Request, AudioRef | ErrorInfo], None]) -> None:
-        """Answer every request whose join finished (S3 unreachable: raised, nothing answered after it)."""
-        keep = []
+    def collect(self) -> list[tuple[Request, AudioRef | ErrorInfo]]:
+        """Every request whose join finished, with its audio or why it failed (S3 unreachable: raised)."""
+        keep, out = [], []
         for req, fut in self._futs:
             if not fut.done():
                 keep.append((req, fut))
                 continue
-            if not current(req.partition, req.gen):
-                continue
             try:
-                res = fut.result()
+                out.append((req, fut.result()))
             except S3Unavailable:
                 self._futs = []
                 raise
-            answer(req, res)
         self._futs = keep
+        return out
 
     def busy(self) -> bool:
         return bool(self._futs)

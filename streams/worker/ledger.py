@@ -38,11 +38,11 @@ from typing import Literal
 
 import numpy as np
 
-from engine.base import Prepared
+from engine.base import Failure, Prepared
 from schemas import Completion, ErrorInfo, Rejection, Segment
 from streams.worker.offsets import OffsetTracker
 
-__all__ = ["Answer", "ChunkDue", "Ledger", "Part", "Request", "Seg"]
+__all__ = ["Answer", "ChunkDue", "Ledger", "Part", "PartResult", "Request", "Seg"]
 
 
 @dataclass(slots=True, eq=False)
@@ -66,6 +66,11 @@ class Part:
     sha256: str = ""        # of the stored object (a streaming request's chunk names it)
     bytes: int = 0
     duration_s: float = 0.0
+
+
+# a model call's result for one segment: the part made (in S3) or why not, its share of the
+# synthesis seconds, its wait from batching to the model starting on it
+PartResult = tuple[Seg, Part | Failure, float, float]
 
 
 @dataclass(slots=True)

@@ -1,15 +1,18 @@
 """The worker loop: segments in, audio in S3, one completion per request, exactly once.
 
-The loop (:meth:`Worker.step`) reads like the protocol and composes one collaborator per
-invariant (ledger, part maker, joiner, done log, transactional producer, partitioned
-consumer, reload gate, rebalance callbacks; each module's docstring states its own): 0) between batches, apply a
-pending model reload (SIGHUP), 1) poll, 2) decode and drop what
-is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize ready
-batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
+The loop (:meth:`Worker.step`) reads like the protocol. :class:`Worker` is the shell: it holds
+the clients, threads and wiring, and hands what they return to the pure core
+(:class:`~streams.worker.core.WorkerCore`: the ledger, the answers, what a transaction
+carries), which decides. Collaborators return what happened; none calls back into the loop.
+The steps: 0) between batches, apply a pending model reload (SIGHUP), 1) poll, 2) decode and
+drop what is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize
+ready batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
 their audio, 8) produce chunks, completions, done records and offsets in one transaction
-(:class:`~streams.worker.checkpoint.Checkpoint`: pipelined, at most one in flight on the
-producer's thread while the loop polls and synthesizes; a backend without batching gets
-batches of one, so each item is answered and committed as soon as it is made).
+(:class:`~streams.worker.checkpoint.Checkpoint`, the transaction's one owner: pipelined, at
+most one in flight on the producer's thread while the loop polls and synthesizes; a backend
+without batching gets batches of one, so each item is answered and committed as soon as it
+is made). Steps 6 and 7 are :meth:`Worker._advance`, also run before a revoke, a forced model
+swap and a graceful stop.
 
 Guarantees (README, "How it works"):
 
@@ -66,34 +69,23 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from engine.base import Failure
 from engine.engine import Engine
-from schemas import (
-    AudioRef,
-    Chunk,
-    ErrorInfo,
-)
 from storage.cache import AudioCache
 from storage.errors import S3Unavailable, StorageError
 from storage.s3 import AudioStore
-from streams.errors import AbortableError, ProducerWedged, RetriableError, StorageFatal
+from streams.errors import AbortableError, RetriableError, StorageFatal
 from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import PartitionedConsumer, leave_group
 from streams.kafka.producer import WEDGE_GRACE_S, TransactionalProducer
 from streams.settings import BatchingSettings, KafkaSettings
-from streams.worker.answers import build_completion
 from streams.worker.batcher import MicroBatcher
 from streams.worker.checkpoint import Checkpoint
+from streams.worker.core import Topics, WorkerCore
 from streams.worker.done_log import DoneLog
-from streams.worker.intake import admit_record
 from streams.worker.joiner import Joiner
-from streams.worker.keys import PART_FORMAT
-from streams.worker.ledger import ChunkDue, Ledger, Request, Seg
+from streams.worker.ledger import Ledger, Seg
 from streams.worker.parts import PartMaker
 from streams.worker.rebalance import Rebalance
 from streams.worker.recovery import Recovery
@@ -122,10 +114,11 @@ _FAIR_FETCH = {"max.partition.fetch.bytes": 16 * 1024, "queued.min.messages": 16
 
 
 class Worker:
-    """One worker process's loop over its collaborators. Used from one thread (the loop's)."""
+    """One worker process: the loop over its collaborators. Used from one thread (the loop's)."""
 
     def __init__(self, kafka: KafkaSettings, batching: BatchingSettings, engine: Engine | ModelManager,
-                 store: AudioStore, cache: AudioCache, metrics: Any, *, dedup_window_s: int, consumer: Any = None, producer: Any = None, reader: Any = None, overlap: bool | None = None,
+                 store: AudioStore, cache: AudioCache, metrics: Any, *, dedup_window_s: int, consumer: Any = None,
+                 producer: Any = None, reader: Any = None, overlap: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, reload_max_wait_s: float = _RELOAD_MAX_WAIT_S,
                  producer_factory: Callable[[], Any] | None = None, wedge_grace_s: float = WEDGE_GRACE_S,
                  lanes: int = 1) -> None:
@@ -135,11 +128,15 @@ class Worker:
 
         self.kafka, self.engine, self.store, self.cache, self.metrics, self.clock = \
             kafka, engine, store, cache, metrics, clock
-        self.dedup_window_s = dedup_window_s
         self._stop = threading.Event()
+        self._closing = False  # close() began: a revoke then commits nothing
         self.gate = ReloadGate(engine, metrics, clock=clock, max_wait_s=reload_max_wait_s)
         self.ledger = Ledger(dedup_window_s=dedup_window_s, max_request_audio_s=batching.max_request_audio_s,
                              join_memory_bytes=batching.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
+        self.core = WorkerCore(self.ledger, self.gate, metrics,
+                               topics=Topics(kafka.topic_completed, kafka.topic_chunks, kafka.topic_done),
+                               uri=store.uri, bucket=store.bucket, sample_rate=engine.sample_rate)
+
         # static membership: a worker restarted under its transactional id gets its partitions back at once
         def new_consumer() -> Any:
             return Consumer(consumer_config(
@@ -149,13 +146,13 @@ class Worker:
         # a consumer fenced for good (after a broker restart) is replaced by a new one, same identity
         self.consumer = PartitionedConsumer(consumer or new_consumer(), kafka.topic_segments,
                                             factory=new_consumer if consumer is None else None)
-        self.producer = TransactionalProducer(
+        producer_ = TransactionalProducer(
             producer_factory or (lambda: Producer(transactional_config(kafka))), producer=producer,
             wedge_grace_s=wedge_grace_s, heartbeat=metrics.heartbeat, on_replaced=metrics.producer_replaced,
             stopping=self._stop.is_set)
         self.done_log = DoneLog(kafka.topic_done, dedup_window_s,
                                 reader or Consumer(reader_config(kafka, **{"enable.partition.eof": True})),
-                                retry=self._retry)
+                                stopping=self._stop.is_set)
         # DSP/encode on a second thread while the model runs pays off when the model runs on a device;
         # on 2 CPU cores it measured within noise (the model already uses both), so auto = device only
         self.overlap = engine.info.provider != "CPUExecutionProvider" if overlap is None else overlap
@@ -170,17 +167,16 @@ class Worker:
         self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batcher.max_batch,
                                overlap=self.overlap, io=self._io, lanes=lanes)
         self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s)
-        self.checkpoint = Checkpoint(kafka=kafka, ledger=self.ledger, consumer=self.consumer, producer=self.producer,
-                                     done_log=self.done_log, metrics=metrics, chunk=self._chunk, clock=clock,
-                                     interval_s=kafka.worker_commit_interval_ms / 1000)
+        self.checkpoint = Checkpoint(core=self.core, producer=producer_, consumer=self.consumer,
+                                     segments_topic=kafka.topic_segments, metrics=metrics, clock=clock,
+                                     interval_s=kafka.worker_commit_interval_ms / 1000,
+                                     transactional_id=kafka.effective_transactional_id)
         self.recovery = Recovery(ledger=self.ledger, parts=self.parts, joiner=self.joiner, consumer=self.consumer,
-                                 producer=self.producer, checkpoint=self.checkpoint, store=store, metrics=metrics, clock=clock,
-                                 stopping=self._stop.is_set, transactional_id=kafka.effective_transactional_id)
-        self.rebalance = Rebalance(ledger=self.ledger, done_log=self.done_log, consumer=self.consumer, parts=self.parts,
-                                   producer=self.producer, recovery=self.recovery, metrics=metrics,
-                                   segments_topic=kafka.topic_segments, commit_durable=self._commit_durable)
-        self.on_assign, self.on_revoke, self.on_lost = \
-            self.rebalance.on_assign, self.rebalance.on_revoke, self.rebalance.on_lost
+                                 checkpoint=self.checkpoint, store=store, metrics=metrics, clock=clock,
+                                 stopping=self._stop.is_set)
+        self.rebalance = Rebalance(ledger=self.ledger, done_log=self.done_log, consumer=self.consumer,
+                                   parts=self.parts, metrics=metrics, segments_topic=kafka.topic_segments)
+        self._producer = producer_
         self._cap = 4 * batching.max_batch
         self.cache.on_error = metrics.redis_error
 
@@ -191,15 +187,13 @@ class Worker:
     @property
     def abandoned(self) -> list[Any]:
         """Producers replaced while a call of theirs was wedged (their destructor could hang the exit)."""
-        return self.producer.abandoned
+        return self._producer.abandoned
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
         """Create the done topic, initialise transactions (fencing older instances), subscribe."""
-        from streams.kafka import ensure_done_topic
-
-        self.rebalance.done_partitions = self._retry("ensure_done_topic", lambda: ensure_done_topic(self.kafka, self.dedup_window_s))
-        self.producer.init_transactions()
+        self.done_log.ensure(self.kafka)
+        self.checkpoint.open()
         self.consumer.subscribe(on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
         self.metrics.ready(True)
         _log.info("event=worker_started transactional_id=%s group=%s model=%s provider=%s overlap=%s lanes=%d",
@@ -227,32 +221,29 @@ class Worker:
         return 0
 
     def run_once(self) -> None:
-        """One pass of the loop, with the reactions to retriable, abortable and S3 errors."""
+        """One pass of the loop, with the reactions to S3, abortable and retriable errors."""
         try:
             self.step()
         except S3Unavailable as e:
             self.recovery.s3_outage(e)
-        except ProducerWedged as e:
-            self.recovery.replace_producer(e)
-        except AbortableError as e:
-            self.recovery.abort(e)
+        except AbortableError as e:  # the transaction's or the loop's own; a wedged producer too
+            self.checkpoint.abort(e)
+            self.recovery.redo_from_committed()
         except RetriableError as e:
             _log.warning("event=retry error=%s", e)
             time.sleep(kafka_retry.backoff(1))
 
     def close(self) -> None:
         self.metrics.ready(False)
-        self.rebalance.closing = True
-        self.checkpoint.settle()
-        if self.producer.in_txn:
-            self.producer.abort_quietly()
+        self._closing = True
+        self.checkpoint.abort_quietly()
         member = self.consumer.member_id() if self._stop.is_set() else None  # a crash keeps its membership
         try:
             self.consumer.close()
             if member is not None:  # told to stop (scale-down): leave, so nobody waits a session timeout
                 leave_group(self.kafka, self.kafka.worker_group, member)
         finally:
-            self.producer.close()
+            self.checkpoint.close()
             self.done_log.close()
             self.parts.close()
             self._io.shutdown(wait=True, cancel_futures=True)
@@ -262,9 +253,13 @@ class Worker:
         """One turn of the protocol."""
         self.metrics.heartbeat()
 
-        # 0) between batches: apply a pending model reload (SIGHUP)
-        self.gate.step(idle=self._idle, settle=self._settle, backlog=lambda: (
-            f"batched={len(self.parts.batcher)} unfinished_requests={len(self.ledger.requests)}"))
+        # 0) between batches: apply a pending model reload (SIGHUP) when nothing is in flight, or after
+        #    finishing what is once it waited long enough
+        reload = self.gate.due(idle=self._idle())
+        if reload == "settle_first":
+            self._settle()
+        if reload != "no":
+            self.gate.swap()
         now = self.clock()
 
         # 1) poll: no longer than the batcher's next deadline, briefly while work is in flight
@@ -282,13 +277,15 @@ class Worker:
         want = max(1, min(500, self._cap - self.parts.backlog()), self._cap // max(1, assigned))
         msgs = self.consumer.consume(want, timeout)
 
-        # 2) decode, drop what is done
+        # 2) decode, drop what is done (a record of a partition just revoked or to be re-read is skipped)
         fresh: list[Seg] = []
         for msg in msgs:
             if msg.error() is not None:
                 self.consumer.note_error(msg.error(), self.clock())
                 continue
-            s = self._admit(msg)
+            if not self.consumer.admits(msg.partition()):
+                continue
+            s = self.core.admit(msg, self.clock())
             if s is not None:
                 fresh.append(s)
 
@@ -303,7 +300,7 @@ class Worker:
                 continue
             self.ledger.start_waiting(s)
             misses.append(s)
-        self.parts.batch(misses, self._part_failed)
+        self.core.parts_failed(self.parts.batch(misses))
 
         # 5) hand ready batches to the model lanes (threads of their own, so this loop goes on answering
         #    and committing while they run; DSP, encode, upload after the model), as many as the lanes
@@ -313,12 +310,8 @@ class Worker:
             self.parts.synthesize(self.parts.batcher.take_with_wait(now))
             now = self.clock()
 
-        # 6) collect encoded and uploaded parts, update the cache, mark their offsets done
-        self.parts.collect(self.ledger.part_made, self._part_failed, self.ledger.queued)
-
-        # 7) finished requests: join in order, resample, encode, upload; failed ones: answer
-        self._finalize_ready()
-        self.joiner.collect(self.ledger.current, self._joined)
+        # 6) collect encoded and uploaded parts; 7) join finished requests in order, answer them
+        self._advance()
 
         # 8) the transaction (chunks + completions + done records + offsets), pipelined: apply the one
         #    in flight if it committed, start the next if one is due (it commits on the producer's thread)
@@ -326,97 +319,59 @@ class Worker:
         self.checkpoint.start()
         self.metrics.inflight(self.ledger.tracker.pending())
 
-    # -- 2) admit --------------------------------------------------------------------
-    def _admit(self, msg: Any) -> Seg | None:
-        """Decode one record into the ledger; the work to synthesize, if any."""
-        if not self.consumer.admits(msg.partition()):  # just revoked, or to be re-read from committed
-            return None
-        return admit_record(msg, self.ledger, self.metrics, identity=self.identity, now=self.clock())
+    def _advance(self) -> None:
+        """Steps 6 and 7: parts made (or failed) into the ledger; requests failed or fully made answered
+        or handed to the joiner; finished joins answered."""
+        self.core.parts_done(self.parts.collect())
+        for job in self.core.to_join():
+            self.joiner.submit(job.req, job.hashes, job.identities)
+        self.core.joined(self.joiner.collect())
 
-    def _part_failed(self, pid: str, failure: Failure) -> None:
-        for req, seq in self.ledger.part_failed(pid, ErrorInfo(code=failure.code, message=failure.message)):
-            _log.warning("event=request_failed request_id=%s user_id=%s seq=%d code=%s error=%s",
-                         req.request_id, req.user_id, seq, failure.code, failure.message)
+    # -- rebalance callbacks (inside consume(), on the loop's thread) -----------------
+    def on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self.rebalance.assign({tp.partition for tp in partitions})
 
-    # -- 7) answer -------------------------------------------------------------------
-    def _finalize_ready(self) -> None:
-        identities = [self.identity, *self.gate.old_identities]
-        for req, next_ in self.ledger.answerable():
-            if next_ == "failed":
-                self._answer(req, status="failed", error=req.failure)
-            elif next_ == "parts_unknown":
-                self._answer(req, status="failed", error=ErrorInfo(
-                    code="parts_unknown", message="the last segment carries no part list and earlier parts are gone"))
-            else:
-                self.joiner.submit(req, self.ledger.part_hashes(req) or [], identities)
+    def on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        """Commit what is durable before giving the partitions away; the new owner redoes the rest."""
+        gone = {tp.partition for tp in partitions}
+        if not self._closing:
+            try:
+                self._advance()
+                self.checkpoint.commit_durable()
+            except (AbortableError, S3Unavailable) as e:
+                self.checkpoint.abort_quietly(e)
+                self.recovery.redo_from_committed(self.consumer.assigned - gone)
+        self.rebalance.forget(gone)
+        _log.info("event=revoked partitions=%s now=%s", sorted(gone), sorted(self.consumer.assigned))
 
-    def _joined(self, req: Request, res: AudioRef | ErrorInfo) -> None:
-        if isinstance(res, ErrorInfo):
-            self._answer(req, status="failed", error=res)
-        else:
-            self._answer(req, status="ok", audio=res)
-
-    def _answer(self, req: Request, *, status: str, audio: AudioRef | None = None,
-                error: ErrorInfo | None = None) -> None:
-        """Build the completion; it is produced and its offsets committed in step 8."""
-        seg = req.last or req.first  # several backends: the completion names the one that spoke (its voice)
-        model_info = self.gate.model_info_for(seg.voice if seg is not None else None)
-        c, e2e_s = build_completion(req, status=status, model_info=model_info, now=datetime.now(UTC),
-                                    audio=audio, error=error)
-        self.ledger.answer(req, c, e2e_s)
-        log = _log.warning if status == "failed" else _log.info
-        log("event=completion request_id=%s user_id=%s status=%s segments=%d cached=%d code=%s",
-            req.request_id, req.user_id, status, req.total, c.cached_segments, error.code if error else "-")
-
-    # -- 8) the transaction ----------------------------------------------------------
-    def _chunk(self, c: ChunkDue) -> Chunk:
-        p = c.part
-        return Chunk(request_id=c.request_id, user_id=c.user_id, seq=c.seq, total=c.total, cached=p.cached,
-                     audio=AudioRef(uri=self.store.uri(p.key), bucket=self.store.bucket, key=p.key, format=PART_FORMAT,
-                                    sample_rate=self.engine.sample_rate, duration_s=p.duration_s, bytes=p.bytes,
-                                    sha256=p.sha256),
-                     model=msgspec.structs.replace(self.gate.model_info, voice=c.voice), created_at=datetime.now(UTC))
-
-    def _retry(self, what: str, fn: Callable[[], Any]) -> Any:
-        return kafka_retry.call_with_retry(what, fn, stopping=self._stop.is_set)
+    def on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        gone = {tp.partition for tp in partitions}
+        _log.warning("event=partitions_lost partitions=%s", sorted(gone))
+        self.rebalance.forget(gone)
 
     # -- in flight -------------------------------------------------------------------
     def _idle(self) -> bool:
         """Nothing batched, synthesizing, joining or waiting for more segments: a swap splits nothing."""
-        return not (len(self.parts.batcher) or self.parts.busy() or self.joiner.busy()) and self.ledger.idle()
+        return not (len(self.parts.batcher) or self.parts.busy() or self.joiner.busy()) and self.core.ledger.idle()
 
     def _settle(self) -> None:
         """Finish, with the serving model, everything batched, synthesizing or joining (before a forced swap)."""
+        _log.warning("event=model_reload_settle batched=%d unfinished_requests=%d", len(self.parts.batcher),
+                     len(self.ledger.requests))
         self.parts.synthesize_all(self.clock)
         wait(self.parts.futures(), _SETTLE_TIMEOUT_S)
-        self.parts.collect(self.ledger.part_made, self._part_failed, self.ledger.queued)
-        self._finalize_ready()
+        self._advance()
         wait(self.joiner.futures(), _SETTLE_TIMEOUT_S)
-        self.joiner.collect(self.ledger.current, self._joined)
-
-    def _finish_in_flight(self) -> None:
-        self.parts.collect(self.ledger.part_made, self._part_failed, self.ledger.queued)
-        self._finalize_ready()
-        self.joiner.collect(self.ledger.current, self._joined)
-
-    def _commit_durable(self) -> None:
-        """Before partitions are revoked (:class:`~streams.worker.rebalance.Rebalance`): commit what is done."""
-        self._finish_in_flight()
-        self.checkpoint.commit(force=True)
+        self.core.joined(self.joiner.collect())
 
     def _drain(self) -> None:
         """Graceful stop: finish the work in flight (bounded), commit what is done."""
         deadline = self.clock() + 10.0
-        while (self.parts.busy() or self.joiner.busy()) and self.clock() < deadline:
-            try:
-                self._finish_in_flight()
-            except S3Unavailable:
-                return
-            time.sleep(0.01)
         try:
-            self._finalize_ready()
-            self.checkpoint.commit(force=True)
-        except (AbortableError, ProducerWedged, S3Unavailable) as e:
-            _log.warning("event=final_commit_failed error=%s", e)
-            if self.producer.in_txn:
-                self.producer.abort_quietly()
+            while (self.parts.busy() or self.joiner.busy()) and self.clock() < deadline:
+                self._advance()
+                time.sleep(0.01)
+            self._advance()
+            self.checkpoint.commit_durable()
+        except (AbortableError, S3Unavailable) as e:
+            self.checkpoint.abort_quietly(e)

@@ -20,7 +20,7 @@ Invariants:
   DSP and encode follow the model on its thread (on a second thread when ``overlap``: a model
   on a device works on the next call meanwhile); uploads run on the S3 pool.
 * A call's results (made parts, failed items, each item's wait until the model started on it)
-  reach the ledger only through :meth:`PartMaker.collect`, on the loop's thread.
+  are returned by :meth:`PartMaker.collect` on the loop's thread, for the core to apply.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from storage.cache import AudioCache
 from storage.s3 import AudioStore
 from streams.worker.batcher import MicroBatcher
 from streams.worker.keys import PART_FORMAT
-from streams.worker.ledger import Part, Seg
+from streams.worker.ledger import Part, PartResult, Seg
 
 if TYPE_CHECKING:
     from engine.reload import ModelManager
@@ -50,9 +50,6 @@ __all__ = ["PartMaker"]
 
 _log = logging.getLogger("ttsflow.worker")
 
-Made = Callable[[str, Part, float], None]      # part_id, the part, its share of the synthesis time
-Failed = Callable[[str, Failure], None]        # part_id, why
-Queued = Callable[[Seg, float], None]          # segment, seconds from batching to the model starting on it
 # segment, result, key, synth share, sha256, bytes, wait
 _Made = tuple[Seg, Audio | Failure, str, float, str, int, float]
 
@@ -95,14 +92,16 @@ class PartMaker:
         self.metrics.cache(False)
         return None
 
-    def batch(self, misses: list[Seg], failed: Failed) -> None:
-        """The CPU front end as segments arrive; its length picks the padding bucket."""
+    def batch(self, misses: list[Seg]) -> list[tuple[str, Failure]]:
+        """The CPU front end as segments arrive; its length picks the padding bucket. Returns the
+        parts that cannot be made (part id, why)."""
+        failed: list[tuple[str, Failure]] = []
         if not misses:
-            return
+            return failed
         prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed) for s in misses])
         for s, p in zip(misses, prepared, strict=True):
             if isinstance(p, Failure):
-                failed(s.part_id, p)
+                failed.append((s.part_id, p))
                 continue
             s.prepared = p
             group: tuple[Any, ...] = (p.item.voice, round(p.item.speed, 4))
@@ -111,6 +110,7 @@ class PartMaker:
             cost = len(s.seg.text) * self._cost_per_char.get(p.item.voice, 0.0)
             self.batcher.add(s, len(s.seg.text), group=group, flow=(s.partition, s.seg.request_id),
                              priority=s.seg.priority, cost_s=cost)
+        return failed
 
     # -- 5) synthesize ---------------------------------------------------------------------
     def ready(self, now: float) -> bool:
@@ -210,9 +210,9 @@ class PartMaker:
         return Failure("synthesis_failed", f"voice {s.seg.voice!r}: {refused.message}")
 
     # -- 6) collect -------------------------------------------------------------------------
-    def collect(self, made: Made, failed: Failed, queued: Queued) -> None:
-        """Hand over the parts of every finished model call, in order; cache the made ones."""
-        keep = []
+    def collect(self) -> list[PartResult]:
+        """The results of every finished model call, in order; the made parts are cached."""
+        keep, out = [], list[PartResult]()
         for entry in self._futs:
             fut = entry[1]
             if not fut.done():
@@ -224,14 +224,14 @@ class PartMaker:
                 self._futs = []
                 raise
             for s, r, key, share, sha, size, w in results:
-                queued(s, w)
                 if isinstance(r, Failure):
-                    failed(s.part_id, r)
+                    out.append((s, r, share, w))
                     continue
                 self.cache.set(s.part_id, key)  # the audio is in S3 whoever waits for it now
-                made(s.part_id, Part(key, r.samples, cached=False, sha256=sha, bytes=size,
-                                     duration_s=round(len(r.samples) / r.sample_rate, 4)), share)
+                out.append((s, Part(key, r.samples, cached=False, sha256=sha, bytes=size,
+                                    duration_s=round(len(r.samples) / r.sample_rate, 4)), share, w))
         self._futs = keep
+        return out
 
     # -- in flight ---------------------------------------------------------------------------
     def busy(self) -> bool:

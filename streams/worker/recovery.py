@@ -1,11 +1,12 @@
-"""The worker's reactions that redo work from what is committed: abort, a wedged producer, S3 down.
+"""The worker's reactions that redo work from what is committed: after an abort, a wedged producer, S3 down.
 
 Invariant: after each reaction nothing uncommitted survives in memory (batches, calls and
 joins in flight, unanswered requests, answers not yet produced) and every assigned
 partition is sought back to its committed offset, or stays pending until it can be
 (:class:`~streams.kafka.consumer.PartitionedConsumer`). So a failure anywhere repeats only
 invisible work: uploads are content-addressed, completions are produced only in a
-committed transaction, and the done set (durable) is kept.
+committed transaction, and the done set (durable) is kept. The transaction itself is the
+checkpoint's: recovery only asks it to settle what is in flight before dropping work.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ from typing import Any
 
 from storage.errors import S3Unavailable
 from storage.s3 import AudioStore
-from streams.errors import ProducerWedged
 from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import PartitionedConsumer
-from streams.kafka.producer import TransactionalProducer
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.joiner import Joiner
 from streams.worker.ledger import Ledger
@@ -34,12 +33,11 @@ class Recovery:
     """Drop what is in memory, rewind to the committed offsets; per failure, what comes first."""
 
     def __init__(self, *, ledger: Ledger, parts: PartMaker, joiner: Joiner, consumer: PartitionedConsumer,
-                 producer: TransactionalProducer, checkpoint: Checkpoint, store: AudioStore, metrics: Any,
-                 clock: Callable[[], float], stopping: Callable[[], bool], transactional_id: str) -> None:
-        self.ledger, self.parts, self.joiner, self.consumer, self.producer = ledger, parts, joiner, consumer, producer
+                 checkpoint: Checkpoint, store: AudioStore, metrics: Any, clock: Callable[[], float],
+                 stopping: Callable[[], bool]) -> None:
+        self.ledger, self.parts, self.joiner, self.consumer = ledger, parts, joiner, consumer
         self.checkpoint = checkpoint
         self.store, self.metrics, self.clock, self.stopping = store, metrics, clock, stopping
-        self.transactional_id = transactional_id
 
     def drop_all(self) -> None:
         """Forget all in-memory work (nothing of it was committed); the done set is kept. A transaction
@@ -52,30 +50,6 @@ class Recovery:
     def redo_from_committed(self, partitions: set[int] | None = None) -> None:
         self.drop_all()
         self.consumer.rewind(self.consumer.assigned if partitions is None else partitions)
-
-    def abort(self, err: BaseException) -> None:
-        """Abortable: abort the open transaction (a wedged abort replaces the producer), then redo."""
-        _log.warning("event=transaction_abort error=%s", err)
-        self.metrics.transaction(False)
-        self.checkpoint.settle()  # an abortable error of the loop's own (not the transaction's): let it end
-        if self.producer.in_txn:
-            try:
-                self.producer.abort()
-            except ProducerWedged as e:
-                self.replace_producer(e)
-                return
-        self.redo_from_committed()
-
-    def replace_producer(self, err: BaseException) -> None:
-        """A transactional call is wedged: a new producer with the same transactional.id takes over
-        (its init_transactions fences the old one and completes or aborts the open transaction,
-        so the committed offsets read next are final), then redo from them, like an abort."""
-        _log.error("event=producer_wedged error=%s; replacing the producer", err)
-        self.metrics.transaction(False)
-        self.checkpoint.forget()
-        self.producer.replace()
-        self.redo_from_committed()
-        _log.info("event=producer_replaced transactional_id=%s", self.transactional_id)
 
     def s3_outage(self, err: BaseException) -> None:
         """S3 is down: commit nothing, forget in-memory work, keep polling (paused) until it answers."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine.engine import Engine
 from schemas import ModelInfo
@@ -64,24 +64,29 @@ class ReloadGate:
         info = info_for(voice)
         return ModelInfo(name=info.name, version=info.version, precision=info.precision, provider=info.provider)
 
-    def step(self, *, idle: Callable[[], bool], settle: Callable[[], None], backlog: Callable[[], str]) -> None:
-        """Apply a reload asked for by SIGHUP, only when the work in flight allows it (module docstring).
-        ``backlog`` describes what is in flight, for the forced-swap log line."""
-        manager = self.engine
-        if isinstance(manager, Engine) or not getattr(manager, "reload_pending", False):  # an Engine: no reload
+    def due(self, *, idle: bool) -> Literal["no", "swap", "settle_first"]:
+        """Whether a reload asked for by SIGHUP may swap now (module docstring): ``swap`` when nothing is
+        in flight, ``settle_first`` once the work in flight has not drained within ``max_wait_s`` (the
+        loop finishes it with the serving model, then swaps), else ``no``."""
+        if isinstance(self.engine, Engine) or not getattr(self.engine, "reload_pending", False):  # no reload
             self._since = None
-            return
+            return "no"
         now = self.clock()
         if self._since is None:
             self._since = now
-            _log.info("event=model_reload_pending model=%s waiting_for_drain=%s", self.identity, not idle())
-        if not idle():
-            if now - self._since < self.max_wait_s:
-                return
-            _log.warning("event=model_reload_forced model=%s waited_s=%.1f %s", self.identity, now - self._since,
-                         backlog())
-            settle()
+            _log.info("event=model_reload_pending model=%s waiting_for_drain=%s", self.identity, not idle)
+        if idle:
+            return "swap"
+        if now - self._since < self.max_wait_s:
+            return "no"
+        _log.warning("event=model_reload_forced model=%s waited_s=%.1f", self.identity, now - self._since)
+        return "settle_first"
+
+    def swap(self) -> None:
+        """Load the candidate model and serve it, unless the manager refuses it (old model kept)."""
         self._since = None
+        manager = self.engine
+        assert not isinstance(manager, Engine)
         result = manager.maybe_reload()
         if result is None:
             return

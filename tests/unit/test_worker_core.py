@@ -1,0 +1,161 @@
+"""The worker's decisions (:class:`streams.worker.core.WorkerCore`), directly: no Kafka, no S3,
+no threads, no fakes of either. The shell (the loop) hands it what the model, the joiner and
+the transaction returned; these tests hand it the same values and read what it decided.
+
+What it must keep: a failed part fails its request once with its code; a request whose parts
+are all in S3 is handed to the joiner once; a join's result answers its request only while its
+partition's generation is current; a transaction carries the chunks before their completion,
+a done record per answer and the offsets the committed-offset rule allows, and nothing is
+durable before :meth:`committed`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.base import Failure
+from schemas import AudioRef, Completion, ErrorInfo, ModelInfo, Segment, decode_completion
+from streams.worker.core import Topics, TxnPlan, WorkerCore
+from streams.worker.ledger import Ledger, Part, Seg
+
+SR = 8000
+TOPICS = Topics(completed="completed", chunks="chunks", done="done")
+
+
+class _Models:
+    identity = "tone:1:fp32"
+    old_identities: list[str] = []
+    model_info = ModelInfo(name="tone", version="1", precision="fp32", provider="CPUExecutionProvider")
+
+    def model_info_for(self, voice: str | None) -> ModelInfo:
+        return self.model_info
+
+
+class _Counts:
+    """The one metrics hook the core calls on its own (completions, once committed)."""
+
+    def __init__(self) -> None:
+        self.completions: list[str] = []
+
+    def completion(self, status: str, e2e_s: float | None) -> None:
+        self.completions.append(status)
+
+    def __getattr__(self, name: str) -> Any:  # consumed/skipped/bad_segment: counted elsewhere
+        return lambda *a, **k: None
+
+
+def core() -> WorkerCore:
+    lg = Ledger(dedup_window_s=600, max_request_audio_s=60, join_memory_bytes=1 << 20, sample_rate=SR,
+                wall=lambda: 1000.0)
+    lg.assigned({0, 1})
+    return WorkerCore(lg, _Models(), _Counts(), topics=TOPICS, uri=lambda k: f"s3://b/{k}", bucket="b",
+                      sample_rate=SR)
+
+
+def admit(c: WorkerCore, p: int, rid: str, n: int, *, stream: bool = False, first_offset: int = 0) -> list[Seg]:
+    hashes = [f"{rid}{i:060x}"[:64] for i in range(n)]
+    out = []
+    for i in range(n):
+        seg = Segment(request_id=rid, user_id="u", seq=i, total=n, text=f"part {i}", hash=hashes[i],
+                      request_hash="0" * 64, voice="heart", stream=stream, parts=hashes if i == n - 1 else None)
+        c.ledger.consumed(p, first_offset + i)
+        work, skipped = c.ledger.admit(p, first_offset + i, seg, f"pid-{rid}-{i}", 0.0)
+        assert skipped is None and work is not None
+        c.ledger.start_waiting(work)
+        out.append(work)
+    return out
+
+
+def made(s: Seg) -> tuple[Seg, Part, float, float]:
+    return (s, Part(f"part/{s.part_id}", np.zeros(SR // 10, np.float32), cached=False, sha256="ab", bytes=1644,
+                    duration_s=0.1), 0.05, 0.01)
+
+
+def ref(rid: str) -> AudioRef:
+    return AudioRef(uri=f"s3://b/req/{rid}", bucket="b", key=f"req/{rid}", format="wav", sample_rate=SR,
+                    duration_s=0.2, bytes=3244, sha256="cd")
+
+
+def test_a_request_is_handed_to_the_joiner_once_when_all_its_parts_are_in_s3() -> None:
+    c = core()
+    segs = admit(c, 0, "r", 2)
+    c.parts_done([made(segs[0])])
+    assert c.to_join() == []  # one part still missing
+    c.parts_done([made(segs[1])])
+    jobs = c.to_join()
+    assert [(j.req.request_id, len(j.hashes), j.identities) for j in jobs] == [("r", 2, ["tone:1:fp32"])]
+    assert c.to_join() == []  # handed out once, whatever the join takes
+
+
+def test_a_failed_part_fails_its_request_once_with_its_code_and_it_commits_with_its_offsets() -> None:
+    c = core()
+    segs = admit(c, 0, "bad", 2)
+    c.parts_done([(segs[0], Failure("synthesis_failed", "silent"), 0.0, 0.0)])
+    assert c.to_join() == [] and len(c.ledger.answers) == 1
+    assert c.commit_due(force=False, since_last_s=0.0, interval_s=1.0)  # an answer never waits
+    plan = c.take_commit({0, 1})
+    completion = decode_completion(plan.records[0][2])
+    assert (completion.status, completion.error.code if completion.error else None) == ("failed", "synthesis_failed")
+    assert [r[0] for r in plan.records] == ["completed", "done"]
+    assert plan.records[1][3] == 0  # the done record goes to the segments' partition
+    assert plan.offsets == {0: 2}  # both of the failed request's segments are done with its answer
+
+
+def test_a_join_finished_after_its_partition_moved_on_answers_nothing() -> None:
+    c = core()
+    segs = admit(c, 1, "r", 1)
+    c.parts_done([made(segs[0])])
+    (job,) = c.to_join()
+    c.ledger.forget({1})  # revoked while the join ran
+    c.joined([(job.req, ref("r"))])
+    assert c.ledger.answers == []
+
+
+def test_a_join_that_failed_answers_failed_with_its_reason() -> None:
+    c = core()
+    (s,) = admit(c, 0, "r", 1)
+    c.parts_done([made(s)])
+    (job,) = c.to_join()
+    c.joined([(job.req, ErrorInfo(code="audio_too_long", message="too long"))])
+    (a,) = c.ledger.answers
+    assert a.completion.status == "failed" and a.completion.error is not None
+    assert a.completion.error.code == "audio_too_long"
+
+
+def test_a_transaction_carries_chunks_before_their_completion_and_is_durable_only_once_committed() -> None:
+    c = core()
+    segs = admit(c, 0, "s", 2, stream=True)
+    c.parts_done([made(s) for s in segs])
+    (job,) = c.to_join()
+    c.joined([(job.req, ref("s"))])
+    plan = c.take_commit({0})
+    assert [r[0] for r in plan.records] == ["chunks", "chunks", "completed", "done"]
+    assert plan.offsets == {0: 2} and [a.request_id for a in plan.answers] == ["s"]
+    assert c.ledger.is_done(0, "s")  # being answered: a copy re-read now is dropped
+    assert c.metrics.completions == []  # not durable yet
+    c.committed(plan)
+    assert c.metrics.completions == ["ok"]
+    assert not c.commit_due(force=True, since_last_s=10.0, interval_s=1.0)  # nothing left to commit
+
+
+def test_offsets_alone_wait_for_the_interval_unless_forced() -> None:
+    c = core()
+    segs = admit(c, 0, "r", 3)
+    c.parts_done([made(segs[0])])  # seq 0 done (not the last): the offset may move, nothing to answer
+    assert not c.commit_due(force=False, since_last_s=0.01, interval_s=0.05)
+    assert c.commit_due(force=False, since_last_s=0.06, interval_s=0.05)
+    assert c.commit_due(force=True, since_last_s=0.0, interval_s=0.05)
+    plan = c.take_commit({0})
+    assert plan == TxnPlan([], {0: 1}, [])
+
+
+def test_answers_name_the_voice_that_spoke() -> None:
+    c = core()
+    (s,) = admit(c, 0, "r", 1)
+    c.parts_done([made(s)])
+    (job,) = c.to_join()
+    c.joined([(job.req, ref("r"))])
+    completion: Completion = c.ledger.answers[0].completion
+    assert completion.status == "ok" and completion.model is not None and completion.model.voice == "heart"
