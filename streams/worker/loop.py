@@ -255,11 +255,12 @@ class Worker:
 
         # 0) between batches: apply a pending model reload (SIGHUP) when nothing is in flight, or after
         #    finishing what is once it waited long enough
-        reload = self.gate.due(idle=self._idle())
-        if reload == "settle_first":
-            self._settle()
-        if reload != "no":
-            self.gate.swap()
+        if self.gate.pending:
+            reload = self.gate.due(idle=self._idle())
+            if reload == "settle_first":
+                self._settle()
+            if reload != "no":
+                self.gate.swap()
         now = self.clock()
 
         # 1) poll: no longer than the batcher's next deadline, briefly while work is in flight

@@ -64,11 +64,16 @@ class ReloadGate:
         info = info_for(voice)
         return ModelInfo(name=info.name, version=info.version, precision=info.precision, provider=info.provider)
 
+    @property
+    def pending(self) -> bool:
+        """A reload was asked for (SIGHUP) and not applied yet."""
+        return not isinstance(self.engine, Engine) and bool(getattr(self.engine, "reload_pending", False))
+
     def due(self, *, idle: bool) -> Literal["no", "swap", "settle_first"]:
         """Whether a reload asked for by SIGHUP may swap now (module docstring): ``swap`` when nothing is
         in flight, ``settle_first`` once the work in flight has not drained within ``max_wait_s`` (the
         loop finishes it with the serving model, then swaps), else ``no``."""
-        if isinstance(self.engine, Engine) or not getattr(self.engine, "reload_pending", False):  # no reload
+        if not self.pending:
             self._since = None
             return "no"
         now = self.clock()
