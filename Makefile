@@ -5,6 +5,7 @@
 #   make test   the ONE test command: stack up, then every test under tests/ against it
 #   make up / make down / make status   the local Kafka + S3 + Redis stack (no Docker)
 #   make lint   ruff + mypy
+#   make docs   the docs site (mkdocs-material, strict: a broken link or a page left out of the nav fails) into site/
 #   make gpu-wheels   wheels + voice graphs for deploy/gpu/device_bench.sh on a lent GPU machine (no registry there)
 #
 # Settings come from TTS_* environment variables (see streams/settings.py), e.g.
@@ -24,7 +25,7 @@ comma := ,
 STAMP := $(VENV)/.ttsflow-installed-$(subst $(comma),-,$(EXTRAS))
 
 .DEFAULT_GOAL := venv
-.PHONY: venv up down status test demo run lint clean gpu-wheels
+.PHONY: venv up down status test demo run lint docs clean gpu-wheels
 
 venv: $(STAMP)
 
@@ -63,10 +64,14 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Reference pages and benchmark tables are generated at build time (docs/hooks/ttsflow_docs.py).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 # Downloads here what deploy/gpu/device_bench.sh needs on a machine without a registry (<= 50 MiB, git-ignored).
 # Pins the versions this venv runs: make gpu-wheels EXTRAS=dev,piper,chattts,torch
 gpu-wheels: venv
 	$(BIN)/python deploy/gpu/gpu_wheels.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site

@@ -105,14 +105,6 @@ def test_every_field_is_described() -> None:
         assert doc.strip(), f"{env} has no description"
 
 
-def test_readme_configuration_table_is_generated_from_the_settings() -> None:
-    from streams.settings import with_settings_table
-
-    readme = (ROOT / "README.md").read_text()
-    assert readme == with_settings_table(readme), (
-        "README's configuration table differs from Settings; regenerate it: " + (with_settings_table.__doc__ or ""))
-
-
 # --- deploy files use the same names -----------------------------------------------------------
 
 def _known_env() -> set[str]:
