@@ -1,6 +1,6 @@
 """A request's audio object from its parts: streamed, bounded in memory, one failure one request.
 
-Guarantees (README, "How it works": one huge request):
+Guarantees (docs/concepts/exactly-once.md; one huge request):
 
 * Memory: the parts are read one at a time in order (from memory or S3, by the caller's
   ``part_samples``), faded, paused and resampled by :class:`engine.audio.JoinWriter` into a

@@ -14,7 +14,7 @@ without batching gets batches of one, so each item is answered and committed as 
 is made). Steps 6 and 7 are :meth:`Worker._advance`, also run before a revoke, a forced model
 swap and a graceful stop.
 
-Guarantees (README, "How it works"):
+Guarantees (docs/concepts/exactly-once.md):
 
 * Offsets follow durability. Per partition the committed offset is the first segment
   not yet done (:class:`~streams.worker.offsets.OffsetTracker`). A segment is done when its
