@@ -32,7 +32,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("streams.client.cli", "publish a file of requests and collect the audio"),
     "watch": ("streams.client.cli", "tail completions as they commit"),
     "fetch": ("streams.client.cli", "download a completed request's audio"),
-    "lag": ("streams.ops.lag", "consumer-group lag, Burrow-style status and desired replicas"),
+    "lag": ("streams.ops.lag.cli", "consumer-group lag, Burrow-style status and desired replicas"),
     "scale": ("streams.ops.scale", "simulate lag-based scaling against a request-rate trace"),
 }
 
