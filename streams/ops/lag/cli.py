@@ -38,8 +38,8 @@ def _print_table(groups: Sequence[GroupLag]) -> None:
 
 
 def _stack_down_message(settings: Settings, timeout: float) -> str | None:
-    from streams.client import probe_kafka
     from streams.client.errors import AccessDenied, StackUnavailable
+    from streams.client.history import probe_kafka
 
     try:
         probe_kafka(settings.kafka, timeout)
