@@ -17,7 +17,7 @@ __all__ = ["main"]
 
 # name -> (module, one-line help)
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "stack": ("streams.devstack.stack", "start, stop or inspect the local Kafka/Redis/S3 stack"),
+    "stack": ("streams.cli.stack", "start, stop or inspect the local Kafka/Redis/S3 stack"),
     "stage": ("streams.stage.main", "run the CPU stream stage (faust): validate, normalize, split"),
     "worker": ("streams.worker.main", "run a synthesis worker (exactly-once, micro-batched)"),
     "gateway": ("streams.gateway.main", "serve the OpenAI-compatible speech API (POST /v1/audio/speech) on the pipeline"),

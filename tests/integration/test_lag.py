@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams.devstack.stack import kafka_tool
+from streams.devstack.jars import kafka_tool
 from streams.ops.lag import LagExporter, LagReader
 from streams.ops.lag import cli as lag_cli
 from streams.settings import Settings
