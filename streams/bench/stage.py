@@ -298,7 +298,8 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
     RocksDB keeps the table and the changelog offset on disk."""
     from streams.devstack.procs import Supervisor
     from streams.kafka.plain import raw_producer
-    from streams.stage.dedup import SeenIndex, dedup_changelog_topic
+    from streams.kafka.topics import dedup_changelog_topic
+    from streams.stage.dedup import SeenIndex
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-restore-")
     s = _prepare(base, "bsr", home=home, stage_store=store, log_level="WARNING")

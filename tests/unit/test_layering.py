@@ -3,6 +3,7 @@
 * engine/ is pure compute: it must not pull in Kafka, S3, Redis or Prometheus.
 * The product rooms of streams/ (stage, worker, kafka, client, gateway) never import the tools
   (streams.bench, streams.devstack, streams.cli).
+* streams/kafka is the bottom room of streams/: it imports no other room (the others build on it).
 * Only streams/kafka, stage, worker, client and ops talk to confluent_kafka or faust; the
   gateway reaches Kafka only through streams.client (its one producer and reader).
 """
@@ -91,6 +92,13 @@ def test_product_rooms_never_import_the_tools(room: str) -> None:
     tools = tuple(f"streams.{t}" for t in TOOL_ROOMS)
     offenders = [f"{p.relative_to(STREAMS_DIR)}: {n}" for p in _room_files(room) for n in _imports(p)
                  if any(n == t or n.startswith(t + ".") for t in tools)]
+    assert offenders == []
+
+
+def test_the_kafka_room_imports_no_room_above_it() -> None:
+    above = ("stage", "worker", "gateway", "client", "bench", "devstack", "cli", "ops")
+    offenders = [f"{p.relative_to(STREAMS_DIR)}: {n}" for p in _room_files("kafka") for n in _imports(p)
+                 if any(n == f"streams.{r}" or n.startswith(f"streams.{r}.") for r in above)]
     assert offenders == []
 
 
