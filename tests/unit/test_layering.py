@@ -4,8 +4,9 @@
 * The product rooms of streams/ (stage, worker, kafka, client, gateway) never import the tools
   (streams.bench, streams.devstack, streams.cli).
 * streams/kafka is the bottom room of streams/: it imports no other room (the others build on it).
-* Only streams/kafka, stage, worker, client and ops talk to confluent_kafka or faust; the
-  gateway reaches Kafka only through streams.client (its one producer and reader).
+* Only streams/kafka, stage, worker, client and ops talk to confluent_kafka or faust, and of the
+  tools only bench/plain.py (the benchmarks' plain publisher and topic reader, which no product
+  room may use); the gateway reaches Kafka only through streams.client (its one producer and reader).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ PRODUCT_ROOMS = ("stage", "worker", "kafka", "client", "gateway")
 TOOL_ROOMS = ("bench", "devstack", "cli")
 KAFKA_ROOMS = ("kafka", "stage", "worker", "client", "ops")
 KAFKA_LIBS = ("confluent_kafka", "faust", "aiokafka")
+KAFKA_TOOL_FILES = ("bench/plain.py",)  # the tools' one Kafka client module
 
 
 def _room_files(room: str) -> list[Path]:
@@ -106,7 +108,7 @@ def test_only_the_kafka_rooms_import_confluent_kafka_or_faust() -> None:
     offenders = []
     for path in sorted(STREAMS_DIR.rglob("*.py")):
         rel = path.relative_to(STREAMS_DIR)
-        if rel.parts[0] in KAFKA_ROOMS:
+        if rel.parts[0] in KAFKA_ROOMS or rel.as_posix() in KAFKA_TOOL_FILES:
             continue
         offenders += [f"{rel}: {n}" for n in _imports(path) if n.split(".")[0] in KAFKA_LIBS]
     assert offenders == []
