@@ -1,6 +1,6 @@
 """Errors of the engine.
 
-``EngineError`` is the root. ``ItemError`` is poison for one item (its text cannot be
+``EngineError`` is the root (under the project's :class:`~schemas.TtsflowError`). ``ItemError`` is poison for one item (its text cannot be
 spoken by this voice): the worker fails that request only. ``BackendError`` means the
 model itself failed on a batch: every item of the batch fails with it. ``ModelLoadError``
 is fatal at start-up and a refusal (old model kept) at hot reload. ``StoreError`` (the
@@ -9,10 +9,12 @@ versioned model store) and ``ConversionError`` (fp16/int8 conversion) are operat
 
 from __future__ import annotations
 
+from schemas.errors import TtsflowError
+
 __all__ = ["BackendError", "ConversionError", "EngineError", "ItemError", "ModelLoadError", "StoreError", "UnknownVoice"]
 
 
-class EngineError(Exception):
+class EngineError(TtsflowError):
     """Root of the engine's errors; ``code`` is the completion's error code for it."""
 
     code = "engine_error"

@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.convert import ConvertReport, convert, sha256_file
+from engine.convert import ConvertReport, convert
+from engine.convert.graph import sha256_file
 from engine.errors import StoreError
 
 __all__ = ["MODELS", "Manifest", "ModelStore", "ModelVersion", "StoreError"]

@@ -15,7 +15,7 @@ Guarantees:
   unchanged. An fp16 graph on the CPU is refused (``ModelLoadError``), as ChatTTS refuses it:
   fp16 is for CUDA.
 * An int8 graph (hibari ships one: ``quantize_dynamic``'s ``MatMulInteger`` pattern, which
-  onnx2torch cannot convert) is dequantized to fp32 first (``engine.convert.dequantize``);
+  onnx2torch cannot convert) is dequantized to fp32 first (``engine.convert.dequant.dequantize``);
   ``precision`` then says ``fp32``: that is what runs.
 * Two ops of these graphs get converters of our own, registered once: ``RandomNormalLike``
   (Piper's noise; onnx2torch 1.5 has none: ``torch.randn`` of the input's shape, the op's
@@ -223,7 +223,9 @@ def torch_model(model: Any, *, device: str, name: str = "model") -> tuple[Any, s
 
     int8 graphs are dequantized to fp32 first; fp16 graphs need CUDA. Raises ``ModelLoadError``.
     """
-    from engine.convert import _name_nodes, dequantize, detect_precision
+    from engine.convert import detect_precision
+    from engine.convert.dequant import dequantize
+    from engine.convert.graph import name_nodes
 
     try:
         import onnx2torch  # noqa: F401 - the import error is the message
@@ -243,7 +245,7 @@ def torch_model(model: Any, *, device: str, name: str = "model") -> tuple[Any, s
         raise ModelLoadError(f"{name}: an fp16 graph runs on the torch provider on CUDA only; "
                              "on a CPU use the fp32 graph (TTS_PRECISION=fp32) or onnxruntime")
     constants_to_initializers(model)
-    _name_nodes(model.graph)  # onnx2torch's names for unnamed nodes can collide with named ones (Piper has 18)
+    name_nodes(model.graph)  # onnx2torch's names for unnamed nodes can collide with named ones (Piper has 18)
     missing = _unsupported(model)
     if missing:
         raise ModelLoadError(f"{name}: onnx2torch cannot convert op(s) {', '.join(missing)}")

@@ -3,7 +3,7 @@
 Imports nothing else of ttsflow. See ``schemas/asyncapi.yaml`` for the topics.
 """
 
-from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError
+from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError, TtsflowError
 from schemas.events import (
     FORMATS,
     PRIORITIES,
@@ -49,6 +49,7 @@ __all__ = [
     "SchemaError",
     "Segment",
     "Timings",
+    "TtsflowError",
     "check_content",
     "decode_chunk",
     "decode_completion",

@@ -1,6 +1,11 @@
-"""Errors of the wire contract.
+"""Errors of the wire contract, and the root of every ttsflow error.
 
-One root, :class:`SchemaError`, carrying a stable machine-readable ``code`` (what a
+:class:`TtsflowError` is the one root of the whole project: ``schemas`` is the bottom
+layer, so engine, storage and streams each hang their tree under it (``EngineError``,
+``StorageError``, ``StreamError``, ``DevStackError``); ``except TtsflowError`` catches
+anything ttsflow raises on purpose.
+
+The contract's own root is :class:`SchemaError`, carrying a stable machine-readable ``code`` (what a
 failed completion's ``error.code`` says) and, where it applies, the offending
 ``field``. Every decode failure is poison: the message can never become valid by
 retrying, so callers record it (failed completion or dead letter) and move on.
@@ -8,10 +13,14 @@ retrying, so callers record it (failed completion or dead letter) and move on.
 
 from __future__ import annotations
 
-__all__ = ["ContentError", "InvalidField", "InvalidJSON", "SchemaError"]
+__all__ = ["ContentError", "InvalidField", "InvalidJSON", "SchemaError", "TtsflowError"]
 
 
-class SchemaError(ValueError):
+class TtsflowError(Exception):
+    """Root of every error ttsflow raises on purpose (schemas, engine, storage, streams, tools)."""
+
+
+class SchemaError(TtsflowError):
     """Bad input. ``code`` is stable and documented; ``message`` is for people."""
 
     code = "invalid"

@@ -1,6 +1,6 @@
 """Errors of the storage layer (S3 audio store, Redis cache).
 
-``StorageError`` is the root. ``S3Unavailable`` and ``RedisUnavailable`` are retriable:
+``StorageError`` is the root (under the project's :class:`~schemas.TtsflowError`). ``S3Unavailable`` and ``RedisUnavailable`` are retriable:
 the server could not be reached or answered with a server-side error; the same call may
 succeed later. ``ObjectMissing`` means S3 answered and the object is not there.
 ``StorageConfigError`` is fatal: credentials or bucket are wrong, retrying cannot help.
@@ -8,10 +8,12 @@ succeed later. ``ObjectMissing`` means S3 answered and the object is not there.
 
 from __future__ import annotations
 
+from schemas.errors import TtsflowError
+
 __all__ = ["ObjectMissing", "RedisUnavailable", "S3Unavailable", "StorageConfigError", "StorageError"]
 
 
-class StorageError(Exception):
+class StorageError(TtsflowError):
     """Root of storage errors."""
 
     retriable = False

@@ -1,6 +1,7 @@
 """Errors of the streaming layer, and how a Kafka error maps onto them.
 
-One root, :class:`StreamError` (what ``ttsflow worker`` catches), and under it the kinds,
+One root, :class:`StreamError` (what ``ttsflow worker`` catches; itself under the project's
+:class:`~schemas.TtsflowError`), and under it the kinds,
 each with one reaction:
 
 * :class:`RetriableError`: back off (capped, exponential) and try the same step again.
@@ -32,13 +33,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from schemas.errors import TtsflowError
+
 __all__ = [
     "AbortableError", "FatalError", "KafkaAccessError", "ProducerWedged", "RetriableError", "SettingsError", "StorageFatal", "StreamError",
     "classify",
 ]
 
 
-class StreamError(Exception):
+class StreamError(TtsflowError):
     """Root of ttsflow's streaming errors."""
 
 

@@ -7,7 +7,7 @@ only itself; its JSON is written to ``<out>/part-<name>.json`` as soon as it end
 
 * ``piper`` / ``hibari``: the shipped ONNX graphs converted to torch (onnx2torch, our
   converters in ``engine/torch_session.py``), fp32 and fp16 (fp16 = the graph
-  ``ttsflow model convert --precision fp16`` makes, i.e. engine.convert.to_fp16, run on torch;
+  ``ttsflow model convert --precision fp16`` makes, i.e. engine.convert.fp16.to_fp16, run on torch;
   CUDA only: on a CPU it is reported skipped), batch 1/8/16/32 (``--quick``: 1/8, one run):
   audio-s/s, RTF, batch p50/p99, peak GPU memory (``torch.cuda.max_memory_allocated``).
   Checked: torch fp32 against onnxruntime fp32 (CPU build) and fp16 against fp32, both
@@ -95,7 +95,7 @@ def load_graph(voice: str) -> tuple[Any, str]:
     """The fp32 ONNX graph of a voice and where it came from."""
     import onnx
 
-    from engine.convert import dequantize
+    from engine.convert.dequant import dequantize
 
     if voice == "piper":
         try:
@@ -201,7 +201,8 @@ def part_voice(voice: str, args: argparse.Namespace, out: Path) -> dict[str, Any
     import onnxruntime as ort
     import torch
 
-    from engine.convert import compare, summarize, to_fp16
+    from engine.convert import compare, summarize
+    from engine.convert.fp16 import to_fp16
     from engine.torch_session import OWN_CONVERTERS, TorchSession
 
     cuda = args.device == "cuda"

@@ -146,7 +146,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
     from streams.bench.corpus import encode_request, sentences
     from streams.bench.harness import Publisher, TopicReader, cleanup_run_topics, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
-    from streams.devstack.procs import Supervisor
+    from streams.devstack.procs import ProcError, Supervisor
     from streams.settings import load_settings
 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
@@ -256,7 +256,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
         if big_id in got and not sampler.killed:
             try:
                 wait(during, 300)
-            except (TimeoutError, RuntimeError) as e:
+            except (TimeoutError, RuntimeError, ProcError) as e:  # ProcError: a process of the run died
                 report["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
         big_part = got[big_id][2] if big_id in got else None
 

@@ -262,6 +262,7 @@ def _restart_broker(settings: Any, log: list[dict[str, Any]]) -> None:
     import os
 
     from streams.devstack import stack
+    from streams.devstack.pidfiles import reap
 
     t0 = time.monotonic()
     pid = stack.status(settings)["kafka"].get("pid")
@@ -270,7 +271,7 @@ def _restart_broker(settings: Any, log: list[dict[str, Any]]) -> None:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        stack._reap(pid)
+        reap(pid)
         time.sleep(0.1)
     down_s = time.monotonic() - t0
     stack.stack_up(settings, quiet=True)

@@ -1,6 +1,6 @@
 """Kafka and S3 plumbing shared by the demo, the chaos run, the pipeline benchmark and e2e tests.
 
-:class:`Publisher` and :class:`TopicReader` are :mod:`streams.kafka.plain`'s (only
+:class:`Publisher` and :class:`TopicReader` are :mod:`streams.bench.plain`'s (only
 ``streams.kafka`` and the product rooms talk to confluent-kafka), re-exported here. Guarantees:
 
 * :class:`Publisher` produces the way the README tells users to: ``murmur2_random``
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from streams.kafka.plain import Publisher, Record, TopicReader
+from streams.bench.plain import Publisher, Record, TopicReader
 from streams.settings import Settings
 
 __all__ = [

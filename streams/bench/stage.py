@@ -297,9 +297,10 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
     once the probe is through. A repeated id published before the probe must be dropped.
     With ``store=rocksdb`` the stage is restarted (SIGTERM, then SIGKILL) and timed again:
     RocksDB keeps the table and the changelog offset on disk."""
+    from streams.bench.plain import raw_producer
     from streams.devstack.procs import Supervisor
-    from streams.kafka.plain import raw_producer
-    from streams.stage.dedup import SeenIndex, dedup_changelog_topic
+    from streams.kafka.topics import dedup_changelog_topic
+    from streams.stage.dedup import SeenIndex
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-restore-")
     s = _prepare(base, "bsr", home=home, stage_store=store, log_level="WARNING")
@@ -573,7 +574,7 @@ def _crash_reasons(log_dir: Path) -> dict[str, int]:
 
 
 def _count_uncommitted(s: Settings) -> int:
-    from streams.kafka.plain import count_records
+    from streams.bench.plain import count_records
 
     return count_records(s.kafka, s.topic_segments, isolation="read_uncommitted")
 

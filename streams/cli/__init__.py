@@ -17,7 +17,7 @@ __all__ = ["main"]
 
 # name -> (module, one-line help)
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "stack": ("streams.devstack.stack", "start, stop or inspect the local Kafka/Redis/S3 stack"),
+    "stack": ("streams.cli.stack", "start, stop or inspect the local Kafka/Redis/S3 stack"),
     "stage": ("streams.stage.main", "run the CPU stream stage (faust): validate, normalize, split"),
     "worker": ("streams.worker.main", "run a synthesis worker (exactly-once, micro-batched)"),
     "gateway": ("streams.gateway.main", "serve the OpenAI-compatible speech API (POST /v1/audio/speech) on the pipeline"),
@@ -32,7 +32,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("streams.client.cli", "publish a file of requests and collect the audio"),
     "watch": ("streams.client.cli", "tail completions as they commit"),
     "fetch": ("streams.client.cli", "download a completed request's audio"),
-    "lag": ("streams.ops.lag", "consumer-group lag, Burrow-style status and desired replicas"),
+    "lag": ("streams.ops.lag.cli", "consumer-group lag, Burrow-style status and desired replicas"),
     "scale": ("streams.ops.scale", "simulate lag-based scaling against a request-rate trace"),
 }
 

@@ -82,7 +82,8 @@ def make_checker(store: Any, model: str, *, threads: int, providers: str, wer: b
     """A ``check(onnx_path, config_path)`` for ``ModelStore.convert``: the candidate against fp32."""
     import onnx
 
-    from engine.convert import check_against, detect_precision, sha256_file, summarize
+    from engine.convert import check_against, detect_precision, summarize
+    from engine.convert.graph import sha256_file
     from engine.reload import open_engine
     from engine.store import Manifest, ModelVersion
 

@@ -14,10 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from schemas import TtsflowError
+
 __all__ = ["main"]
 
 
-class _Usage(Exception):
+class _Usage(TtsflowError):
     """A mistake in the command line: one line, exit 2."""
 
 

@@ -128,11 +128,11 @@ def chunk_path(out: str | Path, seq: int) -> Path:
 
 def _say_streaming(client: Any, a: argparse.Namespace, fmt: str, t0: float) -> Completion:
     from schemas import Chunk
-    from streams.client.sdk import _write_atomic
+    from streams.client.audio import write_atomic
 
     for item in client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout):
         if isinstance(item, Chunk):
-            path = _write_atomic(chunk_path(a.out, item.seq), client.fetch_chunk(item))
+            path = write_atomic(chunk_path(a.out, item.seq), client.fetch_chunk(item))
             print(f"chunk {item.seq + 1}/{item.total} {path} {item.audio.duration_s:.2f}s "
                   f"at {time.monotonic() - t0:.2f}s", flush=True)
         else:
@@ -378,7 +378,8 @@ def main_fetch(argv: list[str]) -> int:
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds allowed for scanning tts.completed")
     a = ap.parse_args(argv)
-    from streams.client.sdk import _write_atomic, fetch_audio, find_completion
+    from streams.client.audio import fetch_audio, write_atomic
+    from streams.client.history import find_completion
 
     settings = load_settings()
     try:
@@ -387,7 +388,7 @@ def main_fetch(argv: list[str]) -> int:
             print(f"ttsflow fetch: no completion for request {a.request_id!r} in {settings.topic_completed} "
                   "(not finished yet, or older than the topic's retention)", file=sys.stderr)
             return 1
-        path = _write_atomic(Path(a.out), fetch_audio(settings.s3, c))
+        path = write_atomic(Path(a.out), fetch_audio(settings.s3, c))
     except CompletionTimeout:
         return _fail("fetch", f"scanning {settings.topic_completed} took longer than {a.timeout:g} s")
     except ClientError as e:

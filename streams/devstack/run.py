@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ttsflow run: {e}", file=sys.stderr)
         return 2
     from streams.devstack import stack
+    from streams.devstack.errors import StackError
     from streams.devstack.procs import Supervisor
-    from streams.devstack.stack import StackError
 
     try:
         if a.no_stack:

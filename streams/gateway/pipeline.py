@@ -37,8 +37,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from schemas import Chunk, Completion
-from streams.client import TTSClient, find_completion, pipeline_problems
+from streams.client import TTSClient
 from streams.client.errors import ClientError, StackUnavailable
+from streams.client.history import find_completion, pipeline_problems
 from streams.gateway.audio import RATE
 from streams.gateway.errors import ApiError
 from streams.settings import Settings

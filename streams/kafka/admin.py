@@ -17,46 +17,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from streams.kafka.config import client_config
+from streams.kafka.topics import done_topic_config, topic_specs
 from streams.settings import KafkaSettings, StageSettings
-from streams.stage.dedup import dedup_changelog_topic
 
-__all__ = ["TopicSpec", "admin_client", "create_acls", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
-           "kafka_exception", "topic_names", "topic_specs", "wait_for_broker"]
+__all__ = ["admin_client", "create_acls", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
+           "kafka_exception", "topic_names", "wait_for_broker"]
 
 _log = logging.getLogger("ttsflow.kafka")
-
-
-@dataclass(frozen=True, slots=True)
-class TopicSpec:
-    name: str
-    partitions: int
-    config: dict[str, str] = field(default_factory=dict)
-
-
-def _done_topic_config(dedup_window_s: int) -> dict[str, str]:
-    return {"cleanup.policy": "compact,delete", "retention.ms": str(2 * dedup_window_s * 1000),
-            "min.compaction.lag.ms": "0", "segment.ms": str(3600 * 1000)}
-
-
-def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int | None = None) -> list[TopicSpec]:
-    """Every topic of a ttsflow deployment: the five of the pipeline and the stage's two
-    faust-internal ones (names as faust derives them from the app id)."""
-    n = partitions or kafka.partitions
-    app = stage.stage_app_id
-    return [
-        TopicSpec(kafka.topic_requests, n), TopicSpec(kafka.topic_segments, n),
-        TopicSpec(kafka.topic_completed, n), TopicSpec(kafka.topic_dlq, n), TopicSpec(kafka.topic_chunks, n),
-        TopicSpec(kafka.topic_done, n, _done_topic_config(stage.dedup_window_s)),
-        # the dedup table's changelog: entries expire a bucket at a time (streams/stage/dedup.py)
-        TopicSpec(dedup_changelog_topic(stage), n,
-                  {"cleanup.policy": "compact,delete", "retention.ms": str(2 * stage.dedup_window_s * 1000),
-                   "segment.ms": str(min(3600, stage.dedup_window_s) * 1000)}),
-        TopicSpec(f"{app}-__assignor-__leader", 1),
-    ]
 
 
 def ensure_topics(kafka: KafkaSettings, stage: StageSettings, *, partitions: int | None = None,
@@ -144,7 +114,7 @@ def ensure_done_topic(kafka: KafkaSettings, dedup_window_s: int, *, timeout: flo
                              f"({want}); add partitions to it (kafka-topics --alter --partitions {want})")
         return n
     topic = NewTopic(kafka.topic_done, num_partitions=want, replication_factor=kafka.replication_factor,
-                     config=_done_topic_config(dedup_window_s))
+                     config=done_topic_config(dedup_window_s))
     fut = admin.create_topics([topic], operation_timeout=timeout)[kafka.topic_done]
     try:
         fut.result(timeout)

@@ -16,9 +16,10 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
+from streams.kafka.topics import dedup_table_name
 from streams.settings import Settings
 from streams.stage.core import Record, StageCore, served_voices
-from streams.stage.dedup import SeenIndex, UserSeen, dedup_table_name
+from streams.stage.dedup import SeenIndex, UserSeen
 from streams.stage.patches import fetch_state, leave_group_on_stop, stage_app_class
 from streams.stage.watch import InputWatch
 

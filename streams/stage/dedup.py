@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from streams.settings import StageSettings
+    pass
 
-__all__ = ["SeenIndex", "UserSeen", "dedup_changelog_topic", "dedup_table_name"]
+__all__ = ["SeenIndex", "UserSeen"]
 
 _BUCKET_DIGITS = 10
 
@@ -92,19 +92,3 @@ class UserSeen:
 
     def get(self, request_id: str) -> float | None:
         return self._index.first_seen(self._get, self._user_key, request_id, self._now)
-
-
-def dedup_table_name(stage: StageSettings) -> str:
-    """The dedup table's name (its changelog is ``<app id>-<name>-changelog``).
-
-    One changelog per guarantee: a changelog written in transactions ends in commit markers,
-    and faust's non-transactional recovery waits forever for an event at the marker's offset
-    (seen when a stage switched from exactly_once to at_least_once). ``seen`` replaced the
-    per-user ``dedup`` maps; ids recorded there are not carried over (the worker's done set
-    still stops a repeated id it answered)."""
-    return "seen-eos" if stage.stage_guarantee == "exactly_once" else "seen"
-
-
-def dedup_changelog_topic(stage: StageSettings) -> str:
-    """The dedup table's changelog topic, named as faust names it (``<app id>-<table>-changelog``)."""
-    return f"{stage.stage_app_id}-{dedup_table_name(stage)}-changelog"

@@ -35,7 +35,7 @@ import numpy as np
 
 from engine import audio as audio_codec
 from engine.errors import ItemError
-from schemas import AudioRef, ErrorInfo
+from schemas import AudioRef, ErrorInfo, TtsflowError
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 from storage.s3 import AudioStore
 from streams.worker.keys import PART_FORMAT, part_id, request_digest
@@ -64,7 +64,7 @@ class JoinSpec:
     request_id: str = ""
 
 
-class _ObjectFailed(Exception):
+class _ObjectFailed(TtsflowError):
     """One object keeps failing while S3 answers: the request fails, nothing else stops."""
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams.devstack.stack import kafka_tool
-from streams.ops import lag as lag_mod
+from streams.devstack.jars import kafka_tool
 from streams.ops.lag import LagExporter, LagReader
+from streams.ops.lag import cli as lag_cli
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -103,7 +103,7 @@ def test_lag_equals_kafka_consumer_groups_describe(settings: Settings, capsys: p
     assert 1 <= g.desired_replicas <= settings.partitions
 
     # the CLI prints the same numbers
-    rc = lag_mod.main(["--json", "--samples", "1", "--group", f"{group}:{settings.topic_segments}"])
+    rc = lag_cli.main(["--json", "--samples", "1", "--group", f"{group}:{settings.topic_segments}"])
     assert rc == 0
     cli = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     cli_rows = {(r["topic"], r["partition"]): {"current": r["committed"], "end": r["end_offset"], "lag": r["lag"]}

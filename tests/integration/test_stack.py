@@ -21,7 +21,7 @@ import pytest
 from botocore.exceptions import ClientError
 from confluent_kafka import TopicPartition
 
-from streams.devstack.stack import kafka_tool
+from streams.devstack.jars import kafka_tool
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration

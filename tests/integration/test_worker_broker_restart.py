@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from streams.devstack import stack
+from streams.devstack.pidfiles import reap
 from streams.devstack.procs import Supervisor
 from streams.settings import Settings
 from tests.support.pipeline import by_request, check_audio, completions, corpus
@@ -84,7 +85,7 @@ def _restart_broker(settings: Settings) -> float:
     os.kill(pid, signal.SIGTERM)
     deadline = t0 + 60
     while Path(f"/proc/{pid}").exists():
-        stack._reap(pid)
+        reap(pid)
         assert time.monotonic() < deadline, "the broker did not stop within 60 s"
         time.sleep(0.1)
     time.sleep(_DOWN_S)

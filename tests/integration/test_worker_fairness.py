@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 
 from schemas import Segment, decode_completion, encode
 from streams.bench.corpus import sentences
-from streams.kafka.plain import TopicReader
+from streams.bench.plain import TopicReader
 from streams.settings import Settings
 from tests.support.pipeline import make_segments
 from tests.support.pipeline import running_worker as _running_worker

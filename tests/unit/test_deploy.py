@@ -216,7 +216,7 @@ def test_podmonitor_selects_every_workload_on_the_metrics_port() -> None:
 
 # --- metric names used in deploy/ exist in the code --------------------------------------------
 
-_METRIC_MODULES = ["streams/worker/metrics.py", "streams/stage/metrics.py", "streams/ops/lag.py"]
+_METRIC_MODULES = ["streams/worker/metrics.py", "streams/stage/metrics.py", "streams/ops/lag/exporter.py"]
 _SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
 
 

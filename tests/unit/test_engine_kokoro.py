@@ -88,12 +88,13 @@ def test_the_int8_graph_converts_to_fp32_with_every_quantized_op_rebuilt(store: 
     Gather + DequantizeLinear): all are rebuilt as float ops, and the fp32 version speaks Mandarin."""
     import onnx
 
-    from engine.convert import _QUANT_OPS, detect_precision
+    from engine.convert import detect_precision
+    from engine.convert.graph import QUANT_OPS
 
     mv = store.ensure("kokoro", "fp32")
     graph = onnx.load(str(mv.onnx_path), load_external_data=False).graph
     assert detect_precision(onnx.load(str(mv.onnx_path))) == "fp32"
-    assert not {n.op_type for n in graph.node} & _QUANT_OPS
+    assert not {n.op_type for n in graph.node} & QUANT_OPS
     assert {"Conv", "LSTM"} <= {n.op_type for n in graph.node}
     assert mv.manifest.extra["files"] == [VOICES_NAME, JIEBA_CACHE]  # the styles came along
     e = open_engine(mv, threads=1)

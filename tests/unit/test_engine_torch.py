@@ -71,7 +71,7 @@ def test_piper_on_torch_matches_onnxruntime_batched_and_is_intelligible() -> Non
 def test_hibari_on_torch_runs_int8_as_fp32_and_matches_onnxruntime_fp32(tmp_path: Path) -> None:
     import onnx
 
-    from engine.convert import dequantize
+    from engine.convert.dequant import dequantize
     from engine.hibari import HibariBackend, _shipped_model
     from tests.support.asr import word_error_many
 

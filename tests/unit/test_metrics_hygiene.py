@@ -2,7 +2,7 @@
 
 Each process keeps its metrics in one module with its own registry (worker:
 ``streams.worker.metrics``, stage: ``streams.stage.metrics``, lag exporter:
-``streams.ops.lag``). The test exercises every hook so labelled series exist, renders the
+``streams.ops.lag.exporter``). The test exercises every hook so labelled series exist, renders the
 registry with ``generate_latest`` and pipes it to promtool, which rejects names, types,
 units and help text that break Prometheus conventions. promtool ships in Debian's
 ``prometheus`` package; without it the test is skipped and says so.

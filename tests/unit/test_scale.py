@@ -108,7 +108,7 @@ def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"samples", "peak_lag_segments", "worst_queue_delay_s", "recommendation"} <= set(out)
 
 
-# --- Burrow-style status (streams.ops.lag.burrow_status): pure over a window of samples ---------
+# --- Burrow-style status (streams.ops.lag.model.burrow_status): pure over a window of samples ---------
 
 def _w(*rows: tuple[int | None, int]) -> list[tuple[float, int | None, int]]:
     return [(float(i), c, lag) for i, (c, lag) in enumerate(rows)]
@@ -130,3 +130,20 @@ def test_burrow_stop_stall_rewind_warn() -> None:
     assert burrow_status(_w((10, 5), (12, 5), (14, 6)), members=2) == "WARN"  # moving, lag not shrinking
     assert burrow_status(_w((10, 9), (15, 6), (18, 7)), members=2) == "OK"  # lag went down once
     assert burrow_status(_w((10, 5)), members=2) == "OK"  # one sample shows no trend
+
+
+def test_group_lag_is_computed_from_offsets_without_kafka() -> None:
+    from streams.ops.keda import KedaRule
+    from streams.ops.lag.model import LagWindows, OffsetSample, group_lag, needs_marker_probe
+
+    windows = LagWindows(3)
+    offsets = [OffsetSample("seg", 0, 100, 40, None), OffsetSample("seg", 1, 10, None, None),
+               OffsetSample("seg", 2, 51, 50, 0), OffsetSample("old", 0, 7, 7, None)]
+    g = group_lag("workers", "seg", state="STABLE", member_ids=[], input_partitions=3, offsets=offsets,
+                  windows=windows, rule=KedaRule(lag_threshold=20, activation_lag_threshold=0), now=1.0)
+    assert [r.lag for r in g.partitions] == [60, None, 1, 0]
+    assert g.total_lag == 61 and g.keda_lag == 60 + 10 + 1  # no commit counts its whole log (earliest)
+    assert g.desired_replicas == 3  # ceil(71 / 20) = 4, capped at the 3 input partitions
+    assert g.records_waiting == 60 + 10 + 0 + 0  # the marker-only tail waits for nothing
+    assert g.status == "STOP"  # lag and no live member
+    assert needs_marker_probe(50, 51) and not needs_marker_probe(40, 100) and not needs_marker_probe(None, 3)

@@ -152,7 +152,7 @@ def test_docker_compose_config_is_valid() -> None:
 
 
 def test_kraft_cluster_ids_never_look_like_options() -> None:
-    from streams.devstack.stack import _cluster_id
+    from streams.devstack.services import _cluster_id
 
     ids = [_cluster_id() for _ in range(3000)]  # ~47 of 3000 would start with '-' without the guard
     assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", i) for i in ids)

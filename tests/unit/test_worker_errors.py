@@ -106,3 +106,42 @@ def test_every_errors_module_exports_exactly_its_error_types_under_one_root(name
         assert all(issubclass(getattr(mod, n), StreamError) for n in defined)
     else:
         assert len(roots) == 1, f"{name}: more than one root: {sorted(roots)}"
+
+
+def test_every_exception_class_of_the_project_derives_from_the_one_root() -> None:
+    """Import every module of schemas, engine, storage and streams (an optional extra that is not
+    installed is skipped) and check each exception class defined there, private ones included."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import importlib, inspect, json, pkgutil, sys\n"
+        "from schemas import TtsflowError\n"
+        "seen, bad, skipped = [], [], []\n"
+        "for pkg in ('schemas', 'engine', 'storage', 'streams'):\n"
+        "    base = importlib.import_module(pkg)\n"
+        "    names = [pkg] + [m.name for m in pkgutil.walk_packages(base.__path__, prefix=pkg + '.')]\n"
+        "    for name in names:\n"
+        "        if name.endswith('__main__'):\n"
+        "            continue\n"
+        "        try:\n"
+        "            mod = importlib.import_module(name)\n"
+        "        except ImportError as e:\n"  # an optional extra (torch, faust, ...) missing
+        "            skipped.append(f'{name}: {e}')\n"
+        "            continue\n"
+        "        for n, v in vars(mod).items():\n"
+        "            if inspect.isclass(v) and issubclass(v, BaseException) and v.__module__ == name:\n"
+        "                seen.append(f'{name}.{n}')\n"
+        "                if not issubclass(v, TtsflowError):\n"
+        "                    bad.append(f'{name}.{n}')\n"
+        "print(json.dumps({'seen': seen, 'bad': bad, 'skipped': skipped}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["bad"] == []
+    assert {"schemas.errors.SchemaError", "engine.errors.EngineError", "storage.errors.StorageError",
+            "streams.errors.StreamError", "streams.devstack.errors.DevStackError",
+            "streams.worker.joiner._ObjectFailed", "streams.cli.synth._Usage"} <= set(got["seen"])

@@ -1,0 +1,60 @@
+"""Every topic of a ttsflow deployment, by name and shape: the pipeline's five, the worker's
+done topic and the stage's faust-internal ones (names as faust derives them from the app id).
+
+Names only, no broker: :mod:`streams.kafka.admin` creates what :func:`topic_specs` lists, and
+the stage names its dedup table with :func:`dedup_table_name`, so the changelog the admin
+makes is the one faust writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streams.settings import KafkaSettings, StageSettings
+
+__all__ = ["TopicSpec", "dedup_changelog_topic", "dedup_table_name", "done_topic_config", "topic_specs"]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def done_topic_config(dedup_window_s: int) -> dict[str, str]:
+    return {"cleanup.policy": "compact,delete", "retention.ms": str(2 * dedup_window_s * 1000),
+            "min.compaction.lag.ms": "0", "segment.ms": str(3600 * 1000)}
+
+
+def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int | None = None) -> list[TopicSpec]:
+    """Every topic of a ttsflow deployment: the five of the pipeline and the stage's two
+    faust-internal ones (names as faust derives them from the app id)."""
+    n = partitions or kafka.partitions
+    app = stage.stage_app_id
+    return [
+        TopicSpec(kafka.topic_requests, n), TopicSpec(kafka.topic_segments, n),
+        TopicSpec(kafka.topic_completed, n), TopicSpec(kafka.topic_dlq, n), TopicSpec(kafka.topic_chunks, n),
+        TopicSpec(kafka.topic_done, n, done_topic_config(stage.dedup_window_s)),
+        # the dedup table's changelog: entries expire a bucket at a time (streams/stage/dedup.py)
+        TopicSpec(dedup_changelog_topic(stage), n,
+                  {"cleanup.policy": "compact,delete", "retention.ms": str(2 * stage.dedup_window_s * 1000),
+                   "segment.ms": str(min(3600, stage.dedup_window_s) * 1000)}),
+        TopicSpec(f"{app}-__assignor-__leader", 1),
+    ]
+
+
+def dedup_table_name(stage: StageSettings) -> str:
+    """The dedup table's name (its changelog is ``<app id>-<name>-changelog``).
+
+    One changelog per guarantee: a changelog written in transactions ends in commit markers,
+    and faust's non-transactional recovery waits forever for an event at the marker's offset
+    (seen when a stage switched from exactly_once to at_least_once). ``seen`` replaced the
+    per-user ``dedup`` maps; ids recorded there are not carried over (the worker's done set
+    still stops a repeated id it answered)."""
+    return "seen-eos" if stage.stage_guarantee == "exactly_once" else "seen"
+
+
+def dedup_changelog_topic(stage: StageSettings) -> str:
+    """The dedup table's changelog topic, named as faust names it (``<app id>-<table>-changelog``)."""
+    return f"{stage.stage_app_id}-{dedup_table_name(stage)}-changelog"
