@@ -353,12 +353,15 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     bad: dict[str, tuple[bytes, str]] = {
         r.request_id: bad_content_request(r.request_id, r.user_id, j)
         for j, r in enumerate(reqs[every - 1::every] if every else [])}
-    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 10.0)
+    # broker kills run one after another, each ~10 s down plus a JVM start (15-40 s on a loaded 2-core
+    # box): a minute of publishing per kill keeps every kill inside the traffic it is meant to disturb
+    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 10.0, 60.0 * cfg.kill_brokers)
     events = plan_events(seed, publish_s, kill_workers=cfg.kill_workers, kill_stage=cfg.kill_stage,
                          restart_broker=cfg.restart_broker, workers=cfg.workers, kill_brokers=cfg.kill_brokers)
     tids = [f"ttsflow-chaos-{run_id}-w{i}" for i in range(cfg.workers)]
     killer = BrokerKiller(s, tids, [s.worker_group, s.stage_app_id], down_s=cfg.broker_down_s)
     published_at: dict[str, float] = {}
+    replication: dict[str, dict[str, int]] = {}
     _say(f"run {run_id} seed {seed}: {cfg.requests} requests over {publish_s:.0f}s, events "
          + ", ".join(f"{e.action}{'#' + str(e.target) if e.action == 'kill_worker' else ''}@"
                      + (f"{e.at:.1f}s" if e.by == "time" else f"{e.at:.0%} answered") for e in events))
@@ -380,6 +383,10 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         for p in list(sup.procs.values()):
             sup.wait_ready(p, timeout=cfg.startup_timeout_s)
         timings["startup_s"] = round(time.monotonic() - t0, 1)
+        if cfg.brokers > 1:  # the shape the run tests: every topic, internal ones included, replicated
+            replication = stack.topic_replication(s, [s.topic_requests, s.topic_segments, s.topic_completed,
+                                                      s.topic_done, s.topic_chunks, s.topic_dlq,
+                                                      "__consumer_offsets", "__transaction_state"])
         _say(f"processes ready in {timings['startup_s']}s; publishing")
 
         # 2. publish at an even pace; fire each event when its moment comes; follow progress
@@ -512,7 +519,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                       "stage": sum(1 for f in fired if f["action"] == "kill_stage"),
                       "broker_restarts": len(broker_log),
                       **({"broker": sum(1 for k in killer.log if "killed_at" in k)} if cfg.kill_brokers else {})},
-            **({"brokers": cfg.brokers} if cfg.brokers > 1 else {}),
+            **({"brokers": cfg.brokers, "replication": replication} if cfg.brokers > 1 else {}),
             **(_broker_kills(killer.log, published_at, progress.answered_at, wall_pub) if cfg.kill_brokers else {}),
             "crash_restarts": crash_restarts, "liveness_restarts": liveness_restarts, "events": fired, "broker": broker_log,
             "lost_ids": list(t.lost_ids), "lost_where": lost_where, "duplicate_ids": list(t.duplicate_ids),
@@ -538,6 +545,8 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
 
 def _broker_kills(log: list[dict[str, Any]], published: dict[str, float], answered: dict[str, float],
                   t0: float) -> dict[str, Any]:
+    from streams.bench.harness import percentile
+
     """The report's ``broker_kills`` (each kill: broker, why, what it led or coordinated, times
     relative to the first publish, the answers around it) and ``broker_kill_stall``: the worst
     p99 and gap over all kills."""
@@ -551,8 +560,15 @@ def _broker_kills(log: list[dict[str, Any]], published: dict[str, float], answer
         kills.append(k)
     p99s = [k["answers"]["p99_s"] for k in kills if "answers" in k and k["answers"]["p99_s"] is not None]
     gaps = [k["answers"]["max_gap_s"] for k in kills if "answers" in k and k["answers"]["max_gap_s"] is not None]
+    # the same latency for requests published while every broker was up: what the kills add is the difference
+    windows = [(r["killed_at"], r["back_at"]) for r in log if "killed_at" in r and "back_at" in r]
+    calm = [answered[rid] - t for rid, t in published.items()
+            if rid in answered and not any(a <= t <= b for a, b in windows)]
+    calm_p99 = percentile(calm, 99)
     return {"broker_kills": kills,
-            "broker_kill_stall": {"worst_p99_s": max(p99s) if p99s else None, "worst_gap_s": max(gaps) if gaps else None}}
+            "broker_kill_stall": {"worst_p99_s": max(p99s) if p99s else None, "worst_gap_s": max(gaps) if gaps else None,
+                                  "outside_windows_requests": len(calm),
+                                  "outside_windows_p99_s": None if calm_p99 is None else round(calm_p99, 2)}}
 
 
 def _where_lost(s: Any, lost: set[str]) -> dict[str, int]:

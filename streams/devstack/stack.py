@@ -52,8 +52,17 @@ from streams.devstack.services import (
 )
 from streams.settings import Settings
 
-__all__ = ["cluster_status", "delete_topics", "ensure_bucket", "ensure_topics", "stack_down", "stack_settings",
-           "stack_up", "status"]
+__all__ = [
+    "cluster_status",
+    "delete_topics",
+    "ensure_bucket",
+    "ensure_topics",
+    "stack_down",
+    "stack_settings",
+    "stack_up",
+    "status",
+    "topic_replication",
+]
 
 
 def stack_settings(settings: Settings, brokers: int | None = None) -> Settings:
@@ -289,3 +298,20 @@ def cluster_status(settings: Settings, *, timeout: float = 5.0) -> dict[str, Any
     return {"brokers": sorted(md.brokers), "controller_id": md.controller_id, "partitions": partitions,
             "under_replicated": len(under), "under_replicated_sample": sorted(under)[:10],
             "offline": len(offline), "offline_sample": sorted(offline)[:10]}
+
+
+def topic_replication(settings: Settings, names: Sequence[str], *, timeout: float = 10.0) -> dict[str, dict[str, int]]:
+    """``{topic: {"replication_factor": r, "min_insync_replicas": m}}`` of the named topics that
+    exist (``r``: the fewest replicas of any of its partitions; ``m``: its effective config)."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = stack_admin(_as_admin(settings))
+    md = admin.list_topics(timeout=timeout)
+    present = [n for n in names if n in md.topics and md.topics[n].error is None and md.topics[n].partitions]
+    out: dict[str, dict[str, int]] = {
+        n: {"replication_factor": min(len(pm.replicas) for pm in md.topics[n].partitions.values())} for n in present}
+    if present:
+        futs = admin.describe_configs([ConfigResource("topic", n) for n in present], request_timeout=timeout)
+        for res, fut in futs.items():
+            out[res.name]["min_insync_replicas"] = int(fut.result(timeout)["min.insync.replicas"].value)
+    return out
