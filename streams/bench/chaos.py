@@ -362,6 +362,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     killer = BrokerKiller(s, tids, [s.worker_group, s.stage_app_id], down_s=cfg.broker_down_s)
     published_at: dict[str, float] = {}
     replication: dict[str, dict[str, int]] = {}
+    stack_rss: dict[str, float | None] = {}
     _say(f"run {run_id} seed {seed}: {cfg.requests} requests over {publish_s:.0f}s, events "
          + ", ".join(f"{e.action}{'#' + str(e.target) if e.action == 'kill_worker' else ''}@"
                      + (f"{e.at:.1f}s" if e.by == "time" else f"{e.at:.0%} answered") for e in events))
@@ -459,6 +460,8 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         if broker_thread is not None:
             broker_thread.join()
         killer.join()
+        if private:  # what the stack costs after a run under load (resident memory per server process)
+            stack_rss = {svc: e.get("rss_mb") for svc, e in stack.status(s).items()}
         timings["first_publish_to_last_answer_s"] = round((progress.last_at or time.time()) - wall_pub, 1)
         reader.close()
 
@@ -520,6 +523,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                       "broker_restarts": len(broker_log),
                       **({"broker": sum(1 for k in killer.log if "killed_at" in k)} if cfg.kill_brokers else {})},
             **({"brokers": cfg.brokers, "replication": replication} if cfg.brokers > 1 else {}),
+            **({"stack_rss_mb": stack_rss} if stack_rss else {}),
             **(_broker_kills(killer.log, published_at, progress.answered_at, wall_pub) if cfg.kill_brokers else {}),
             "crash_restarts": crash_restarts, "liveness_restarts": liveness_restarts, "events": fired, "broker": broker_log,
             "lost_ids": list(t.lost_ids), "lost_where": lost_where, "duplicate_ids": list(t.duplicate_ids),
