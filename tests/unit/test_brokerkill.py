@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from streams.bench.brokerkill import coordinator_partition, java_string_hash, kill_window_stats, pick_target
@@ -76,3 +78,26 @@ def test_kafka_brokers_setting_bootstraps_from_every_broker_and_replicates_on_th
     assert (given.bootstrap_servers, given.replication_factor) == ("k:1", 2)
     one = load_settings({"TTS_KAFKA_PORT": "19192"})
     assert (one.bootstrap_servers, one.replication_factor, one.kafka_brokers) == ("127.0.0.1:19192", 1, 1)
+
+
+def test_broker_services_ports_and_replication_of_a_local_stack(tmp_path: Path) -> None:
+    from streams.devstack.paths import stack_paths
+    from streams.devstack.services import broker_node, broker_services, home_brokers, replication_of, stack_services
+    from streams.devstack.stack import stack_settings
+    from streams.settings import load_settings
+
+    assert broker_services(1) == ("kafka",) and broker_services(3) == ("kafka", "kafka-2", "kafka-3")
+    assert stack_services(3) == ("kafka", "kafka-2", "kafka-3", "s3", "redis")
+    assert [broker_node(s) for s in ("kafka", "kafka-2", "kafka-3", "s3", "redis")] == [1, 2, 3, None, None]
+    assert replication_of(1) == (1, 1) and replication_of(3) == (3, 2)
+    s = load_settings({"TTS_HOME": str(tmp_path), "TTS_KAFKA_PORT": "19192", "TTS_KAFKA_CONTROLLER_PORT": "19193"})
+    p = stack_paths(s)
+    assert home_brokers(p) is None  # never formatted
+    assert stack_settings(s) is s  # one broker: unchanged
+    three = stack_settings(s, 3)
+    assert three.bootstrap_servers == "127.0.0.1:19192,127.0.0.1:19202,127.0.0.1:19212"
+    assert (three.kafka_brokers, three.replication_factor) == (3, 3)
+    (p.data).mkdir(parents=True)
+    (p.data / "kafka-brokers").write_text("3\n")
+    assert home_brokers(p) == 3
+    assert stack_settings(s).kafka_brokers == 3  # a three-broker home stays one, whatever the settings say
