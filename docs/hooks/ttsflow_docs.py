@@ -409,7 +409,10 @@ def _chaos_brokers(r: dict[str, Any]) -> list[Table]:
                               "worker txn ids coordinated", "groups coordinated", "down s", "requests in window",
                               "their p99 s", "longest stall s", "error"], kills),
             ("Stall", ["worst p99 s in a kill window", "worst stall s", "p99 s outside kill windows"],
-             [[stall.get("worst_p99_s"), stall.get("worst_gap_s"), stall.get("outside_windows_p99_s")]])]
+             [[stall.get("worst_p99_s"), stall.get("worst_gap_s"), stall.get("outside_windows_p99_s")]]),
+            ("Stack memory after the run (RSS MiB)", [*r.get("stack_rss_mb", {}), "total"],
+             [[*r["stack_rss_mb"].values(), round(sum(v or 0 for v in r["stack_rss_mb"].values()), 1)]]
+             if r.get("stack_rss_mb") else [])]
 
 
 def _demo(r: dict[str, Any]) -> list[Table]:
