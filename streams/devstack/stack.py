@@ -300,18 +300,10 @@ def cluster_status(settings: Settings, *, timeout: float = 5.0) -> dict[str, Any
             "offline": len(offline), "offline_sample": sorted(offline)[:10]}
 
 
+
 def topic_replication(settings: Settings, names: Sequence[str], *, timeout: float = 10.0) -> dict[str, dict[str, int]]:
     """``{topic: {"replication_factor": r, "min_insync_replicas": m}}`` of the named topics that
-    exist (``r``: the fewest replicas of any of its partitions; ``m``: its effective config)."""
-    from confluent_kafka.admin import ConfigResource
+    exist (:func:`streams.kafka.admin.topic_replication`)."""
+    from streams.kafka.admin import topic_replication as _replication
 
-    admin = stack_admin(_as_admin(settings))
-    md = admin.list_topics(timeout=timeout)
-    present = [n for n in names if n in md.topics and md.topics[n].error is None and md.topics[n].partitions]
-    out: dict[str, dict[str, int]] = {
-        n: {"replication_factor": min(len(pm.replicas) for pm in md.topics[n].partitions.values())} for n in present}
-    if present:
-        futs = admin.describe_configs([ConfigResource("topic", n) for n in present], request_timeout=timeout)
-        for res, fut in futs.items():
-            out[res.name]["min_insync_replicas"] = int(fut.result(timeout)["min.insync.replicas"].value)
-    return out
+    return _replication(stack_admin(_as_admin(settings)), names, timeout=timeout)
