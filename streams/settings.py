@@ -212,9 +212,9 @@ class StageSettings:
     """The CPU stage: its faust app, input limits and dedup window."""
 
     stage_app_id: str = _f("ttsflow-stage", "faust app id of the stage: its consumer group and table changelog prefix.")
-    stage_guarantee: str = _f("at_least_once", "faust processing guarantee of the stage; exactly_once is faust's, measured broken under SIGKILL (see streams/stage/patches.py).",
-                              choices=("exactly_once", "at_least_once"))
-    stage_commit_interval_ms: int = _f(200, "How often the stage commits offsets (its transactions under exactly_once): bounds request-to-segment latency.", lo=10, hi=60_000)
+    stage_guarantee: str = _f("at_least_once", "faust processing guarantee of the stage: at_least_once only (faust's exactly_once crash-loops under SIGKILL, see streams/stage/patches.py, and is refused at load; the worker's transaction and done log make each completion exactly-once).",
+                              choices=("at_least_once",))
+    stage_commit_interval_ms: int = _f(200, "How often the stage commits the input offsets of the requests it finished, milliseconds (a restarted stage reads again what came after; its dedup table drops the repeats).", lo=10, hi=60_000)
     stage_store: str = _f("memory", "Where the stage keeps its dedup table (one entry per user and request id, rebuilt from its changelog): memory, or rocksdb (on disk under TTS_HOME, for windows holding millions of ids).",
                           choices=("memory", "rocksdb"))
     stage_instance_id: str = _f("", "Static group member id (group.instance.id) of this stage process; empty means <stage_app_id>-<hostname>-<lowest slot free on this host for this cluster and app id>. A restarted stage takes its predecessor's partitions back without a rebalance; never give two processes the same one.")
@@ -223,6 +223,11 @@ class StageSettings:
     dedup_window_s: int = _f(24 * 3600, "Window in which a repeated request_id is dropped by the stage.", lo=1, hi=30 * 24 * 3600)
 
     def __post_init__(self) -> None:
+        if self.stage_guarantee == "exactly_once":
+            raise SettingsError(
+                "TTS_STAGE_GUARANTEE=exactly_once is refused: faust's exactly_once crash-loops and stalls under SIGKILL "
+                "(streams/stage/patches.py); use at_least_once: the worker's transaction and its done log "
+                "(TTS_TOPIC_DONE) keep each request's completion exactly-once when the stage repeats segments")
         _check(self)
 
 

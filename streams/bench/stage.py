@@ -13,8 +13,7 @@ One run measures, side by side on the same machine:
 3. **latency**: with that stage running, requests at a steady rate; for each request,
    the time from its produce time (the record timestamp, which the stage copies into
    ``enqueued_at``) to the moment its last segment is visible to a ``read_committed``
-   reader; p50 and p99. Under exactly-once this includes waiting for the transaction
-   to commit (``TTS_STAGE_COMMIT_INTERVAL_MS``).
+   reader; p50 and p99.
 
 ``--users`` compares one heavy user with many: the same backlog of short requests with
 long (``--id-chars``) request ids, once from a single user id and once spread over
@@ -25,7 +24,7 @@ rates is the price of one user's volume (it was 0.17x with one dedup map per use
 its changelog against an empty one (and, with ``--store rocksdb``, after a SIGTERM and a
 SIGKILL restart, which read the table from disk).
 
-``--kill`` runs the exactly-once check instead: two stage processes on four partitions,
+``--kill`` runs the loss/duplicate check instead: two stage processes on four partitions,
 requests at a steady rate, a stage SIGKILLed (and restarted at once) every few seconds,
 then a ``read_committed`` reader counts lost and duplicated segments by
 ``(request_id, seq)``, and a ``read_uncommitted`` reader counts what aborted
@@ -584,9 +583,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rate", type=float, default=None,
                     help="requests per second in the latency (or --kill) run, default 100; 40 for --stall")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
-    ap.add_argument("--guarantee", choices=("exactly_once", "at_least_once"), default=None)
     ap.add_argument("--commit-interval-ms", type=int, default=None)
-    ap.add_argument("--kill", action="store_true", help="run the SIGKILL exactly-once check instead")
+    ap.add_argument("--kill", action="store_true", help="run the SIGKILL loss/duplicate check instead")
     ap.add_argument("--kills", type=int, default=4)
     ap.add_argument("--stages", type=int, default=2, help="stage processes of the --kill run")
     ap.add_argument("--stall", action="store_true", help="measure the group's stall after a SIGKILL instead")
@@ -608,7 +606,7 @@ def main(argv: list[str]) -> int:
     # the corpus mixes Mandarin and English: a voice that speaks both, so every text is split
     # as before the language check (the stage loads no model)
     base = load_settings().replace(backend="chattts", voice="")
-    guarantee = ns.guarantee or base.stage.stage_guarantee
+    guarantee = base.stage.stage_guarantee
     commit_ms = ns.commit_interval_ms or base.stage.stage_commit_interval_ms
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if ns.restore:

@@ -202,15 +202,14 @@ def acl_specs(settings: Settings, *, ops: bool = False) -> list[AclSpec]:
     # (ttsflow's group-less readers name a group librdkafka looks up but never join: ttsflow-reader-*)
     for prefix in ("ttsflow-client-", "ttsflow-reader-", f"{PRINCIPALS['user']}-"):
         allow(user, "GROUP", prefix, ("READ", "DESCRIBE"), "PREFIXED")
-    # stage: requests in, segments and dead letters out; its faust topics (changelog, leader),
-    # group and (exactly_once) transactional ids all start with its app id
+    # stage: requests in, segments and dead letters out; its faust topics (changelog, leader)
+    # and group start with its app id (it runs at_least_once: no transactional id)
     app = st.stage_app_id
     allow(stage, "TOPIC", k.topic_requests, ("READ", "DESCRIBE"))
     allow(stage, "TOPIC", k.topic_segments, ("WRITE", "DESCRIBE"))
     allow(stage, "TOPIC", k.topic_dlq, ("WRITE", "DESCRIBE"))
     allow(stage, "TOPIC", f"{app}-", ("READ", "WRITE", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS"), "PREFIXED")
     allow(stage, "GROUP", app, ("READ", "DESCRIBE"))
-    allow(stage, "TRANSACTIONAL_ID", f"{app}-", ("WRITE", "DESCRIBE"), "PREFIXED")
     # worker: segments in; completions, chunks, done records out in its transactions; the done
     # topic read back after a restart; its group's offsets committed in the transaction
     allow(worker, "TOPIC", k.topic_segments, ("READ", "DESCRIBE"))

@@ -76,7 +76,6 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     _StageApp = stage_app_class()
     core = core or StageCore(settings.stage, settings.kafka, settings.engine, voices=served_voices(settings.engine),
                              on_dropped=metrics.foreign_dropped)
-    eos = settings.stage.stage_guarantee == "exactly_once"
     brokers = [f"kafka://{b.strip()}" for b in settings.kafka.bootstrap_servers.split(",") if b.strip()]
     # Static membership (KIP-345): a stage restarted after a SIGKILL rejoins under the same
     # group.instance.id and gets its partitions back without a rebalance, so the other
@@ -119,10 +118,6 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
                          key_serializer="raw", value_serializer="raw")
     # Raw bytes in and out of the table (the app's serializers): one entry per (record key,
     # request id) in a time bucket, the value its first-seen time (streams/stage/dedup.py).
-    # One changelog per guarantee: a changelog written in transactions ends in commit
-    # markers, and faust's non-transactional recovery waits forever for an event at the
-    # marker's offset (seen when a stage switched from exactly_once to at_least_once).
-    # Switching modes therefore starts with an empty dedup table.
     seen = app.Table(dedup_table_name(settings.stage), default=None, partitions=settings.kafka.partitions, key_type=bytes,
                      value_type=bytes)
     index = SeenIndex(settings.stage.dedup_window_s)
@@ -136,12 +131,6 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
 
     async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
         headers = list(rec.headers) or None
-        if eos:
-            # The transaction of the *source* partition: its offsets commit with these records.
-            group = app.assignor.group_for_topic(source_topic)
-            tid = f"{app.conf.id}-{group}-{src_partition}"
-            return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers,
-                                           transactional_id=tid)
         return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers)
 
     # (consumer generation, last offset processed) per input partition: a jump within one
@@ -171,7 +160,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             metrics.processed(time.perf_counter() - t0)
             futs = [await send(r, msg.partition) for r in outcome.records]
             if outcome.remember is not None:
-                if not eos and futs:
+                if futs:
                     for f in futs:
                         await f  # delivered before the id is recorded: a crash repeats, never loses
                 entry_key, entry_value = index.entry(k, outcome.remember, core.clock())
@@ -224,8 +213,6 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
 
     @app.timer(2.0)
     async def input_watchdog() -> None:
-        if eos:
-            return
         if app.in_recovery or app.rebalancing:  # tables are being rebuilt: nothing is fetched yet
             watch.forget(set())
             return

@@ -22,11 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow stage", description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--metrics-port", type=int, default=None,
                     help="port of /metrics, /healthz, /readyz (default TTS_METRICS_PORT; 0 disables)")
-    ap.add_argument("--guarantee", choices=("exactly_once", "at_least_once"), default=None,
-                    help="faust processing guarantee (default TTS_STAGE_GUARANTEE)")
     ns = ap.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(stage_guarantee=ns.guarantee)
+        settings = load_settings()
     except SettingsError as e:
         print(f"ttsflow stage: {e}", file=sys.stderr)
         return 2

@@ -58,6 +58,8 @@ def test_settings_are_frozen() -> None:
     ({"TTS_MAX_SEGMENT_CHARS": "8"}, "TTS_MAX_SEGMENT_CHARS=8 is below the minimum 16"),
     ({"TTS_BACKEND": "espeak"}, "TTS_BACKEND='espeak' is not one of hibari, piper, kokoro, chattts"),
     ({"TTS_BACKENDS": "hibari,espeak"}, "TTS_BACKENDS='hibari,espeak': 'espeak' is not one of hibari, piper"),
+    ({"TTS_STAGE_GUARANTEE": "exactly_once"}, "TTS_STAGE_GUARANTEE=exactly_once is refused: faust's exactly_once"),
+    ({"TTS_STAGE_GUARANTEE": "sometimes"}, "TTS_STAGE_GUARANTEE='sometimes' is not one of at_least_once"),
     ({"TTS_PRECISION": "fp8"}, "TTS_PRECISION='fp8' is not one of"),
     ({"TTS_LOG_LEVEL": "loud"}, "TTS_LOG_LEVEL='loud' is not one of"),
     ({"TTS_MAX_BATCH": "eight"}, "TTS_MAX_BATCH='eight'"),
@@ -104,6 +106,13 @@ def test_derived_values() -> None:
     assert load_settings({"TTS_WORKER_GROUP": "g"}).kafka.effective_transactional_id_prefix == "g"
 
 
+def test_exactly_once_at_the_stage_is_refused_with_what_gives_it_instead() -> None:
+    with pytest.raises(SettingsError) as e:
+        load_settings({}, stage_guarantee="exactly_once")
+    assert "SIGKILL" in str(e.value) and "done log" in str(e.value) and "at_least_once" in str(e.value)
+    assert load_settings({"TTS_STAGE_GUARANTEE": "at_least_once"}).stage.stage_guarantee == "at_least_once"
+
+
 def _section_fields() -> list[tuple[str, dataclasses.Field[Any]]]:
     return [(s.name, f) for s in dataclasses.fields(Settings)
             for f in dataclasses.fields(getattr(Settings(), s.name))]
@@ -142,6 +151,7 @@ def test_describe_covers_every_field_in_declaration_order() -> None:
     assert by_name["home"].default == "~/.local/share/ttsflow"  # not this machine's home
     assert (by_name["max_batch"].section, by_name["max_batch"].default, by_name["max_batch"].lo,
             by_name["max_batch"].hi) == ("batching", "8", 1, 1024)
+    assert by_name["stage_guarantee"].choices == ("at_least_once",)
     assert by_name["backend"].choices == BACKENDS
     with pytest.raises(dataclasses.FrozenInstanceError):
         by_name["home"].doc = ""  # type: ignore[misc]
