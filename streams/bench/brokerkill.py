@@ -179,7 +179,7 @@ class BrokerKiller:
         while True:
             try:
                 c = cluster_status(self.settings)
-                if len(c["brokers"]) == self.settings.kafka_brokers and c["under_replicated"] == 0 \
+                if len(c["brokers"]) == self.settings.local_stack.kafka_brokers and c["under_replicated"] == 0 \
                         and c["offline"] == 0:
                     return time.monotonic() - t0
             except Exception:  # the cluster not answering yet is what we wait out
@@ -197,7 +197,7 @@ class BrokerKiller:
         s = self.settings
         rec["waited_for_healthy_s"] = round(self._wait_healthy(), 1)
         md = self._metadata()
-        seg = md.topics[s.topic_segments]
+        seg = md.topics[s.kafka.topic_segments]
         leaders = {p: pm.leader for p, pm in seg.partitions.items()}
 
         def coordinators(internal: str, keys: Sequence[str]) -> dict[str, int]:
@@ -210,7 +210,7 @@ class BrokerKiller:
         groups = coordinators("__consumer_offsets", self.groups)
         kind = "segments_leader" if turn % 2 == 0 else "txn_coordinator"
         broker, why = pick_target(kind, leaders, txn, turn // 2)
-        svc = broker_services(s.kafka_brokers)[broker - 1]
+        svc = broker_services(s.local_stack.kafka_brokers)[broker - 1]
         rec.update(kind=kind, broker=broker, service=svc, why=why,
                    led_segments_partitions=sorted(p for p, b in leaders.items() if b == broker),
                    coordinated_transactional_ids=sorted(t for t, b in txn.items() if b == broker),

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 _print_status(result)
                 print(f"stack: up in {time.monotonic() - t0:.1f}s (home {stack_paths(settings).home})")
                 n = sum(1 for svc in result if svc.startswith("kafka"))
-                if n > 1 and settings.kafka_brokers != n:
+                if n > 1 and settings.local_stack.kafka_brokers != n:
                     print(f"stack: {n} brokers; export TTS_KAFKA_BROKERS={n} so clients bootstrap from all of them")
             return 0 if all(e["ok"] for e in result.values()) else 1
         if ns.cmd == "down":

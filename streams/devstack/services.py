@@ -158,7 +158,7 @@ def _start_kafka(settings: Settings, p: StackPaths, node: int = 1) -> int:
     factor, min_isr = replication_of(len(ports))
     conf = _render("server.properties.template", p.conf / f"server{suffix}.properties",
                    kafka_port=kafka_port, controller_port=controller_port, log_dirs=data,
-                   partitions=settings.partitions, node_id=node, replication=factor, min_isr=min_isr,
+                   partitions=settings.kafka.partitions, node_id=node, replication=factor, min_isr=min_isr,
                    session_timeout_ms=9000 if len(ports) == 1 else 4500,
                    heartbeat_interval_ms=2000 if len(ports) == 1 else 750,
                    quorum_voters=",".join(f"{i}@127.0.0.1:{c}" for i, (_k, c) in enumerate(ports, start=1)))
@@ -168,7 +168,7 @@ def _start_kafka(settings: Settings, p: StackPaths, node: int = 1) -> int:
             raise StackError("a secured stack has one broker: --secure with --brokers 3 is not supported")
         sp = secure.secure_paths(p.home)
         extra = string.Template((DEPLOY_DIR / "server-secure.properties.template").read_text()).substitute(
-            {k: str(v) for k, v in {"kafka_port": settings.kafka_port, "controller_port": settings.kafka_controller_port,
+            {k: str(v) for k, v in {"kafka_port": settings.local_stack.kafka_port, "controller_port": settings.local_stack.kafka_controller_port,
                                     **secure.template_values(sp)}.items()})
         conf.write_text(conf.read_text() + "\n" + extra)
         conf.chmod(0o600)  # it holds the admin's password
@@ -202,11 +202,11 @@ def _start_s3(settings: Settings, p: StackPaths) -> int:
     basedir = p.data / "s3"
     _check_xattrs(basedir)
     conf = _render("s3proxy.properties.template", p.conf / "s3proxy.properties",
-                   s3_port=settings.s3_port, access_key=settings.s3_access_key,
-                   secret_key=settings.s3_secret_key, basedir=basedir)
+                   s3_port=settings.local_stack.s3_port, access_key=settings.s3.s3_access_key,
+                   secret_key=settings.s3.s3_secret_key, basedir=basedir)
     if secure.is_secure(p.home):  # HTTPS only, with the broker's certificate (same host, same CA)
-        conf.write_text(conf.read_text().replace(f"s3proxy.endpoint=http://127.0.0.1:{settings.s3_port}",
-                                                 secure.s3proxy_tls(p.home, settings.s3_port)))
+        conf.write_text(conf.read_text().replace(f"s3proxy.endpoint=http://127.0.0.1:{settings.local_stack.s3_port}",
+                                                 secure.s3proxy_tls(p.home, settings.local_stack.s3_port)))
         conf.chmod(0o600)
     jar = sorted(p.s3proxy_dir.glob("s3proxy-*.jar"))[-1]
     argv = [java, *_S3_HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true", "-DLOG_LEVEL=warn",
@@ -218,7 +218,7 @@ def _start_redis(settings: Settings, p: StackPaths) -> int:
     binary = _redis_binary()
     data = p.data / "redis"
     data.mkdir(parents=True, exist_ok=True)
-    conf = _render("redis.conf.template", p.conf / "redis.conf", redis_port=settings.redis_port,
+    conf = _render("redis.conf.template", p.conf / "redis.conf", redis_port=settings.local_stack.redis_port,
                    data_dir=data, log_file=p.logs / "redis.log")
     if secure.is_secure(p.home):  # ACL users with passwords (this valkey-server has no TLS support)
         conf.write_text(conf.read_text() + secure.redis_acl_lines(p.home))
@@ -239,16 +239,16 @@ def stack_admin(settings: Settings, bootstrap: str | None = None) -> Any:
 
 
 def kafka_address(settings: Settings) -> str:
-    return f"127.0.0.1:{settings.kafka_port}"
+    return f"127.0.0.1:{settings.local_stack.kafka_port}"
 
 
 def _s3_address(settings: Settings) -> str:
-    scheme = "https" if settings.s3_endpoint.startswith("https://") else "http"  # https on a secured home
-    return f"{scheme}://127.0.0.1:{settings.s3_port}"
+    scheme = "https" if settings.s3.s3_endpoint.startswith("https://") else "http"  # https on a secured home
+    return f"{scheme}://127.0.0.1:{settings.local_stack.s3_port}"
 
 
 def _redis_address(settings: Settings) -> str:
-    return f"127.0.0.1:{settings.redis_port}"
+    return f"127.0.0.1:{settings.local_stack.redis_port}"
 
 
 def probe_kafka(settings: Settings, admin: Any = None, node: int = 1) -> str | None:
@@ -268,12 +268,12 @@ def probe_kafka(settings: Settings, admin: Any = None, node: int = 1) -> str | N
 def s3_client(settings: Settings, endpoint: str | None = None) -> Any:
     from storage.s3 import s3_client
 
-    return s3_client(endpoint or settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
-                     settings.s3_region, ca_bundle=settings.s3_ca_bundle, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
+    return s3_client(endpoint or settings.s3.s3_endpoint, settings.s3.s3_access_key, settings.s3.s3_secret_key,
+                     settings.s3.s3_region, ca_bundle=settings.s3.s3_ca_bundle, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
 
 
 def _probe_s3(settings: Settings) -> str | None:
-    if not port_open(settings.s3_port):
+    if not port_open(settings.local_stack.s3_port):
         return "connection refused"
     client = s3_client(settings, _s3_address(settings))
     try:
@@ -286,14 +286,14 @@ def _probe_s3(settings: Settings) -> str | None:
 
 
 def _probe_redis(settings: Settings) -> str | None:
-    if not port_open(settings.redis_port):
+    if not port_open(settings.local_stack.redis_port):
         return "connection refused"
     import redis
 
     from storage.cache import redis_auth
 
-    client = redis.Redis(host="127.0.0.1", port=settings.redis_port, socket_timeout=2, socket_connect_timeout=2,
-                         **redis_auth("redis://", settings.redis_username, settings.redis_password))
+    client = redis.Redis(host="127.0.0.1", port=settings.local_stack.redis_port, socket_timeout=2, socket_connect_timeout=2,
+                         **redis_auth("redis://", settings.redis.redis_username, settings.redis.redis_password))
     try:
         return None if client.ping() else "PING failed"
     except Exception as e:
@@ -304,7 +304,7 @@ def _probe_redis(settings: Settings) -> str | None:
 
 _STARTERS: dict[str, Callable[[Settings, StackPaths], int]] = {"s3": _start_s3, "redis": _start_redis}
 _PROBES: dict[str, Callable[[Settings], str | None]] = {"s3": _probe_s3, "redis": _probe_redis}
-_PORTS: dict[str, Callable[[Settings], int]] = {"s3": lambda s: s.s3_port, "redis": lambda s: s.redis_port}
+_PORTS: dict[str, Callable[[Settings], int]] = {"s3": lambda s: s.local_stack.s3_port, "redis": lambda s: s.local_stack.redis_port}
 _ADDRESSES: dict[str, Callable[[Settings], str]] = {"s3": _s3_address, "redis": _redis_address}
 _LOGS: dict[str, Callable[[StackPaths], Path]] = {
     "s3": lambda p: p.logs / "s3proxy.log", "redis": lambda p: p.logs / "redis.log"}

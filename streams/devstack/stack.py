@@ -67,12 +67,12 @@ __all__ = [
 
 def stack_settings(settings: Settings, brokers: int | None = None) -> Settings:
     """``settings`` shaped like this home's stack: its number of brokers (``brokers``, else what
-    the home was formatted with, else ``settings.kafka_brokers``), clients bootstrapping from every
+    the home was formatted with, else ``settings.local_stack.kafka_brokers``), clients bootstrapping from every
     broker and topics created at the replication factor the brokers allow."""
     from streams.devstack.services import replication_of
 
-    n = brokers or home_brokers(stack_paths(settings)) or settings.kafka_brokers
-    if n == settings.kafka_brokers and (n == 1 or "," in settings.bootstrap_servers):
+    n = brokers or home_brokers(stack_paths(settings)) or settings.local_stack.kafka_brokers
+    if n == settings.local_stack.kafka_brokers and (n == 1 or "," in settings.kafka.bootstrap_servers):
         return settings
     ls = settings.replace(kafka_brokers=n).local_stack
     return settings.replace(kafka_brokers=n, replication_factor=replication_of(n)[0],
@@ -104,9 +104,9 @@ def ensure_bucket(settings: Settings) -> bool:
     s3 = s3_client(settings)
     try:
         names = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
-        if settings.s3_bucket in names:
+        if settings.s3.s3_bucket in names:
             return False
-        s3.create_bucket(Bucket=settings.s3_bucket)
+        s3.create_bucket(Bucket=settings.s3.s3_bucket)
         return True
     finally:
         s3.close()
@@ -141,7 +141,7 @@ def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False,
              secure_kafka: bool = False, brokers: int | None = None) -> dict[str, Any]:
     """Start what is not running, wait until every service answers, create topics and bucket.
 
-    ``brokers`` (``--brokers``, else ``settings.kafka_brokers``): 1, or 3 brokers with every
+    ``brokers`` (``--brokers``, else ``settings.local_stack.kafka_brokers``): 1, or 3 brokers with every
     topic at replication factor 3 and ``min.insync.replicas`` 2; a home formatted with one
     number keeps it (changing it needs ``down --wipe``). ``secure_kafka`` (``--secure``) makes a new home's broker SASL_SSL-only with ACLs
     (:mod:`streams.devstack.secure`); a home made so stays so. Returns :func:`status`.
@@ -153,7 +153,7 @@ def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False,
     with _lock(p):
         fetch_jars(settings, quiet=quiet)
         formatted = home_brokers(p)
-        want = brokers or (formatted if formatted is not None and settings.kafka_brokers == 1 else settings.kafka_brokers)
+        want = brokers or (formatted if formatted is not None and settings.local_stack.kafka_brokers == 1 else settings.local_stack.kafka_brokers)
         if formatted is not None and want != formatted:
             raise StackError(f"the Kafka of {p.home} was formatted with {formatted} broker(s), not {want}: "
                              "use another TTS_HOME, or `stack down --wipe` first")
@@ -206,7 +206,7 @@ def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False,
             n = secure.ensure_acls(settings, secure.acl_specs(settings), timeout=max(10.0, deadline - time.monotonic()))
             say(f"stack: {n} ACLs for {', '.join(secure.PRINCIPALS.values())}")
         if ensure_bucket(settings):
-            say(f"stack: created bucket {settings.s3_bucket}")
+            say(f"stack: created bucket {settings.s3.s3_bucket}")
     return status(settings)
 
 
@@ -222,12 +222,12 @@ def stack_down(settings: Settings, *, wipe: bool = False, timeout: float = 60.0,
         return []
     stopped = []
     with _lock(p):
-        services = stack_services(home_brokers(p) or settings.kafka_brokers)
+        services = stack_services(home_brokers(p) or settings.local_stack.kafka_brokers)
         pids = {svc: pid for svc in services if (pid := owned_pid(p, svc)) is not None}
         # Kafka first and alone: it flushes and closes its logs cleanly while S3/Redis are still up
         # for any client finishing; then the rest together. Brokers stop together: one stopped
         # alone would move its leaderships to the others only for them to stop too.
-        for group in (list(broker_services(home_brokers(p) or settings.kafka_brokers)), ["s3", "redis"]):
+        for group in (list(broker_services(home_brokers(p) or settings.local_stack.kafka_brokers)), ["s3", "redis"]):
             deadline = time.monotonic() + timeout
             for svc in group:
                 if svc in pids:
@@ -260,7 +260,7 @@ def status(settings: Settings) -> dict[str, Any]:
     p = stack_paths(settings)
     settings = stack_settings(_as_admin(settings))
     out: dict[str, Any] = {}
-    for svc in stack_services(settings.kafka_brokers):
+    for svc in stack_services(settings.local_stack.kafka_brokers):
         why = probe_service(svc, settings)
         entry: dict[str, Any] = {"ok": why is None, "address": service_address(svc, settings)}
         pid = owned_pid(p, svc)
@@ -270,7 +270,7 @@ def status(settings: Settings) -> dict[str, Any]:
         if why is not None:
             entry["error"] = why[:300]
         out[svc] = entry
-    if any(out[b]["ok"] for b in broker_services(settings.kafka_brokers)):
+    if any(out[b]["ok"] for b in broker_services(settings.local_stack.kafka_brokers)):
         with contextlib.suppress(Exception):  # a cluster that stops answering between probes: no summary
             out["kafka"]["cluster"] = cluster_status(settings)
     sec = secure.security_status(settings, p.home)

@@ -71,13 +71,13 @@ def test_kafka_brokers_setting_bootstraps_from_every_broker_and_replicates_on_th
     from streams.settings import load_settings
 
     s = load_settings({"TTS_KAFKA_PORT": "19192", "TTS_KAFKA_CONTROLLER_PORT": "19193", "TTS_KAFKA_BROKERS": "3"})
-    assert s.bootstrap_servers == "127.0.0.1:19192,127.0.0.1:19202,127.0.0.1:19212"
-    assert s.replication_factor == 3
+    assert s.kafka.bootstrap_servers == "127.0.0.1:19192,127.0.0.1:19202,127.0.0.1:19212"
+    assert s.kafka.replication_factor == 3
     assert s.local_stack.broker_ports() == [(19192, 19193), (19202, 19203), (19212, 19213)]
     given = load_settings({"TTS_KAFKA_BROKERS": "3", "TTS_BOOTSTRAP_SERVERS": "k:1", "TTS_REPLICATION_FACTOR": "2"})
-    assert (given.bootstrap_servers, given.replication_factor) == ("k:1", 2)
+    assert (given.kafka.bootstrap_servers, given.kafka.replication_factor) == ("k:1", 2)
     one = load_settings({"TTS_KAFKA_PORT": "19192"})
-    assert (one.bootstrap_servers, one.replication_factor, one.kafka_brokers) == ("127.0.0.1:19192", 1, 1)
+    assert (one.kafka.bootstrap_servers, one.kafka.replication_factor, one.local_stack.kafka_brokers) == ("127.0.0.1:19192", 1, 1)
 
 
 def test_broker_services_ports_and_replication_of_a_local_stack(tmp_path: Path) -> None:
@@ -95,9 +95,9 @@ def test_broker_services_ports_and_replication_of_a_local_stack(tmp_path: Path) 
     assert home_brokers(p) is None  # never formatted
     assert stack_settings(s) is s  # one broker: unchanged
     three = stack_settings(s, 3)
-    assert three.bootstrap_servers == "127.0.0.1:19192,127.0.0.1:19202,127.0.0.1:19212"
-    assert (three.kafka_brokers, three.replication_factor) == (3, 3)
+    assert three.kafka.bootstrap_servers == "127.0.0.1:19192,127.0.0.1:19202,127.0.0.1:19212"
+    assert (three.local_stack.kafka_brokers, three.kafka.replication_factor) == (3, 3)
     (p.data).mkdir(parents=True)
     (p.data / "kafka-brokers").write_text("3\n")
     assert home_brokers(p) == 3
-    assert stack_settings(s).kafka_brokers == 3  # a three-broker home stays one, whatever the settings say
+    assert stack_settings(s).local_stack.kafka_brokers == 3  # a three-broker home stays one, whatever the settings say
