@@ -43,11 +43,14 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from streams.bench.brokerkill import BrokerKiller, kill_window_stats
+
+if TYPE_CHECKING:
+    from streams.settings import Settings
 
 __all__ = ["Event", "Tally", "check_audio", "classify_lost", "main", "plan_events", "plausible_duration", "run_chaos", "tally"]
 
@@ -267,13 +270,13 @@ def _broker_port_block(brokers: int) -> int:
     raise RuntimeError("no free block of ports for the private brokers")
 
 
-def _private_stack(base: Any, run_id: str, brokers: int = 1) -> Any:
+def _private_stack(base: Settings, run_id: str, brokers: int = 1) -> Settings:
     """Settings of a fresh stack instance of this run's own (home, ports), jars shared; with
     ``brokers`` 3, three brokers (replication factor 3, clients bootstrapping from all)."""
     from streams.devstack.procs import free_port
     from streams.devstack.stack import stack_settings
 
-    home = Path(base.home).expanduser().resolve().parent / f"ttsflow-chaos-{run_id}"
+    home = Path(base.process.home).expanduser().resolve().parent / f"ttsflow-chaos-{run_id}"
     home.mkdir(parents=True)
     shared_jars = Path(base.process.home).expanduser().resolve() / "jars"
     if shared_jars.is_dir():
