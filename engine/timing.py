@@ -1,0 +1,178 @@
+"""Word timings from a voice's own durations: when each word of the text as written is spoken.
+
+Duration-based voices (hibari, Piper, Kokoro) predict, in the same forward pass as the
+audio, how many output frames each input token lasts. This module turns those durations
+into one :class:`Word` per word of the item's text, with its character offsets into that
+text and its span in the item's audio.
+
+How a phoneme is traced back to a word (``plan_words``):
+
+1. The text is cut into words as the user wrote them (:func:`words_of`): runs of
+   non-space characters with their surrounding punctuation trimmed; text with Han
+   characters is cut by jieba's segmentation (so a Mandarin sentence gets its words).
+2. Each word is phonemized alone with the backend's own front end: ``42`` alone reads
+   "forty-two", so both spoken words belong to the one written word ``42``.
+3. Those per-word phonemes, in order, are aligned with the phonemes the model really saw
+   (``difflib``'s longest-matching-blocks, no junk heuristic). A phoneme inside a
+   replaced stretch goes to the word at the same relative place; phonemes with no
+   counterpart (pauses for punctuation, context-only changes) belong to no word.
+
+Guarantees (``word_times``): one ``Word`` per word of ``words_of(text)``, in order;
+``0 <= start_s <= end_s <= duration``; starts never decrease. A word the front end gave
+no phonemes (a symbol read as nothing) gets the empty span where it stands (its
+neighbour's end). Pauses for punctuation, between sentences and between the model's
+chunks fall between words, never inside one. Nothing is invented: every time is a sum
+of the model's own durations.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Word", "WordPlan", "plan_words", "word_times", "words_of"]
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_TOKEN = re.compile(r"\S+")
+_KEEP_AT_EDGES = frozenset("%‰#&@°'")  # punctuation that is read aloud; kept in a word's span
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One written word: ``text[start:end]`` is spoken from ``start_s`` to ``end_s`` (seconds)."""
+
+    text: str
+    start: int
+    end: int
+    start_s: float
+    end_s: float
+
+    def shifted(self, chars: int, seconds: float) -> Word:
+        """The same word in a longer text and audio that start ``chars`` and ``seconds`` earlier."""
+        return Word(self.text, self.start + chars, self.end + chars,
+                    round(self.start_s + seconds, 4), round(self.end_s + seconds, 4))
+
+
+@dataclass(frozen=True, slots=True)
+class WordPlan:
+    """Which word each phoneme of each model chunk belongs to (``-1``: none), from ``plan_words``."""
+
+    words: tuple[tuple[int, int], ...]
+    text: str
+    owners: tuple[np.ndarray, ...]
+
+
+def _spoken(c: str) -> bool:
+    return c in _KEEP_AT_EDGES or unicodedata.category(c)[0] not in "PZC"
+
+
+def words_of(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` character spans of the words of ``text`` as written, in order.
+
+    Runs of non-space characters with punctuation trimmed from both ends (``"Hello,"``
+    is ``Hello``; ``$9.99``, ``42%`` and ``don't`` stay whole); tokens of punctuation
+    alone are not words. Text with Han characters is cut by jieba (its default
+    dictionary, the one the Mandarin G2P uses).
+    """
+    spans: list[tuple[int, int]] = []
+    if _HAN.search(text):
+        import jieba
+
+        pieces = [(s, e) for _w, s, e in jieba.tokenize(text)]
+        # jieba splits "iPhone15" or "3.5" on its own terms; a Latin/digit run glued without space is one word
+        merged: list[tuple[int, int]] = []
+        for s, e in pieces:
+            if (merged and merged[-1][1] == s and not _HAN.search(text[s:e]) and not text[s:e].isspace()
+                    and not _HAN.search(text[merged[-1][0]:merged[-1][1]]) and not text[s - 1].isspace()
+                    and _spoken(text[s]) and _spoken(text[s - 1])):
+                merged[-1] = (merged[-1][0], e)
+            else:
+                merged.append((s, e))
+        candidates = merged
+    else:
+        candidates = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    for s, e in candidates:
+        while s < e and not _spoken(text[s]) and not (text[s] in "-+\u2212" and s + 1 < e and text[s + 1].isdigit()):
+            s += 1
+        while e > s and not _spoken(text[e - 1]):
+            e -= 1
+        if s < e:
+            spans.append((s, e))
+    return spans
+
+
+def _owners_by_alignment(ref: Sequence[str], ref_owner: Sequence[int], actual: Sequence[str]) -> np.ndarray:
+    out = np.full(len(actual), -1, np.int64)
+    sm = difflib.SequenceMatcher(None, ref, actual, autojunk=False)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            out[j1:j2] = ref_owner[i1:i2]
+        elif op == "replace":
+            for j in range(j1, j2):
+                out[j] = ref_owner[i1 + (j - j1) * (i2 - i1) // (j2 - j1)]
+    return out
+
+
+def plan_words(text: str, chunks: Sequence[Sequence[str]], phonemize: Callable[[str], Sequence[str]]) -> WordPlan:
+    """Map every phoneme of ``chunks`` (the model's input, chunk by chunk) to a word of ``text``.
+
+    ``phonemize(word)`` is the backend's front end applied to one word alone; it returns
+    the phoneme symbols (a string is a sequence of one-character symbols).
+    """
+    words = words_of(text)
+    ref: list[str] = []
+    ref_owner: list[int] = []
+    for k, (s, e) in enumerate(words):
+        try:
+            ps = list(phonemize(text[s:e]))
+        except Exception:  # a word its front end cannot read alone gets the empty span
+            ps = []
+        if ref:
+            ref.append(" ")
+            ref_owner.append(-1)
+        ref += ps
+        ref_owner += [k] * len(ps)
+    actual: list[str] = []
+    bounds: list[tuple[int, int]] = []
+    for ch in chunks:
+        if actual:
+            actual.append(" ")
+        bounds.append((len(actual), len(actual) + len(ch)))
+        actual += list(ch)
+    own = _owners_by_alignment(ref, ref_owner, actual)
+    return WordPlan(tuple(words), text, tuple(own[a:b].copy() for a, b in bounds))
+
+
+def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: Sequence[np.ndarray],
+               chunk_starts: Sequence[int], sample_rate: int, total_samples: int) -> tuple[Word, ...]:
+    """The words of ``plan`` timed by the model's durations.
+
+    Per model chunk ``c``: ``unit_owners[c][u]`` is the word of input unit ``u`` (``-1`` for
+    pads and pauses), ``unit_samples[c][u]`` how many samples the model gave it, and
+    ``chunk_starts[c]`` where the chunk's audio begins in the item's audio.
+    """
+    n = len(plan.words)
+    first = np.full(n, np.iinfo(np.int64).max, np.int64)
+    last = np.full(n, -1, np.int64)
+    for own, dur, base in zip(unit_owners, unit_samples, chunk_starts, strict=True):
+        own = np.asarray(own, np.int64)
+        ends = base + np.cumsum(np.asarray(dur, np.int64))
+        starts = ends - np.asarray(dur, np.int64)
+        for w in np.unique(own[own >= 0]):
+            sel = own == w
+            first[w] = min(first[w], int(starts[sel].min()))
+            last[w] = max(last[w], int(ends[sel].max()))
+    out: list[Word] = []
+    prev_start = prev_end = 0
+    for k, (s, e) in enumerate(plan.words):
+        a, b = (prev_end, prev_end) if last[k] < 0 else (int(first[k]), int(last[k]))
+        a = min(max(a, prev_start), total_samples)  # starts never decrease
+        b = min(max(b, a), total_samples)
+        out.append(Word(plan.text[s:e], s, e, round(a / sample_rate, 4), round(b / sample_rate, 4)))
+        prev_start, prev_end = a, max(prev_end, b)
+    return tuple(out)
