@@ -24,6 +24,7 @@ import numpy as np
 
 from engine.base import Audio, Backend, Failure, ModelInfo, Prepared, SynthItem
 from engine.errors import BackendError, EngineError, ItemError
+from engine.timing import trim_silent_ends
 
 __all__ = ["WARMUP_TEXT", "Engine", "pow2_bucket", "synthesize_planned"]
 
@@ -137,7 +138,9 @@ class Engine:
         for r, p in zip(raw, batch, strict=True):
             try:
                 samples = np.asarray(self.backend.postprocess(r, p), np.float32)
-                words = self.backend.word_times(r, p, len(samples)) if p.words is not None else None
+                words = None
+                if p.words is not None:
+                    words = trim_silent_ends(self.backend.word_times(r, p, len(samples)), samples, self.sample_rate)
             except EngineError as e:
                 out.append(Failure.of(e))
                 continue

@@ -38,6 +38,10 @@ __all__ = ["HibariBackend"]
 _log = logging.getLogger("ttsflow.engine")
 
 VOICE = "heart"
+# The decoder's audio runs this many duration units (25 ms) ahead of its durations: the offset
+# Kokoro's reference pipeline takes off the first pad (``KPipeline.join_timestamps``: pred_dur[0] - 3);
+# hibari is distilled from Kokoro and measured to lead by the same (``ttsflow bench align``).
+_LEAD_UNITS = 3
 _CLAUSE = re.compile(r"(?<=[,;:—])\s+")  # hibari's clause cut for over-long sentences
 
 
@@ -186,7 +190,8 @@ class HibariBackend(Backend):
         hop = 2 * self._dsp.HOP
         units = [step[6] * hop for step in raw]
         starts = np.concatenate([[0], np.cumsum([int(u.sum()) for u in units])[:-1]]).astype(int).tolist()
-        return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples)
+        return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples,
+                          lead_samples=_LEAD_UNITS * hop)
 
     def close(self) -> None:
         self._session = None

@@ -55,6 +55,9 @@ VOICES_NAME = "voices.npz"
 JIEBA_CACHE = "jieba.cache"
 _GAP_S = 0.12
 _FRAME = 600  # samples per predicted duration unit (hop 300, upsampled twice)
+# the decoder's audio runs this many units ahead of its durations: Kokoro's reference pipeline
+# takes them off the first pad (``KPipeline.join_timestamps``: ``pred_dur[0] - 3``)
+_LEAD_UNITS = 3
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_RUN = re.compile(r"[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*(?:\s+[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*)*")
 _CUT = re.compile(r"(?<=[,.!?;:…])\s*")
@@ -252,7 +255,8 @@ class KokoroBackend(Backend):
             units.append(dur * _FRAME)
             starts.append(at)
             at += len(wave) + gap
-        return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples)
+        return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples,
+                          lead_samples=_LEAD_UNITS * _FRAME)
 
     def close(self) -> None:
         self._session = None

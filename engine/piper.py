@@ -51,6 +51,7 @@ class PiperBackend(Backend):
     """A Piper VITS voice (default ``joe``, American English, male, 22.05 kHz)."""
 
     native_batching = True
+    timestamps = True  # w_ceil (exposed to trim padded rows): frames of hop_length per phoneme id
 
     def __init__(self, model_path: Path | None = None, *, config_path: Path | None = None,
                  providers: Sequence[str] | str | None = None, threads: int = 0, precision: str | None = None,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Word", "WordPlan", "plan_words", "word_times", "words_of"]
+__all__ = ["Word", "WordPlan", "plan_words", "trim_silent_ends", "word_times", "words_of"]
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _TOKEN = re.compile(r"\S+")
@@ -149,20 +149,23 @@ def plan_words(text: str, chunks: Sequence[Sequence[str]], phonemize: Callable[[
 
 
 def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: Sequence[np.ndarray],
-               chunk_starts: Sequence[int], sample_rate: int, total_samples: int) -> tuple[Word, ...]:
+               chunk_starts: Sequence[int], sample_rate: int, total_samples: int, *,
+               lead_samples: int = 0) -> tuple[Word, ...]:
     """The words of ``plan`` timed by the model's durations.
 
     Per model chunk ``c``: ``unit_owners[c][u]`` is the word of input unit ``u`` (``-1`` for
     pads and pauses), ``unit_samples[c][u]`` how many samples the model gave it, and
-    ``chunk_starts[c]`` where the chunk's audio begins in the item's audio.
+    ``chunk_starts[c]`` where the chunk's audio begins in the item's audio. ``lead_samples``:
+    how far a chunk's audio runs ahead of its durations (a property of the decoder; see the
+    backends), subtracted from every time in that chunk.
     """
     n = len(plan.words)
     first = np.full(n, np.iinfo(np.int64).max, np.int64)
     last = np.full(n, -1, np.int64)
     for own, dur, base in zip(unit_owners, unit_samples, chunk_starts, strict=True):
         own = np.asarray(own, np.int64)
-        ends = base + np.cumsum(np.asarray(dur, np.int64))
-        starts = ends - np.asarray(dur, np.int64)
+        ends = np.maximum(base, base + np.cumsum(np.asarray(dur, np.int64)) - lead_samples)
+        starts = np.maximum(base, ends - np.asarray(dur, np.int64))
         for w in np.unique(own[own >= 0]):
             sel = own == w
             first[w] = min(first[w], int(starts[sel].min()))
@@ -175,4 +178,31 @@ def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: 
         b = min(max(b, a), total_samples)
         out.append(Word(plan.text[s:e], s, e, round(a / sample_rate, 4), round(b / sample_rate, 4)))
         prev_start, prev_end = a, max(prev_end, b)
+    return tuple(out)
+
+
+def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: int,
+                     floor_db: float = -40.0) -> tuple[Word, ...]:
+    """``words`` with each end moved back over trailing silence inside its own span.
+
+    A voice lengthens the last phoneme before a pause, and part of that duration is
+    silence (hibari's "dog." lasts 300 ms past its sound). A word ends where its sound
+    ends: 10 ms frames more than ``floor_db`` below the item's loudest frame are silence.
+    Starts are not moved; an end never moves before its start.
+    """
+    hop = max(1, sample_rate // 100)
+    n = len(samples) // hop
+    if n == 0 or not words:
+        return tuple(words)
+    x = np.asarray(samples[: n * hop], np.float64).reshape(n, hop)
+    rms = np.sqrt(np.mean(x * x, axis=1)) + 1e-12
+    loud = 20 * np.log10(rms / rms.max()) > floor_db
+    out = []
+    for w in words:
+        a, b = int(w.start_s * sample_rate) // hop, min(n, -(-round(w.end_s * sample_rate) // hop))
+        k = b
+        while k > a and not loud[k - 1]:
+            k -= 1
+        end_s = w.end_s if k == b else max(w.start_s, round(k * hop / sample_rate, 4))
+        out.append(w if end_s == w.end_s else Word(w.text, w.start, w.end, w.start_s, end_s))
     return tuple(out)
