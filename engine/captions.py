@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 - Chinese punctuation ends sentences too
 """WebVTT and SRT caption files from word timings: pure, deterministic, cut at word boundaries.
 
 ``cues(text, words)`` groups timed words into caption cues the way broadcast captions
@@ -98,7 +99,7 @@ def cues(text: str, words: Sequence[_Timed], *, max_chars: int = MAX_CHARS, max_
 
 
 def _stamp(seconds: float, sep: str) -> str:
-    ms = int(round(seconds * 1000))
+    ms = round(seconds * 1000)
     h, ms = divmod(ms, 3_600_000)
     m, ms = divmod(ms, 60_000)
     s, ms = divmod(ms, 1000)

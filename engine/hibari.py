@@ -31,7 +31,7 @@ from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
 from engine.providers import detect_precision, make_session
-from engine.timing import Word, plan_words, word_times
+from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["HibariBackend"]
 
@@ -100,6 +100,7 @@ class HibariBackend(Backend):
         self._max_phonemes = MAX_PHONEMES
         self._split_sentences = hibari.Hibari.split_sentences
         self._g2p = G2P(british=False)
+        self._word_phonemes = WordPhonemes(lambda w: str(self._g2p(w)))  # one word alone, for timings
         with open(os.path.join(ASSETS, "vocab.json"), encoding="utf-8") as f:
             self._vocab: dict[str, int] = json.load(f)
         self.sample_rate = int(SAMPLE_RATE)
@@ -144,7 +145,7 @@ class HibariBackend(Backend):
             raise ItemError("nothing speakable in the text")
         words = None
         if item.timestamps and self.timestamps:
-            plan = plan_words(item.text, chunks, lambda w: str(self._g2p(w)))
+            plan = plan_words(item.text, chunks, self._word_phonemes)
             # model units: the pad, the chunk's phonemes the vocabulary knows, the pad
             owners = tuple(np.asarray([-1, *[o for c, o in zip(ps, own, strict=True) if c in self._vocab], -1],
                                       np.int64) for ps, own in zip(chunks, plan.owners, strict=True))

@@ -42,7 +42,7 @@ from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
 from engine.providers import detect_precision, make_session
-from engine.timing import Word, plan_words, word_times
+from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "voices_path"]
 
@@ -137,6 +137,7 @@ class KokoroBackend(Backend):
             use_jieba_cache(path.parent)
         self._en = G2P(british=False)
         self._zh = ZHG2P(version=None)  # the v1.0 phoneme set (version "1.1" is the zh-only model's)
+        self._word_phonemes = WordPhonemes(self.phonemize)  # one word alone, for timings
         self.voices = tuple(v for v in VOICES if v in self._styles)
         if not self.voices:
             raise ModelLoadError(f"kokoro: {styles} holds none of the voices {', '.join(VOICES)}")
@@ -205,7 +206,7 @@ class KokoroBackend(Backend):
             raise ItemError("nothing speakable in the text")
         words = None
         if item.timestamps and self.timestamps:
-            plan = plan_words(item.text, chunks, self.phonemize)
+            plan = plan_words(item.text, chunks, self._word_phonemes)
             owners = tuple(np.asarray([-1, *[o for c, o in zip(ch, own, strict=True) if c in self._vocab], -1],
                                       np.int64) for ch, own in zip(chunks, plan.owners, strict=True))
             words = type(plan)(plan.words, plan.text, owners)

@@ -30,7 +30,7 @@ from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
 from engine.providers import detect_precision, make_session
-from engine.timing import Word, plan_words, word_times
+from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["MAX_IDS", "PiperBackend"]
 
@@ -97,6 +97,7 @@ class PiperBackend(Backend):
 
         # Piper's front end through its public dataclass; its session is ours (never run by it).
         self._voice = PiperVoice(session=self._session, config=config)
+        self._word_phonemes = WordPhonemes(self._word_phonemes_uncached)  # one word alone, for timings
         self._config = config
         self.hop_length = int(config.hop_length)
         self.noise_scale = float(config.noise_scale if noise_scale is None else noise_scale)
@@ -143,7 +144,7 @@ class PiperBackend(Backend):
                 _log.warning("event=piper_ids_unaligned ids=%d owners=%d", len(ids), len(owners))
         return Prepared(item=item, payload=ids, length=len(ids), words=words)
 
-    def _word_phonemes(self, word: str) -> list[str]:
+    def _word_phonemes_uncached(self, word: str) -> list[str]:
         out: list[str] = []
         for s in self._voice.phonemize(word):
             if s:

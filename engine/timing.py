@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Word", "WordPlan", "plan_words", "trim_silent_ends", "word_times", "words_of"]
+__all__ = ["Word", "WordPhonemes", "WordPlan", "plan_words", "trim_silent_ends", "word_times", "words_of"]
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _TOKEN = re.compile(r"\S+")
@@ -65,6 +65,29 @@ class WordPlan:
     words: tuple[tuple[int, int], ...]
     text: str
     owners: tuple[np.ndarray, ...]
+
+
+class WordPhonemes:
+    """A backend's front end on one word alone, remembered (bounded, least recently used first
+    out): words repeat (Zipf), so timing costs one G2P per new word, not per word spoken."""
+
+    def __init__(self, phonemize: Callable[[str], Sequence[str]], size: int = 16384) -> None:
+        from collections import OrderedDict
+
+        self._fn = phonemize
+        self._size = size
+        self._memo: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def __call__(self, word: str) -> tuple[str, ...]:
+        got = self._memo.get(word)
+        if got is not None:
+            self._memo.move_to_end(word)
+            return got
+        got = tuple(self._fn(word))
+        self._memo[word] = got
+        if len(self._memo) > self._size:
+            self._memo.popitem(last=False)
+        return got
 
 
 def _spoken(c: str) -> bool:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from engine.captions import cues, to_srt, to_vtt
 from engine.timing import Word, words_of
 
@@ -26,7 +28,7 @@ def test_lines_hold_at_most_42_characters_two_lines_per_cue_and_no_word_is_cut()
         assert all(len(line) <= 42 for line in c.lines)
     shown = " ".join(" ".join(c.lines) for c in cs).split()
     assert [w.strip(",.") for w in shown] == [w.text for w in words]  # every word once, in order, whole
-    assert all(a.end_s <= b.start_s for a, b in zip(cs, cs[1:], strict=False))
+    assert all(a.end_s <= b.start_s for a, b in itertools.pairwise(cs))
 
 
 def test_a_sentence_end_or_a_long_pause_starts_a_new_cue() -> None:

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 - Chinese punctuation is the subject here
 """Word timings, the pure part: words as written, phonemes traced back to them, times from durations."""
 
 from __future__ import annotations
