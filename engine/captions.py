@@ -27,6 +27,9 @@ MAX_LINES = 2
 MAX_GAP_S = 1.0
 _SENTENCE_END = re.compile(r"[.!?…。！？]")
 _SPACE = re.compile(r"\s+")
+# a dot after these does not end a sentence ("Dr. Smith"); single capitals are initials
+_ABBREVIATIONS = frozenset("mr mrs ms dr prof sr jr st mt vs etc no vol fig inc ltd co jan feb mar apr jun jul aug "
+                           "sep sept oct nov dec gen col lt sgt capt gov sen rep rev".split())
 
 
 class _Timed(Protocol):
@@ -89,7 +92,11 @@ def cues(text: str, words: Sequence[_Timed], *, max_chars: int = MAX_CHARS, max_
     for w in words:
         if cur:
             between = text[cur[-1].end:w.start]
-            breaks = bool(_SENTENCE_END.search(between)) or w.start_s - cur[-1].end_s > max_gap_s
+            prev = text[cur[-1].start:cur[-1].end]
+            abbreviation = between.startswith(".") and (prev.lower() in _ABBREVIATIONS or
+                                                        (len(prev) == 1 and prev.isupper()))
+            ends = bool(_SENTENCE_END.search(between)) and not abbreviation
+            breaks = ends or w.start_s - cur[-1].end_s > max_gap_s
             fits = len(_wrap(_pieces(text, [*cur, w]), max_chars)) <= max_lines
             if breaks or not fits:
                 flush()

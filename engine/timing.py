@@ -1,3 +1,4 @@
+# ruff: noqa: RUF002 - full-width forms are the subject of a docstring here
 """Word timings from a voice's own durations: when each word of the text as written is spoken.
 
 Duration-based voices (hibari, Piper, Kokoro) predict, in the same forward pass as the
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Word", "WordPhonemes", "WordPlan", "plan_words", "trim_silent_ends", "word_times", "words_of"]
+__all__ = ["Word", "WordPhonemes", "WordPlan", "in_request", "plan_words", "source_offsets", "trim_silent_ends",
+           "word_times", "words_of"]
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _TOKEN = re.compile(r"\S+")
@@ -229,3 +231,56 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
         end_s = w.end_s if k == b else max(w.start_s, round(k * hop / sample_rate, 4))
         out.append(w if end_s == w.end_s else Word(w.text, w.start, w.end, w.start_s, end_s))
     return tuple(out)
+
+
+def source_offsets(original: str, normalized: str) -> np.ndarray:
+    """For each character of ``normalized`` (and one past its end), the offset in ``original``
+    it came from. ``normalized`` is ``original`` after the stage's normalization (NFKC,
+    invisible characters removed, whitespace folded): identical stretches map one to one;
+    in a rewritten stretch each character maps to the source character whose NFKC form
+    holds it (``Ｈ`` for ``H``, ``…`` for each of ``...``, a run of spaces for its one space).
+    """
+    out = np.zeros(len(normalized) + 1, np.int64)
+    if original == normalized:
+        return np.arange(len(normalized) + 1, dtype=np.int64)
+    sm = difflib.SequenceMatcher(None, original, normalized, autojunk=False)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            out[j1:j2] = np.arange(i1, i2)
+        elif op == "replace":  # each character to the source character whose NFKC form holds it
+            i = i1
+            for j in range(j1, j2):
+                c, k = normalized[j], i
+                while k < i2 and not (c in unicodedata.normalize("NFKC", original[k]) or
+                                      (c.isspace() and original[k].isspace())):
+                    k += 1
+                i = k if k < i2 else i
+                out[j] = i
+        elif op == "insert":
+            out[j1:j2] = i1
+    out[len(normalized)] = len(original)
+    return out
+
+
+def in_request(original: str, normalized: str, segments: Sequence[str], parts: Sequence[Sequence[Word]],
+               starts_s: Sequence[float]) -> list[Word]:
+    """The words of every part placed in the request: times moved by the part's start in the
+    joined audio (``engine.audio.part_starts``: the pauses between parts counted), character
+    offsets moved to the segment's place in ``normalized`` and mapped back into ``original``
+    (the text as the user sent it), so a caption points at what the user wrote.
+
+    ``segments`` are the stage's segments of ``normalized``, in order (substrings of it, as
+    ``split_segments`` makes them); ``parts[k]`` the words of segment ``k``'s audio.
+    """
+    src = source_offsets(original, normalized)
+    out: list[Word] = []
+    at = 0
+    for seg, words, t0 in zip(segments, parts, starts_s, strict=True):
+        base = normalized.find(seg, at)
+        if base < 0:
+            raise ValueError(f"segment not found in the normalized text after offset {at}: {seg[:40]!r}")
+        at = base + len(seg)
+        for w in words:
+            s, e = int(src[base + w.start]), int(src[base + w.end - 1]) + 1
+            out.append(Word(original[s:e], s, e, round(w.start_s + t0, 4), round(w.end_s + t0, 4)))
+    return out

@@ -37,6 +37,12 @@ def test_a_sentence_end_or_a_long_pause_starts_a_new_cue() -> None:
     assert [c.lines for c in cs] == [("Hello there.",), ("How are",), ("you today",)]
 
 
+def test_an_abbreviation_or_an_initial_does_not_end_the_cue() -> None:
+    text = "Dr. Smith met J. K. Rowling. Then he left."
+    cs = cues(text, _timed(text, per_word_s=0.2))
+    assert [c.lines for c in cs] == [("Dr. Smith met J. K. Rowling.",), ("Then he left.",)]
+
+
 def test_mandarin_cues_keep_the_text_as_written_without_added_spaces() -> None:
     text = "您的订单已经发货，请注意查收。"
     cs = cues(text, _timed(text))
