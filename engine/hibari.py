@@ -147,9 +147,7 @@ class HibariBackend(Backend):
         if item.timestamps and self.timestamps:
             plan = plan_words(item.text, chunks, self._word_phonemes)
             # model units: the pad, the chunk's phonemes the vocabulary knows, the pad
-            owners = tuple(np.asarray([-1, *[o for c, o in zip(ps, own, strict=True) if c in self._vocab], -1],
-                                      np.int64) for ps, own in zip(chunks, plan.owners, strict=True))
-            words = type(plan)(plan.words, plan.text, owners)
+            words = plan.kept(chunks, lambda c: c in self._vocab)  # model units: a pad, known phonemes, a pad
         return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)), words=words)
 
     def bucket_of(self, prepared: Prepared) -> int:

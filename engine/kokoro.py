@@ -207,9 +207,7 @@ class KokoroBackend(Backend):
         words = None
         if item.timestamps and self.timestamps:
             plan = plan_words(item.text, chunks, self._word_phonemes)
-            owners = tuple(np.asarray([-1, *[o for c, o in zip(ch, own, strict=True) if c in self._vocab], -1],
-                                      np.int64) for ch, own in zip(chunks, plan.owners, strict=True))
-            words = type(plan)(plan.words, plan.text, owners)
+            words = plan.kept(chunks, lambda c: c in self._vocab)  # model units: a pad, known phonemes, a pad
         return Prepared(item=SynthItem(item.text, voice, item.speed, item.timestamps), payload=ids,
                         length=int(sum(len(a) for a in ids)), words=words)
 

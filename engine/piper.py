@@ -137,11 +137,11 @@ class PiperBackend(Backend):
         words = None
         if item.timestamps:
             plan = plan_words(item.text, [phonemes], self._word_phonemes)
-            owners = self._id_owners(phonemes, plan.owners[0])
-            if len(owners) == len(ids):
-                words = type(plan)(plan.words, plan.text, (owners,))
+            over_ids = plan.over_units(lambda _c, arr: self._id_owners(phonemes, arr))
+            if len(over_ids.owners[0]) == len(ids):
+                words = over_ids
             else:  # an id map this code does not know how to walk: no timings rather than wrong ones
-                _log.warning("event=piper_ids_unaligned ids=%d owners=%d", len(ids), len(owners))
+                _log.warning("event=piper_ids_unaligned ids=%d owners=%d", len(ids), len(over_ids.owners[0]))
         return Prepared(item=item, payload=ids, length=len(ids), words=words)
 
     def _word_phonemes_uncached(self, word: str) -> list[str]:

@@ -53,20 +53,35 @@ class Word:
     end: int
     start_s: float
     end_s: float
+    chars: tuple[Word, ...] = ()  # a Mandarin word's characters, each with its own span
 
     def shifted(self, chars: int, seconds: float) -> Word:
         """The same word in a longer text and audio that start ``chars`` and ``seconds`` earlier."""
         return Word(self.text, self.start + chars, self.end + chars,
-                    round(self.start_s + seconds, 4), round(self.end_s + seconds, 4))
+                    round(self.start_s + seconds, 4), round(self.end_s + seconds, 4),
+                    tuple(c.shifted(chars, seconds) for c in self.chars))
 
 
 @dataclass(frozen=True, slots=True)
 class WordPlan:
-    """Which word each phoneme of each model chunk belongs to (``-1``: none), from ``plan_words``."""
+    """Which word each phoneme of each model chunk belongs to (``owners``, ``-1``: none) and, in a
+    word of several Han characters, which of its characters (``chars``, ``-1``: none)."""
 
     words: tuple[tuple[int, int], ...]
     text: str
     owners: tuple[np.ndarray, ...]
+    chars: tuple[np.ndarray, ...]
+
+    def over_units(self, unit_map: Callable[[int, np.ndarray], np.ndarray]) -> WordPlan:
+        """The same plan over the model's input units: ``unit_map(chunk, per_symbol)`` turns one
+        chunk's per-symbol array into its per-unit array (pads, dropped symbols, id layouts)."""
+        return WordPlan(self.words, self.text, tuple(unit_map(c, o) for c, o in enumerate(self.owners)),
+                        tuple(unit_map(c, o) for c, o in enumerate(self.chars)))
+
+    def kept(self, chunks: Sequence[Sequence[str]], keep: Callable[[str], bool]) -> WordPlan:
+        """Over units laid out as a pad, each symbol ``keep`` accepts, a pad (hibari, kokoro)."""
+        return self.over_units(lambda c, arr: np.asarray(
+            [-1, *[int(o) for ch, o in zip(chunks[c], arr, strict=True) if keep(ch)], -1], np.int64))
 
 
 class WordPhonemes:
@@ -170,7 +185,23 @@ def plan_words(text: str, chunks: Sequence[Sequence[str]], phonemize: Callable[[
         bounds.append((len(actual), len(actual) + len(ch)))
         actual += list(ch)
     own = _owners_by_alignment(ref, ref_owner, actual)
-    return WordPlan(tuple(words), text, tuple(own[a:b].copy() for a, b in bounds))
+    chars = np.full(len(actual), -1, np.int64)
+    for k, (s, e) in enumerate(words):
+        if e - s > 1 and all(_HAN.match(c) for c in text[s:e]):  # a Mandarin word: where each character is
+            idx = np.nonzero(own == k)[0]
+            char_ref: list[str] = []
+            char_owner: list[int] = []
+            for i, c in enumerate(text[s:e]):
+                try:
+                    ps = list(phonemize(c))
+                except Exception:  # a character its front end cannot read alone
+                    ps = []
+                char_ref += ps
+                char_owner += [i] * len(ps)
+            if len(idx) and char_ref:
+                chars[idx] = _owners_by_alignment(char_ref, char_owner, [actual[i] for i in idx])
+    return WordPlan(tuple(words), text, tuple(own[a:b].copy() for a, b in bounds),
+                    tuple(chars[a:b].copy() for a, b in bounds))
 
 
 def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: Sequence[np.ndarray],
@@ -187,22 +218,46 @@ def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: 
     n = len(plan.words)
     first = np.full(n, np.iinfo(np.int64).max, np.int64)
     last = np.full(n, -1, np.int64)
-    for own, dur, base in zip(unit_owners, unit_samples, chunk_starts, strict=True):
+    char_spans: dict[tuple[int, int], tuple[int, int]] = {}
+    for c, (own, dur, base) in enumerate(zip(unit_owners, unit_samples, chunk_starts, strict=True)):
         own = np.asarray(own, np.int64)
+        sub = plan.chars[c] if c < len(plan.chars) and len(plan.chars[c]) == len(own) else np.full(len(own), -1)
         ends = np.maximum(base, base + np.cumsum(np.asarray(dur, np.int64)) - lead_samples)
         starts = np.maximum(base, ends - np.asarray(dur, np.int64))
         for w in np.unique(own[own >= 0]):
             sel = own == w
             first[w] = min(first[w], int(starts[sel].min()))
             last[w] = max(last[w], int(ends[sel].max()))
+            for ci in np.unique(sub[sel & (sub >= 0)]):
+                cs = sel & (sub == ci)
+                a0, b0 = char_spans.get((int(w), int(ci)), (int(starts[cs].min()), int(ends[cs].max())))
+                char_spans[(int(w), int(ci))] = (min(a0, int(starts[cs].min())), max(b0, int(ends[cs].max())))
     out: list[Word] = []
     prev_start = prev_end = 0
     for k, (s, e) in enumerate(plan.words):
         a, b = (prev_end, prev_end) if last[k] < 0 else (int(first[k]), int(last[k]))
         a = min(max(a, prev_start), total_samples)  # starts never decrease
         b = min(max(b, a), total_samples)
-        out.append(Word(plan.text[s:e], s, e, round(a / sample_rate, 4), round(b / sample_rate, 4)))
+        out.append(Word(plan.text[s:e], s, e, round(a / sample_rate, 4), round(b / sample_rate, 4),
+                        _chars_of(plan.text, s, e, k, a, b, char_spans, sample_rate)))
         prev_start, prev_end = a, max(prev_end, b)
+    return tuple(out)
+
+
+def _chars_of(text: str, s: int, e: int, k: int, a: int, b: int, spans: dict[tuple[int, int], tuple[int, int]],
+              sample_rate: int) -> tuple[Word, ...]:
+    """Each character of word ``k`` (``text[s:e]``, spoken in samples ``a..b``) with its span: its
+    own phonemes' where it has them, else the empty span where the previous character ended."""
+    if not any(key[0] == k for key in spans):
+        return ()
+    out: list[Word] = []
+    at = prev_start = a
+    for i in range(e - s):
+        ca, cb = spans.get((k, i), (at, at))
+        ca = min(max(ca, prev_start), b)  # starts never decrease, and stay inside the word
+        cb = min(max(cb, ca), b)
+        out.append(Word(text[s + i], s + i, s + i + 1, round(ca / sample_rate, 4), round(cb / sample_rate, 4)))
+        at, prev_start = max(at, cb), ca
     return tuple(out)
 
 
@@ -229,7 +284,12 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
         while k > a and not loud[k - 1]:
             k -= 1
         end_s = w.end_s if k == b else max(w.start_s, round(k * hop / sample_rate, 4))
-        out.append(w if end_s == w.end_s else Word(w.text, w.start, w.end, w.start_s, end_s))
+        if end_s == w.end_s:
+            out.append(w)
+            continue
+        chars = tuple(c if c.end_s <= end_s else Word(c.text, c.start, c.end, min(c.start_s, end_s), end_s)
+                      for c in w.chars)
+        out.append(Word(w.text, w.start, w.end, w.start_s, end_s, chars))
     return tuple(out)
 
 
@@ -281,6 +341,11 @@ def in_request(original: str, normalized: str, segments: Sequence[str], parts: S
             raise ValueError(f"segment not found in the normalized text after offset {at}: {seg[:40]!r}")
         at = base + len(seg)
         for w in words:
-            s, e = int(src[base + w.start]), int(src[base + w.end - 1]) + 1
-            out.append(Word(original[s:e], s, e, round(w.start_s + t0, 4), round(w.end_s + t0, 4)))
+            out.append(_placed(original, src, base, t0, w))
     return out
+
+
+def _placed(original: str, src: np.ndarray, base: int, t0: float, w: Word) -> Word:
+    s, e = int(src[base + w.start]), int(src[base + w.end - 1]) + 1
+    return Word(original[s:e], s, e, round(w.start_s + t0, 4), round(w.end_s + t0, 4),
+                tuple(_placed(original, src, base, t0, c) for c in w.chars))

@@ -155,8 +155,11 @@ def _write_timings(text: str, normalized: str, segments: list[str], audios: list
             cs = cues(text, words)
             captions.write_text(to_vtt(cs) if captions.suffix.lower() == ".vtt" else to_srt(cs), encoding="utf-8")
         if words_path is not None:
-            rows = [{"word": w.text, "start": w.start, "end": w.end, "start_s": w.start_s, "end_s": w.end_s}
-                    for w in words]
+            def row(w: Any) -> dict[str, Any]:
+                d = {"word": w.text, "start": w.start, "end": w.end, "start_s": w.start_s, "end_s": w.end_s}
+                return d | ({"chars": [row(c) for c in w.chars]} if w.chars else {})
+
+            rows = [row(w) for w in words]
             Path(words_path).write_text(json.dumps(rows, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as e:
         raise _Usage(f"cannot write timings: {e.strerror or e}") from None
