@@ -127,9 +127,11 @@ def words_of(text: str) -> list[tuple[int, int]]:
         # jieba splits "iPhone15" or "3.5" on its own terms; a Latin/digit run glued without space is one word
         merged: list[tuple[int, int]] = []
         for s, e in pieces:
+            prev = text[merged[-1][0]:merged[-1][1]] if merged else ""
+            sign = prev in ("-", "+", "\u2212") and text[s].isdigit()  # "-5℃" is one word
             if (merged and merged[-1][1] == s and not _HAN.search(text[s:e]) and not text[s:e].isspace()
-                    and not _HAN.search(text[merged[-1][0]:merged[-1][1]]) and not text[s - 1].isspace()
-                    and _spoken(text[s]) and _spoken(text[s - 1])):
+                    and not _HAN.search(prev) and not text[s - 1].isspace()
+                    and _spoken(text[s]) and (_spoken(text[s - 1]) or sign)):
                 merged[-1] = (merged[-1][0], e)
             else:
                 merged.append((s, e))

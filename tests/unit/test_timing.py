@@ -28,6 +28,7 @@ def test_mandarin_is_cut_by_jieba_and_latin_runs_stay_whole() -> None:
     assert "iPhone15" in words and "订单" in words and "发货" in words
     assert all(w not in ("，", "。") for w in words)
     assert "".join(words) == "您的iPhone15订单已经发货请注意查收"
+    assert "-5℃" in _words("今天气温-5℃。")
 
 
 # A toy front end: each letter is a phoneme; digits read as words (so "42" has two spoken words).
