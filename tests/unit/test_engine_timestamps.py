@@ -88,23 +88,24 @@ def test_word_starts_agree_with_pocketsphinx_forced_alignment(engine: Engine) ->
     assert np.median(a) < 0.060 and np.percentile(a, 90) < 0.150, (np.median(a), np.percentile(a, 90))
 
 
-def test_a_converted_version_carries_the_durations_and_times_the_same(tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_converted_version_carries_the_durations_and_times_the_same(precision: str, tmp_path: Path) -> None:
     store = ModelStore(tmp_path)
-    mv, report = store.convert("hibari", "fp32")
+    mv, report = store.convert("hibari", precision)
     assert report.fixes.get("outputs_exposed") == 1
     import onnx
 
     outputs = [o.name for o in onnx.load(str(mv.onnx_path), load_external_data=False).graph.output]
     assert any("Cast" in o for o in outputs), outputs  # the integer durations, exact at any precision
-    fp32 = open_engine(mv, threads=1)
+    converted = open_engine(mv, threads=1)
     int8 = load_engine("hibari", threads=1, warm_up=False)
     try:
-        a, b = _say(fp32, TEXT), _say(int8, TEXT)
+        a, b = _say(converted, TEXT), _say(int8, TEXT)
         assert a.words is not None and b.words is not None
         diffs = [abs(x.start_s - y.start_s) for x, y in zip(a.words, b.words, strict=True)]
         assert float(np.median(diffs)) < 0.05, diffs
     finally:
-        fp32.close()
+        converted.close()
         int8.close()
 
 
