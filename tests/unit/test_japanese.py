@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001 - Japanese text and full-width forms are the subject here
+# ruff: noqa: RUF001, RUF003 - Japanese text, full-width forms and IPA are the subject here
 """Japanese and mixed-language requests, and voice mixes: normalization, readings, clause
 languages, the stage's voice choice and mix validation (pure; the real OpenJTalk where read)."""
 
