@@ -51,13 +51,13 @@ SENTENCES: tuple[str, ...] = (
 _PUNCT = re.compile(r"[\s\W_]+", re.UNICODE)
 
 
-def recognize(audio: np.ndarray, sample_rate: int) -> str:
-    """What Whisper base hears in float mono audio (any sample rate), as Japanese."""
+def recognize(audio: np.ndarray, sample_rate: int, language: str = "ja") -> str:
+    """What Whisper base hears in float mono audio (any sample rate), as ``language`` (default Japanese)."""
     from engine.audio import resample
     from streams.bench.asr_zh import _model
 
     x = resample(np.asarray(audio, np.float32), sample_rate, 16000)
-    segments, _ = _model().transcribe(x, language="ja", beam_size=1, vad_filter=False,
+    segments, _ = _model().transcribe(x, language=language, beam_size=1, vad_filter=False,
                                       condition_on_previous_text=False)
     return "".join(s.text for s in segments)
 
