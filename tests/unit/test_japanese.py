@@ -185,3 +185,14 @@ def test_stage_keys_a_mix_by_its_one_spelling_and_refuses_a_bad_part_as_unknown_
         rej = decode_segment_event(_handle(c, "您好。", voice=voice).records[0].value)
         assert isinstance(rej, Rejection) and rej.error.code == "unknown_voice", voice
         assert bad in rej.error.message
+
+
+def test_every_mandarin_corpus_sentence_stays_mandarin_even_for_a_japanese_style() -> None:
+    """The Mandarin corpora are read exactly as before the Japanese front end (same G2P per clause):
+    no clause of them is taken for Japanese, whatever the voice's own language."""
+    from streams.bench.asr_zh import SENTENCES
+    from streams.bench.engine import CORPUS_ZH
+
+    for s in (*SENTENCES, *CORPUS_ZH):
+        for primary in ("zh", "ja"):
+            assert {lang for _, lang in clause_languages(s, primary)} <= {"zh", "en"}, (s, primary)
