@@ -56,7 +56,8 @@ _UNITS: tuple[tuple[str, str], ...] = (  # longest first; only right after a num
 _UNIT_RE = "|".join(re.escape(u) for u, _ in sorted(_UNITS, key=lambda x: -len(x[0])))
 _UNIT_WORD = dict(_UNITS)
 
-_NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
+# a thousands-grouped number only when every group is whole (0,1000 is two numbers, not 0,100 and a 0)
+_NUM = r"(?:[1-9]\d{0,2}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
 _SEP = r"[-\s]?"
 
 
@@ -144,10 +145,11 @@ _RULES: tuple[_Rule, ...] = (
     (re.compile(rf"(?<![\d.A-Za-z])-({_NUM})"), lambda m: number("-" + m.group(1))),
     (re.compile(rf"(?<![\d.])({_NUM})\s?({_UNIT_RE})(?![A-Za-z])"),
      lambda m: number(m.group(1)) + _UNIT_WORD[m.group(2)]),
-    (re.compile(r"(?<![\d.])(0\d+)(?![\d.])"), lambda m: digits(m.group(1))),
+    # digits read one by one (a leading zero), except a whole thousands group (1,000 is a quantity)
+    (re.compile(r"(?<![\d.])(?!(?<=\d,)\d{3}(?![\d.]))(0\d+)(?![\d.])"), lambda m: digits(m.group(1))),
     (re.compile(rf"第({_NUM})"), lambda m: "第" + number(m.group(1))),
     # -- 5. the rest: quantities ------------------------------------------------------------
-    (re.compile(rf"({_NUM})(\S?)"), _quantity),
+    (re.compile(rf"({_NUM})([^\s\d]?)"), _quantity),
 )
 
 

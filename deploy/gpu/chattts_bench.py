@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             assets = make_tiny_assets(Path(tmp))
             max_new = args.max_new_token or 32
         else:
-            assets_s = args.assets or settings.chattts_asset_dir
+            assets_s = args.assets or settings.engine.chattts_asset_dir
             if not assets_s:
                 print("chattts_bench: no weights: set TTS_CHATTTS_ASSET_DIR (or --assets DIR) to a local ChatTTS "
                       "asset dir, or use --tiny for a smoke run", file=sys.stderr)
@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             assets = Path(assets_s)
             max_new = args.max_new_token or 2048
         result = bench(assets, device=args.device, precisions=precisions, batches=batches, runs=max(1, args.runs),
-                       max_new_token=max_new, threads=args.threads, speaker=settings.chattts_speaker,
-                       seed=settings.chattts_seed, log=log)
+                       max_new_token=max_new, threads=args.threads, speaker=settings.engine.chattts_speaker,
+                       seed=settings.engine.chattts_seed, log=log)
     result["tiny"] = bool(args.tiny)
     print(json.dumps(result), flush=True)
     return 0 if result["results"] else 1

@@ -30,8 +30,6 @@ acl --allow-principal User:ttsflow-stage --operation Create --topic ttsflow-stag
 acl --allow-principal User:ttsflow-stage --operation DescribeConfigs --topic ttsflow-stage- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-stage --operation Read --group ttsflow-stage --resource-pattern-type literal
 acl --allow-principal User:ttsflow-stage --operation Describe --group ttsflow-stage --resource-pattern-type literal
-acl --allow-principal User:ttsflow-stage --operation Write --transactional-id ttsflow-stage- --resource-pattern-type prefixed
-acl --allow-principal User:ttsflow-stage --operation Describe --transactional-id ttsflow-stage- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-worker --operation Read --topic tts.segments --resource-pattern-type literal
 acl --allow-principal User:ttsflow-worker --operation Describe --topic tts.segments --resource-pattern-type literal
 acl --allow-principal User:ttsflow-worker --operation Write --topic tts.completed --resource-pattern-type literal

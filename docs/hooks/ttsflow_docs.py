@@ -89,25 +89,9 @@ class _Raw(str):
 # --- settings -----------------------------------------------------------------------------------
 
 def _field_docs() -> list[Any]:
-    try:
-        from streams.settings import describe  # type: ignore[attr-defined]
-    except ImportError:
-        return _field_docs_fallback()
+    from streams.settings import describe
+
     return list(describe())
-
-
-# FALLBACK, remove once streams.settings.describe() has landed (settings branch of issue 25): builds the
-# same rows as its FieldDoc(env, section, name, type, default, doc, lo, hi, choices) from today's
-# Settings, every field in one section "general".
-def _field_docs_fallback() -> list[Any]:
-    import dataclasses
-    from types import SimpleNamespace
-
-    from streams.settings import Settings
-
-    return [SimpleNamespace(env=env, section="general", name=f.name, type=str(f.type), default=default, doc=doc,
-                            lo=f.metadata.get("lo"), hi=f.metadata.get("hi"), choices=f.metadata.get("choices"))
-            for (env, default, doc), f in zip(Settings.describe(), dataclasses.fields(Settings), strict=True)]
 
 
 def _bounds(fd: Any) -> str:

@@ -112,7 +112,7 @@ class _Ttsflow:
             if p.name.startswith("tf-"):
                 self.sup.wait_ready(p, timeout=timeout)
         self.pub = Publisher(self.s.kafka)
-        self.reader = TopicReader(self.s.kafka, self.s.topic_completed, start="end")
+        self.reader = TopicReader(self.s.kafka, self.s.kafka.topic_completed, start="end")
 
     def _logged(self, pattern: str) -> tuple[str, ...] | None:
         """The groups of ``pattern``'s last match in the first worker's log, if any."""
@@ -141,7 +141,7 @@ class _Ttsflow:
         from streams.bench.corpus import encode_request
 
         req = self._request(rid, text)
-        self.a.sent[rid] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
+        self.a.sent[rid] = self.pub.publish(self.s.kafka.topic_requests, req.user_id.encode(), encode_request(req))
 
     def _answered(self, c: Any, received: float) -> None:
         """A request's first completion, seen at ``received`` (a hook for richer benchmarks)."""
@@ -200,9 +200,9 @@ class _Baseline:
         self.s, self.workers, self.run_id = s, workers, run_id
         self.queue = f"baseline-{run_id}"
         self.a = _Answers()
-        self.app = make_app(s.redis_url, visibility_timeout_s=visibility_s)
+        self.app = make_app(s.redis.redis_url, visibility_timeout_s=visibility_s)
         self.backend = self.app.backend
-        self.r: Any = redis.Redis.from_url(redis_db_url(s.redis_url, RESULT_DB), socket_timeout=10)
+        self.r: Any = redis.Redis.from_url(redis_db_url(s.redis.redis_url, RESULT_DB), socket_timeout=10)
         env = {**settings_env(s), "PYTHONUNBUFFERED": "1"}
         self.argv = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()),
                      sys.executable, "-m", "streams.bench.celery_peer.worker", "--queue", self.queue, "--run-id", run_id,
@@ -455,8 +455,8 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     prefix = f"blb-{run_id}"
     report: dict[str, Any] = {
         "run_id": run_id, "seed": seed, "quick": quick, "cpus": cpus, "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
-        "workers": workers, "engine_threads": threads, "backend": s.backend, "max_batch": s.max_batch,
-        "max_wait_ms": s.max_wait_ms, "run_s": run_s, "fractions": fractions,
+        "workers": workers, "engine_threads": threads, "backend": s.engine.backend, "max_batch": s.batching.max_batch,
+        "max_wait_ms": s.batching.max_wait_ms, "run_s": run_s, "fractions": fractions,
         "baseline_config": {"pool": "prefork", "concurrency": workers, "prefetch_multiplier": 1, "acks_late": True,
                             "reject_on_worker_lost": True, "visibility_timeout_s": visibility_s,
                             "broker": "redis db 2", "result_backend": "redis db 3"},

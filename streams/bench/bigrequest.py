@@ -129,10 +129,10 @@ def _delete_prefix(settings: Any, prefix: str) -> int:
     client = s3_client(settings)
     n = 0
     try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=settings.s3_bucket, Prefix=prefix):
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=settings.s3.s3_bucket, Prefix=prefix):
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
             if keys:
-                client.delete_objects(Bucket=settings.s3_bucket, Delete={"Objects": keys, "Quiet": True})
+                client.delete_objects(Bucket=settings.s3.s3_bucket, Delete={"Objects": keys, "Quiet": True})
                 n += len(keys)
     finally:
         client.close()
@@ -153,8 +153,8 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
     run_id = new_run_id()
     base = load_settings()
     require_stack_up(base)
-    chars = chars if chars is not None else base.max_text_chars - 1000
-    s = isolated(base, run_id).replace(s3_prefix=f"bench/{run_id}/", max_text_chars=max(base.max_text_chars, chars))
+    chars = chars if chars is not None else base.stage.max_text_chars - 1000
+    s = isolated(base, run_id).replace(s3_prefix=f"bench/{run_id}/", max_text_chars=max(base.stage.max_text_chars, chars))
     stack.ensure_topics(s)
     text = long_text(chars, seed)
     shorts = sentences(seed ^ 0x5A5A)
@@ -162,7 +162,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
     short_users = [f"short-user-{i:02d}" for i in range(users)]
     report: dict[str, Any] = {"run_id": run_id, "seed": seed, "cpus": os.cpu_count(),
                               "load_avg_start": [round(x, 2) for x in os.getloadavg()],
-                              "max_text_chars": s.max_text_chars, "chars": len(text), "short_rate": short_rate}
+                              "max_text_chars": s.stage.max_text_chars, "chars": len(text), "short_rate": short_rate}
     sup = Supervisor(out_dir / run_id / "logs")
     pub = Publisher(s.kafka)
     reader: TopicReader | None = None
@@ -186,7 +186,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
         nonlocal k
         r = Request(request_id=f"big-{run_id}-{label}-{k:05d}", user_id=short_users[k % users], text=next(shorts))
         k += 1
-        sent[r.request_id] = pub.publish(s.topic_requests, r.user_id.encode(), encode_request(r))
+        sent[r.request_id] = pub.publish(s.kafka.topic_requests, r.user_id.encode(), encode_request(r))
         return r.request_id
 
     def wait(ids: list[str], timeout: float) -> None:
@@ -215,7 +215,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
         worker = sup.worker("worker", s.replace(transactional_id=f"ttsflow-bench-{run_id}"))
         for p in list(sup.procs.values()):
             sup.wait_ready(p, timeout=180)
-        reader = TopicReader(s.kafka, s.topic_completed, start="end")
+        reader = TopicReader(s.kafka, s.kafka.topic_completed, start="end")
         assert worker.pid is not None
         sampler = RssSampler(worker.pid, limit_kb=max_rss_mb * 1024)
         sampler.start()
@@ -231,7 +231,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
         big_id = f"big-{run_id}-big"
         big_user = "big-user"
         _say(f"one request of {len(text)} characters, short requests meanwhile")
-        sent[big_id] = pub.publish(s.topic_requests, big_user.encode(),
+        sent[big_id] = pub.publish(s.kafka.topic_requests, big_user.encode(),
                                    encode_request(Request(request_id=big_id, user_id=big_user, text=text)))
         t_big = time.monotonic()
         deadline = t_big + timeout_s
@@ -280,7 +280,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
         cleanup_run_topics(s, _say)
         if not keep_audio:
             try:
-                report["s3_objects_deleted"] = _delete_prefix(s, s.s3_prefix)
+                report["s3_objects_deleted"] = _delete_prefix(s, s.s3.s3_prefix)
             except Exception as e:
                 _say(f"s3 cleanup failed: {e}")
     return report

@@ -246,9 +246,9 @@ def _private_stack(base: Any, run_id: str) -> Any:
     """Settings of a fresh stack instance of this run's own (home, ports), jars shared."""
     from streams.devstack.procs import free_port
 
-    home = Path(base.home).expanduser().resolve().parent / f"ttsflow-chaos-{run_id}"
+    home = Path(base.process.home).expanduser().resolve().parent / f"ttsflow-chaos-{run_id}"
     home.mkdir(parents=True)
-    shared_jars = Path(base.home).expanduser().resolve() / "jars"
+    shared_jars = Path(base.process.home).expanduser().resolve() / "jars"
     if shared_jars.is_dir():
         (home / "jars").symlink_to(shared_jars)
     kp, cp, sp, rp = (free_port() for _ in range(4))
@@ -306,7 +306,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     broker_log: list[dict[str, Any]] = []
     if private:
         base = _private_stack(base, run_id)
-        _say(f"bringing up a private stack in {base.home} (kafka {base.bootstrap_servers})")
+        _say(f"bringing up a private stack in {base.process.home} (kafka {base.kafka.bootstrap_servers})")
         t0 = time.monotonic()
         stack.stack_up(base, quiet=True)
         timings["private_stack_up_s"] = round(time.monotonic() - t0, 1)
@@ -349,7 +349,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         _say(f"processes ready in {timings['startup_s']}s; publishing")
 
         # 2. publish at an even pace; fire each event when its moment comes; follow progress
-        reader = TopicReader(s.kafka, s.topic_completed, start="beginning")
+        reader = TopicReader(s.kafka, s.kafka.topic_completed, start="beginning")
         pub = Publisher(s.kafka)
         t_pub = time.monotonic()
         wall_pub = time.time()
@@ -361,7 +361,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
             while i < len(reqs) and i * publish_s / len(reqs) <= now:
                 r = reqs[i]
                 raw = bad[r.request_id][0] if r.request_id in bad else encode_request(r)
-                pub.publish(s.topic_requests, r.user_id.encode(), raw)
+                pub.publish(s.kafka.topic_requests, r.user_id.encode(), raw)
                 i += 1
             answered = len(progress.seen) / len(reqs)
             for ev in [e for e in pending if (e.at <= now if e.by == "time" else e.at <= answered)]:
@@ -420,7 +420,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         # 3. stop everything, then read the whole completions topic as a user would
         codes = sup.stop_all()
         _say(f"stopped: {codes}")
-        with TopicReader(s.kafka, s.topic_completed, start="beginning", eof=True) as final_reader:
+        with TopicReader(s.kafka, s.kafka.topic_completed, start="beginning", eof=True) as final_reader:
             for recd in final_reader.read_to_end(timeout=120):
                 try:
                     c = decode_completion(recd.value)
@@ -487,7 +487,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
             try:
                 if private:
                     stack.stack_down(s, wipe=True, quiet=True)
-                    shutil.rmtree(base.home, ignore_errors=True)
+                    shutil.rmtree(base.process.home, ignore_errors=True)
                 else:
                     delete_run_topics(s)
             except Exception as e:  # cleanup must not hide the run's own error
@@ -499,10 +499,10 @@ def _where_lost(s: Any, lost: set[str]) -> dict[str, int]:
     from schemas import SchemaError, decode_segment, peek_request_id
     from streams.bench.harness import TopicReader
 
-    with TopicReader(s.kafka, s.topic_requests, eof=True) as r:
+    with TopicReader(s.kafka, s.kafka.topic_requests, eof=True) as r:
         published = [rid for rec in r.read_to_end(120) if (rid := peek_request_id(rec.value))]
     segs: list[tuple[str, int, int]] = []
-    with TopicReader(s.kafka, s.topic_segments, eof=True) as r:
+    with TopicReader(s.kafka, s.kafka.topic_segments, eof=True) as r:
         for rec in r.read_to_end(120):
             try:
                 seg = decode_segment(rec.value)

@@ -92,8 +92,8 @@ def run_demo(*, out_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S, stack_up: b
         timings["processes_ready_s"] = round(time.monotonic() - t0, 1)
         _say(f"stage and worker ready in {timings['processes_ready_s']}s; publishing {len(items)} records")
 
-        completed = TopicReader(s.kafka, s.topic_completed, start="end")
-        dlq = TopicReader(s.kafka, s.topic_dlq, start="end")
+        completed = TopicReader(s.kafka, s.kafka.topic_completed, start="end")
+        dlq = TopicReader(s.kafka, s.kafka.topic_dlq, start="end")
         pub = Publisher(s.kafka)
         sent_at: dict[str, float] = {}
         deferred = [i for i in items if i.after]
@@ -103,7 +103,7 @@ def run_demo(*, out_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S, stack_up: b
             if it.after:
                 continue
             value = encode_request(it.request) if it.request is not None else (it.raw or b"")
-            t = pub.publish(s.topic_requests, it.key, value)
+            t = pub.publish(s.kafka.topic_requests, it.key, value)
             if it.request_id and it.expect != "duplicate":
                 sent_at[it.request_id] = t
         pub.flush(30)
@@ -130,7 +130,7 @@ def run_demo(*, out_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S, stack_up: b
                     dead.append(d)
             for it in list(deferred):
                 if label_id[it.after or ""] in answers and it.request is not None:
-                    sent_at[it.request_id or ""] = pub.publish(s.topic_requests, it.key, encode_request(it.request))
+                    sent_at[it.request_id or ""] = pub.publish(s.kafka.topic_requests, it.key, encode_request(it.request))
                     pub.flush(30)
                     deferred.remove(it)
             sup.check_alive()

@@ -172,9 +172,9 @@ def _run_chattts(settings: Any, assets: str, precisions: list[str] | None, batch
             for precision in wanted:
                 try:
                     engine = load_engine("chattts", model_path=assets, precision=precision,
-                                         providers=settings.providers, threads=n_threads, max_batch=max(batches),
-                                         backend_options={"speaker": settings.chattts_speaker,
-                                                          "seed": settings.chattts_seed, "max_new_token": cap})
+                                         providers=settings.engine.providers, threads=n_threads, max_batch=max(batches),
+                                         backend_options={"speaker": settings.engine.chattts_speaker,
+                                                          "seed": settings.engine.chattts_seed, "max_new_token": cap})
                 except Exception as e:  # a precision the device cannot run is reported, not fatal
                     skipped.append({"backend": "chattts", "precision": precision, "reason": f"load failed: {e}"})
                     log(f"# chattts {precision} skipped: {e}")
@@ -216,7 +216,7 @@ def run(*, backends: list[str], precisions: list[str] | None, batches: list[int]
     word_error: dict[str, dict[str, float | None]] = {}
     for backend in backends:
         if backend == "chattts":
-            _run_chattts(settings, settings.chattts_asset_dir if assets is None else assets, precisions, batches,
+            _run_chattts(settings, settings.engine.chattts_asset_dir if assets is None else assets, precisions, batches,
                          threads, runs, wer, log, rows, skipped, word_error)
             continue
         if not _installed(backend):
@@ -237,7 +237,7 @@ def run(*, backends: list[str], precisions: list[str] | None, batches: list[int]
             engines = {}
             for prec, mv in versions.items():
                 try:
-                    engines[prec] = open_engine(mv, providers=settings.providers, threads=n_threads,
+                    engines[prec] = open_engine(mv, providers=settings.engine.providers, threads=n_threads,
                                                 max_batch=max(batches))
                 except Exception as e:
                     skipped.append({"backend": backend, "precision": prec, "reason": f"load failed: {e}"})

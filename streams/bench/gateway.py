@@ -78,11 +78,11 @@ def main(argv: list[str]) -> int:
     ensure_topics(s)
     salt = random.randint(10_000, 90_000)
     out: dict[str, Any] = {"run": run}
-    logs = Path(s.home) / "logs" / run
+    logs = Path(s.process.home) / "logs" / run
     try:
         with Supervisor(logs) as sup:
             gw = sup.serving(s, timeout=300)
-            url = f"http://127.0.0.1:{gw.settings.gateway_port}/v1/audio/speech"
+            url = f"http://127.0.0.1:{gw.settings.gateway.gateway_port}/v1/audio/speech"
             with TTSClient(s) as client:
                 def via_client(text: str) -> float:
                     t0 = time.monotonic()

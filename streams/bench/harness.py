@@ -49,14 +49,14 @@ def new_run_id() -> str:
 def isolated(settings: Settings, run_id: str) -> Settings:
     """``settings`` with topics, groups and ids of their own for run ``run_id``."""
     return settings.replace(
-        topic_requests=f"{settings.topic_requests}.{run_id}",
-        topic_segments=f"{settings.topic_segments}.{run_id}",
-        topic_completed=f"{settings.topic_completed}.{run_id}",
-        topic_dlq=f"{settings.topic_dlq}.{run_id}",
-        topic_done=f"{settings.topic_done}.{run_id}",
-        topic_chunks=f"{settings.topic_chunks}.{run_id}",
-        stage_app_id=f"{settings.stage_app_id}-{run_id}",
-        worker_group=f"{settings.worker_group}-{run_id}",
+        topic_requests=f"{settings.kafka.topic_requests}.{run_id}",
+        topic_segments=f"{settings.kafka.topic_segments}.{run_id}",
+        topic_completed=f"{settings.kafka.topic_completed}.{run_id}",
+        topic_dlq=f"{settings.kafka.topic_dlq}.{run_id}",
+        topic_done=f"{settings.kafka.topic_done}.{run_id}",
+        topic_chunks=f"{settings.kafka.topic_chunks}.{run_id}",
+        stage_app_id=f"{settings.stage.stage_app_id}-{run_id}",
+        worker_group=f"{settings.kafka.worker_group}-{run_id}",
     )
 
 
@@ -79,8 +79,8 @@ def s3_client(settings: Settings) -> Any:
     """A boto3 S3 client for the settings' endpoint (checksums only when required: s3proxy)."""
     from storage.s3 import s3_client as client
 
-    return client(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_region,
-                  ca_bundle=settings.s3_ca_bundle,
+    return client(settings.s3.s3_endpoint, settings.s3.s3_access_key, settings.s3.s3_secret_key, settings.s3.s3_region,
+                  ca_bundle=settings.s3.s3_ca_bundle,
                   retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=30)
 
 
@@ -109,9 +109,9 @@ def delete_run_topics(s: Settings) -> None:
     from streams.devstack import stack
     from streams.kafka.admin import topic_names
 
-    names = [s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done, s.topic_chunks]
+    names = [s.kafka.topic_requests, s.kafka.topic_segments, s.kafka.topic_completed, s.kafka.topic_dlq, s.kafka.topic_done, s.kafka.topic_chunks]
     existing = topic_names(s.kafka)
-    names += [t for t in existing if t.startswith((s.stage_app_id + "-", s.stage_app_id + "."))]
+    names += [t for t in existing if t.startswith((s.stage.stage_app_id + "-", s.stage.stage_app_id + "."))]
     stack.delete_topics(s, [n for n in names if n in existing])
 
 

@@ -85,8 +85,8 @@ class _TtsflowTimed(_Ttsflow):
         from streams.bench.harness import TopicReader
 
         super().wait_ready(timeout)
-        self.chunk_reader = TopicReader(self.s.kafka, self.s.topic_chunks, start="end")
-        self.segment_reader = TopicReader(self.s.kafka, self.s.topic_segments, start="end")
+        self.chunk_reader = TopicReader(self.s.kafka, self.s.kafka.topic_chunks, start="end")
+        self.segment_reader = TopicReader(self.s.kafka, self.s.kafka.topic_segments, start="end")
 
     def _request(self, rid: str, text: str) -> Any:
         import msgspec
@@ -212,8 +212,8 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
     report: dict[str, Any] = {
         "run_id": run_id, "seed": seed, "quick": quick, "cpus": cpus,
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "workers": 1, "engine_threads": cpus,
-        "backend": s.backend, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms,
-        "fair_slot_ms": s.fair_slot_ms, "run_s": run_s, "fractions": fractions, "stream_every": stream_every,
+        "backend": s.engine.backend, "max_batch": s.batching.max_batch, "max_wait_ms": s.batching.max_wait_ms,
+        "fair_slot_ms": s.batching.fair_slot_ms, "run_s": run_s, "fractions": fractions, "stream_every": stream_every,
     }
     sup = Supervisor(out / "logs")
     systems: list[Any] = []

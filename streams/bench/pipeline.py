@@ -47,24 +47,24 @@ def bench_engine(settings: Any, texts: list[str]) -> dict[str, Any]:
     """Bare engine throughput on the segments of ``texts``, in ``max_batch`` chunks."""
     from engine import Failure, SynthItem, load_engine
 
-    segs = _segments(texts, settings.max_segment_chars)
-    if settings.backend == "kokoro":  # joined into the model store from its wheels, as the worker loads it
+    segs = _segments(texts, settings.stage.max_segment_chars)
+    if settings.engine.backend == "kokoro":  # joined into the model store from its wheels, as the worker loads it
         from engine.reload import open_engine
         from engine.store import ModelStore
 
-        eng = open_engine(ModelStore(settings.effective_model_dir).current("kokoro"), providers=settings.providers,
-                          threads=settings.threads, max_batch=settings.max_batch)
+        eng = open_engine(ModelStore(settings.effective_model_dir).current("kokoro"), providers=settings.engine.providers,
+                          threads=settings.engine.threads, max_batch=settings.batching.max_batch)
     else:
-        eng = load_engine(settings.backend, precision=settings.precision, providers=settings.providers,
-                          threads=settings.threads, max_batch=settings.max_batch)
+        eng = load_engine(settings.engine.backend, precision=settings.engine.precision, providers=settings.engine.providers,
+                          threads=settings.engine.threads, max_batch=settings.batching.max_batch)
     try:
-        voice = settings.voice or eng.default_voice
+        voice = settings.engine.voice or eng.default_voice
         items = [SynthItem(s, voice) for s in segs]
         t0 = time.perf_counter()
         audio_s = 0.0
         failures = 0
-        for k in range(0, len(items), settings.max_batch):
-            for r in eng.synthesize(items[k:k + settings.max_batch]):
+        for k in range(0, len(items), settings.batching.max_batch):
+            for r in eng.synthesize(items[k:k + settings.batching.max_batch]):
                 if isinstance(r, Failure):
                     failures += 1
                 else:
@@ -73,7 +73,7 @@ def bench_engine(settings: Any, texts: list[str]) -> dict[str, Any]:
         return {"segments": len(segs), "failures": failures, "audio_s": round(audio_s, 2),
                 "wall_s": round(wall, 3), "audio_s_per_s": round(audio_s / wall, 2),
                 "cold_start_s": round(eng.cold_start_s or 0.0, 2), "model": eng.info.name,
-                "provider": eng.info.provider, "max_batch": settings.max_batch}
+                "provider": eng.info.provider, "max_batch": settings.batching.max_batch}
     finally:
         eng.close()
 
@@ -86,14 +86,14 @@ class _Driver:
 
         self.s = settings
         self.pub = Publisher(settings.kafka)
-        self.reader = TopicReader(settings.kafka, settings.topic_completed, start="end")
+        self.reader = TopicReader(settings.kafka, settings.kafka.topic_completed, start="end")
         self.sent: dict[str, float] = {}
         self.got: dict[str, tuple[Any, float]] = {}
 
     def publish(self, req: Any) -> None:
         from streams.bench.corpus import encode_request
 
-        self.sent[req.request_id] = self.pub.publish(self.s.topic_requests, req.user_id.encode(), encode_request(req))
+        self.sent[req.request_id] = self.pub.publish(self.s.kafka.topic_requests, req.user_id.encode(), encode_request(req))
 
     def pump(self, timeout: float = 0.05) -> None:
         from schemas import SchemaError, decode_completion
@@ -175,7 +175,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
                 for i, t in enumerate(ts)]
 
     report: dict[str, Any] = {"run_id": run_id, "seed": seed, "cpus": os.cpu_count(),
-                              "backend": s.backend, "corpus": corpus, "max_batch": s.max_batch, "max_wait_ms": s.max_wait_ms}
+                              "backend": s.engine.backend, "corpus": corpus, "max_batch": s.batching.max_batch, "max_wait_ms": s.batching.max_wait_ms}
     _say(f"engine alone on {requests} texts")
     report["engine"] = bench_engine(s, sat_texts)
     sup = Supervisor(out_dir / run_id / "logs")

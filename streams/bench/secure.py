@@ -50,14 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     n = int(args[1]) if len(args) > 1 else 20
     base = load_settings()
     if mode == "secure":
-        home = Path(base.home)
+        home = Path(base.process.home)
         stage, worker, user = (secure.client_settings(base, home, secure.PRINCIPALS[r])
                                for r in ("stage", "worker", "user"))
         cleanup: list[str] = []
     else:
         stage = worker = user = isolated(base, f"plain-{uuid.uuid4().hex[:6]}")
         cleanup = ensure_topics(stage)
-    worker = worker.replace(transactional_id=f"{worker.effective_transactional_id_prefix}-bench-{uuid.uuid4().hex[:6]}")
+    worker = worker.replace(transactional_id=f"{worker.kafka.effective_transactional_id_prefix}-bench-{uuid.uuid4().hex[:6]}")
     try:
         lat = _run(stage, worker, user, n, Path(tempfile.mkdtemp(prefix=f"ttsflow-bench-{mode}-")))
     finally:

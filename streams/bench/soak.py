@@ -101,7 +101,7 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
     users = [f"soak-user-{i:02d}" for i in range(16)]
     fresh_ids = 0
     report: dict[str, Any] = {"run_id": run_id, "seed": seed, "requests": requests, "window": window, "repeat": repeat,
-                              "warmup_fraction": warmup, "backend": s.backend, "max_batch": s.max_batch,
+                              "warmup_fraction": warmup, "backend": s.engine.backend, "max_batch": s.batching.max_batch,
                               "cpus": os.cpu_count(), "loadavg_1m_at_start": round(os.getloadavg()[0], 2)}
     sup = Supervisor(out_dir / run_id / "logs")
     pub = reader = None
@@ -111,7 +111,7 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
         for p in (stage, worker):
             sup.wait_ready(p, timeout=240)
         pub = Publisher(s.kafka)
-        reader = TopicReader(s.kafka, s.topic_completed, start="end")
+        reader = TopicReader(s.kafka, s.kafka.topic_completed, start="end")
         sent: dict[str, float] = {}
         answers: dict[str, int] = {}
         failed = 0
@@ -130,7 +130,7 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
                     text = texts[fresh_ids]
                     fresh_ids += 1
                 req = Request(request_id=rid, user_id=rng.choice(users), text=text)
-                sent[rid] = pub.publish(s.topic_requests, req.user_id.encode(), encode_request(req))
+                sent[rid] = pub.publish(s.kafka.topic_requests, req.user_id.encode(), encode_request(req))
                 i += 1
             pub.flush(30)
             for rec in reader.poll(0.2):

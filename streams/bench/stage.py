@@ -13,8 +13,7 @@ One run measures, side by side on the same machine:
 3. **latency**: with that stage running, requests at a steady rate; for each request,
    the time from its produce time (the record timestamp, which the stage copies into
    ``enqueued_at``) to the moment its last segment is visible to a ``read_committed``
-   reader; p50 and p99. Under exactly-once this includes waiting for the transaction
-   to commit (``TTS_STAGE_COMMIT_INTERVAL_MS``).
+   reader; p50 and p99.
 
 ``--users`` compares one heavy user with many: the same backlog of short requests with
 long (``--id-chars``) request ids, once from a single user id and once spread over
@@ -26,7 +25,7 @@ requests/s, 4,000 requests, 128-character ids; docs: "Earlier measurements").
 its changelog against an empty one (and, with ``--store rocksdb``, after a SIGTERM and a
 SIGKILL restart, which read the table from disk).
 
-``--kill`` runs the exactly-once check instead: two stage processes on four partitions,
+``--kill`` runs the loss/duplicate check instead: two stage processes on four partitions,
 requests at a steady rate, a stage SIGKILLed (and restarted at once) every few seconds,
 then a ``read_committed`` reader counts lost and duplicated segments by
 ``(request_id, seq)``, and a ``read_uncommitted`` reader counts what aborted
@@ -115,14 +114,14 @@ def _pure(texts: list[str], settings: Settings, min_s: float = 2.0) -> dict[str,
     def text_only() -> int:
         segs = 0
         for t in texts:
-            pieces = split_segments(normalize(t), settings.max_segment_chars)
-            hs = [segment_hash(p, voice="heart", model=settings.backend, model_version="", speed=1.0,
+            pieces = split_segments(normalize(t), settings.stage.max_segment_chars)
+            hs = [segment_hash(p, voice="heart", model=settings.engine.backend, model_version="", speed=1.0,
                                sample_rate=None, format="wav") for p in pieces]
             request_hash(hs, format="wav")
             segs += len(pieces)
         return segs
 
-    core = StageCore(settings.stage, settings.kafka, settings.engine, voices=backend_voices(settings.backend))
+    core = StageCore(settings.stage, settings.kafka, settings.engine, voices=backend_voices(settings.engine.backend))
     raws = [encode(Request(request_id=f"b{i}", user_id=f"user-{i % 97}", text=t)) for i, t in enumerate(texts)]
 
     def whole() -> int:
@@ -179,7 +178,7 @@ def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: floa
     try:
         # 2. throughput: a backlog first, then one stage on one CPU
         pub = Publisher(s.kafka)
-        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.kafka.topic_segments) as reader:
             res.update(_backlog_throughput(s, sup, reader, pub, texts, users=97))
 
             # 3. latency at a steady rate, stage warm
@@ -193,7 +192,7 @@ def _stage_run(base: Settings, texts: list[str], *, rate: float, latency_s: floa
                 while sent < n and time.monotonic() - t0 >= sent / rate:
                     i = sent
                     rid = f"l{i}"
-                    pub.publish(s.topic_requests, f"user-{i % 97}".encode(),
+                    pub.publish(s.kafka.topic_requests, f"user-{i % 97}".encode(),
                                 encode(Request(request_id=rid, user_id=f"user-{i % 97}", text=texts[i % len(texts)])))
                     pending.add(rid)
                     sent += 1
@@ -224,7 +223,7 @@ def _backlog_throughput(s: Settings, sup: Any, reader: TopicReader, pub: Publish
     rids = [f"t{i}".rjust(id_chars, "x") for i in range(len(texts))]
     for i, (rid, t) in enumerate(zip(rids, texts, strict=True)):
         user = f"user-{i % users}"
-        pub.publish(s.topic_requests, user.encode(), encode(Request(request_id=rid, user_id=user, text=t)))
+        pub.publish(s.kafka.topic_requests, user.encode(), encode(Request(request_id=rid, user_id=user, text=t)))
     pub.flush()
     want = set(rids)
     proc = sup.stage("stage", s)
@@ -249,7 +248,7 @@ def _backlog_throughput(s: Settings, sup: Any, reader: TopicReader, pub: Publish
             if seg.last:
                 done.add(seg.request_id)
     if t_first is None or t_last is None or done != want:
-        raise RuntimeError(f"stage finished {len(done)} of {len(want)} backlog requests; see {s.home}/logs")
+        raise RuntimeError(f"stage finished {len(done)} of {len(want)} backlog requests; see {s.process.home}/logs")
     span = max(t_last - t_first, 1e-6)
     res.update(stage_requests_per_s=round(len(want) / span, 1), stage_segments_per_s=round(segs / span, 1),
                backlog_requests=len(want), backlog_users=users, backlog_span_s=round(span, 2),
@@ -267,13 +266,13 @@ def _users_run(base: Settings, *, requests: int, spread_users: int, id_chars: in
 
     texts = make_texts(requests, seed=seed, target=40)  # about one segment each: the stage's own cost shows
     res: dict[str, Any] = {"mode": "users", "requests": requests, "id_chars": id_chars,
-                           "segments_per_request": round(sum(len(split_segments(normalize(t), base.max_segment_chars))
+                           "segments_per_request": round(sum(len(split_segments(normalize(t), base.stage.max_segment_chars))
                                                              for t in texts) / len(texts), 2)}
     for label, users in (("one_user", 1), ("spread", spread_users)):
         home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-users-")
         s = _prepare(base, "bsu", home=home, log_level="WARNING")
         try:
-            with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
+            with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.kafka.topic_segments) as reader:
                 r = _backlog_throughput(s, sup, reader, Publisher(s.kafka), texts, users=users, id_chars=id_chars)
             res[label] = {k: r[k] for k in ("stage_requests_per_s", "backlog_span_s", "stage_requests_per_cpu_s",
                                             "stage_peak_rss_mib", "backlog_users") if k in r}
@@ -304,7 +303,7 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
 
     home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-restore-")
     s = _prepare(base, "bsr", home=home, stage_store=store, log_level="WARNING")
-    index = SeenIndex(s.dedup_window_s)
+    index = SeenIndex(s.stage.dedup_window_s)
     changelog = dedup_changelog_topic(s.stage)
     now = time.time()
     users = 1000
@@ -326,7 +325,7 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
                 return lambda err, m: part_of.__setitem__(u, m.partition())
 
             for u in range(users):
-                probe_p.produce(s.topic_dlq, key=user(u), value=b"", on_delivery=learned(u))
+                probe_p.produce(s.kafka.topic_dlq, key=user(u), value=b"", on_delivery=learned(u))
             probe_p.flush(60)
             p = raw_producer(s.kafka, **{"linger.ms": 50, "batch.num.messages": 10000,
                                    "queue.buffering.max.messages": 1_000_000})
@@ -344,7 +343,7 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
             p.flush(300)
             res["changelog_write_s"] = round(time.monotonic() - t0, 1)
         pub = Publisher(s.kafka)
-        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.kafka.topic_segments) as reader:
             runs: list[dict[str, Any]] = []
             for attempt, how in enumerate(("start", *(restarts if store == "rocksdb" else ()))):
                 t0 = time.monotonic()
@@ -354,10 +353,10 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
                     proc = sup.restart("stage", sig=getattr(signal, how))
                 probe_user = user(7).decode()
                 if ids:  # a retry of an id the table holds: must produce nothing
-                    pub.publish(s.topic_requests, probe_user.encode(),
+                    pub.publish(s.kafka.topic_requests, probe_user.encode(),
                                 encode(Request(request_id=rid(7), user_id=probe_user, text="A repeated request.")))
                 probe = f"probe-{attempt}"
-                pub.publish(s.topic_requests, probe_user.encode(),
+                pub.publish(s.kafka.topic_requests, probe_user.encode(),
                             encode(Request(request_id=probe, user_id=probe_user, text="A new request.")))
                 pub.flush()
                 got_dup = False
@@ -404,7 +403,7 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
     texts = make_texts(requests, seed=seed)
     rng = random.Random(seed)
     expected = {(f"k{i}", j) for i, t in enumerate(texts) for j in range(len(split_segments(normalize(t),
-                                                                                         s.max_segment_chars)))}
+                                                                                         s.stage.max_segment_chars)))}
     names = tuple(f"stage-{chr(ord('a') + i)}" for i in range(stages))
     res: dict[str, Any] = {"mode": "kill", "guarantee": guarantee, "requests": requests, "stages": stages,
                            "partitions": 4, "expected_segments": len(expected)}
@@ -412,7 +411,7 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
         with Supervisor(Path(home) / "logs") as sup:
             for name in names:
                 sup.stage(name, s)
-            sup.wait_group(s, s.stage_app_id, stages, timeout=120)
+            sup.wait_group(s, s.stage.stage_app_id, stages, timeout=120)
             pub = Publisher(s.kafka)
             publish_s = requests / rate
             kill_at = sorted(rng.uniform(0.15, 0.85) * publish_s for _ in range(kills))
@@ -429,7 +428,7 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
                     fired.append({"at_s": round(now, 2), "stage": victim})
                 crashes += _revive(sup)
                 while sent < requests and now >= sent / rate:
-                    pub.publish(s.topic_requests, f"user-{sent % 211}".encode(),
+                    pub.publish(s.kafka.topic_requests, f"user-{sent % 211}".encode(),
                                 encode(Request(request_id=f"k{sent}", user_id=f"user-{sent % 211}",
                                                text=texts[sent])))
                     sent += 1
@@ -440,7 +439,7 @@ def _kill_run(base: Settings, *, requests: int, rate: float, kills: int, guarant
             seen: Counter[tuple[str, int]] = Counter()
             t_drain = time.monotonic()
             last_new = time.monotonic()
-            with TopicReader(s.kafka, s.topic_segments) as reader:
+            with TopicReader(s.kafka, s.kafka.topic_segments) as reader:
                 while time.monotonic() - t_drain < 240:
                     crashes += _revive(sup)
                     got = reader.poll(0.5, 5000)
@@ -513,10 +512,10 @@ def _stall_run(base: Settings, *, rate: float, episodes: int, gap_s: float, seco
                            "second_kill_s": second_kill_s}
     seen: dict[int, list[float]] = {p: [] for p in range(4)}
     try:
-        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
+        with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.kafka.topic_segments) as reader:
             for name in names:
                 sup.stage(name, s)
-            sup.wait_group(s, s.stage_app_id, stages, timeout=180)
+            sup.wait_group(s, s.stage.stage_app_id, stages, timeout=180)
             pub = Publisher(s.kafka)
             t0 = time.monotonic()
             wall0 = time.time()
@@ -534,7 +533,7 @@ def _stall_run(base: Settings, *, rate: float, episodes: int, gap_s: float, seco
                         starts.append(t_kill)
                 while now >= sent / rate:
                     uid = f"user-{sent % 211}"
-                    pub.publish(s.topic_requests, uid.encode(),
+                    pub.publish(s.kafka.topic_requests, uid.encode(),
                                 encode(Request(request_id=f"s{sent}", user_id=uid, text=f"Request number {sent}.")))
                     sent += 1
                 for r in reader.poll(0.005, 2000):
@@ -576,7 +575,7 @@ def _crash_reasons(log_dir: Path) -> dict[str, int]:
 def _count_uncommitted(s: Settings) -> int:
     from streams.bench.plain import count_records
 
-    return count_records(s.kafka, s.topic_segments, isolation="read_uncommitted")
+    return count_records(s.kafka, s.kafka.topic_segments, isolation="read_uncommitted")
 
 
 def main(argv: list[str]) -> int:
@@ -586,9 +585,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rate", type=float, default=None,
                     help="requests per second in the latency (or --kill) run, default 100; 40 for --stall")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
-    ap.add_argument("--guarantee", choices=("exactly_once", "at_least_once"), default=None)
     ap.add_argument("--commit-interval-ms", type=int, default=None)
-    ap.add_argument("--kill", action="store_true", help="run the SIGKILL exactly-once check instead")
+    ap.add_argument("--kill", action="store_true", help="run the SIGKILL loss/duplicate check instead")
     ap.add_argument("--kills", type=int, default=4)
     ap.add_argument("--stages", type=int, default=2, help="stage processes of the --kill run")
     ap.add_argument("--stall", action="store_true", help="measure the group's stall after a SIGKILL instead")
@@ -610,11 +608,11 @@ def main(argv: list[str]) -> int:
     # the corpus mixes Mandarin and English: a voice that speaks both, so every text is split
     # as before the language check (the stage loads no model)
     base = load_settings().replace(backend="chattts", voice="")
-    guarantee = ns.guarantee or base.stage_guarantee
-    commit_ms = ns.commit_interval_ms or base.stage_commit_interval_ms
+    guarantee = base.stage.stage_guarantee
+    commit_ms = ns.commit_interval_ms or base.stage.stage_commit_interval_ms
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if ns.restore:
-        store = ns.store or base.stage_store
+        store = ns.store or base.stage.stage_store
         empty = _restore_run(base, ids=0, store=store, restarts=())
         full = _restore_run(base, ids=ns.ids, store=store)
         res = {"mode": "restore", "store": store, "ids": ns.ids, "empty": empty["runs"], "full": full["runs"],

@@ -112,8 +112,8 @@ def make_checker(store: Any, model: str, *, threads: int, providers: str, wer: b
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     store, settings = _store(args)
-    checker = None if args.no_check else make_checker(store, args.model, threads=settings.threads,
-                                                      providers=settings.providers, wer=not args.no_wer)
+    checker = None if args.no_check else make_checker(store, args.model, threads=settings.engine.threads,
+                                                      providers=settings.engine.providers, wer=not args.no_wer)
     mv, report = store.convert(args.model, args.precision, version=args.version, check=checker)
     check = mv.manifest.extra.get("check")
     out = {"model": args.model, "version": mv.version, "precision": mv.precision, "dir": str(mv.dir),

@@ -69,9 +69,9 @@ def _run(argv: list[str]) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     if not text.strip():
         raise _Usage("the text is empty")
-    if len(text) > settings.max_text_chars:
-        raise _Usage(f"the text has {len(text)} characters, over the limit of {settings.max_text_chars} (TTS_MAX_TEXT_CHARS)")
-    backend = args.backend or settings.backend
+    if len(text) > settings.stage.max_text_chars:
+        raise _Usage(f"the text has {len(text)} characters, over the limit of {settings.stage.max_text_chars} (TTS_MAX_TEXT_CHARS)")
+    backend = args.backend or settings.engine.backend
     if backend not in BACKENDS:
         raise _Usage(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     out = Path(args.output)
@@ -82,25 +82,25 @@ def _run(argv: list[str]) -> int:
         raise _Usage(f"speed {args.speed} is outside 0.25..4")
     if args.sample_rate is not None and not 8000 <= args.sample_rate <= 192_000:
         raise _Usage(f"sample rate {args.sample_rate} is outside 8000..192000")
-    segments = _split(text, settings.max_segment_chars)
+    segments = _split(text, settings.stage.max_segment_chars)
     if not segments:
         raise _Usage("the text is empty after normalization")
 
     t0 = time.perf_counter()
     try:
-        threads = settings.threads if args.threads is None else args.threads
+        threads = settings.engine.threads if args.threads is None else args.threads
         if backend == "kokoro" and args.model is None:  # no single shipped file: the store joins its wheels
             from engine.reload import open_engine
             from engine.store import ModelStore
 
             engine = open_engine(ModelStore(settings.effective_model_dir).current("kokoro"),
-                                 providers=settings.providers, threads=threads)
+                                 providers=settings.engine.providers, threads=threads)
         else:
-            engine = load_engine(backend, model_path=args.model, precision=args.precision or settings.precision,
-                                 providers=settings.providers, threads=threads)
+            engine = load_engine(backend, model_path=args.model, precision=args.precision or settings.engine.precision,
+                                 providers=settings.engine.providers, threads=threads)
     except EngineError as e:
         raise _Usage(str(e)) from None
-    voice = args.voice or settings.voice or engine.default_voice
+    voice = args.voice or settings.engine.voice or engine.default_voice
     if voice not in engine.voices:
         raise _Usage(f"unknown voice {voice!r} for {backend}; available: {', '.join(engine.voices)}")
     results = engine.synthesize([SynthItem(s, voice, args.speed) for s in segments])

@@ -62,7 +62,7 @@ class _Watchdog:
 
     def __init__(self, cmd: str, settings: Any, timeout: float) -> None:
         self.cmd, self.settings, self.timeout = cmd, settings, timeout
-        self.probe_s = settings.gateway_probe_s
+        self.probe_s = settings.gateway.gateway_probe_s
         self.last = time.monotonic()
         self.warned = False
 
@@ -385,12 +385,12 @@ def main_fetch(argv: list[str]) -> int:
     try:
         c = find_completion(settings.kafka, a.request_id, timeout=a.timeout)
         if c is None:
-            print(f"ttsflow fetch: no completion for request {a.request_id!r} in {settings.topic_completed} "
+            print(f"ttsflow fetch: no completion for request {a.request_id!r} in {settings.kafka.topic_completed} "
                   "(not finished yet, or older than the topic's retention)", file=sys.stderr)
             return 1
         path = write_atomic(Path(a.out), fetch_audio(settings.s3, c))
     except CompletionTimeout:
-        return _fail("fetch", f"scanning {settings.topic_completed} took longer than {a.timeout:g} s")
+        return _fail("fetch", f"scanning {settings.kafka.topic_completed} took longer than {a.timeout:g} s")
     except ClientError as e:
         return _fail("fetch", e)
     print(f"saved {path} ({_describe(c)})")

@@ -43,8 +43,8 @@ def pipeline_problems(settings: Settings, timeout: float = 3.0) -> list[str]:
     from streams.kafka.admin import group_members
 
     out = []
-    for group, what, start in ((settings.stage_app_id, "stage", "ttsflow stage"),
-                               (settings.worker_group, "worker", "ttsflow worker")):
+    for group, what, start in ((settings.stage.stage_app_id, "stage", "ttsflow stage"),
+                               (settings.kafka.worker_group, "worker", "ttsflow worker")):
         if group_members(settings.kafka, group, timeout) == 0:
             out.append(f"no {what} is running (consumer group {group!r} has no active members; start one: {start}, "
                        f"or everything at once: ttsflow run)")

@@ -104,7 +104,7 @@ def kafka_tool(settings: Settings, tool: str, args: Sequence[str], *, timeout: f
     main_class = KAFKA_TOOLS.get(tool, tool)
     argv = list(args)
     if add_bootstrap and "--bootstrap-server" not in argv:
-        argv = ["--bootstrap-server", settings.bootstrap_servers, *argv]
+        argv = ["--bootstrap-server", settings.kafka.bootstrap_servers, *argv]
     if secure.is_secure(p.home) and "--bootstrap-server" in argv and "--command-config" not in argv:
         argv += ["--command-config", str(secure.tool_properties(p.home))]
     cmd = [java_binary(), *TOOL_JVM, f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'tools-log4j.properties'}",

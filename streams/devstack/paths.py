@@ -53,4 +53,4 @@ class StackPaths:
 
 
 def stack_paths(settings: Settings) -> StackPaths:
-    return StackPaths(Path(settings.home).expanduser().resolve())
+    return StackPaths(Path(settings.process.home).expanduser().resolve())

@@ -23,7 +23,6 @@ Guarantees:
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import os
 import shutil
 import signal
@@ -40,7 +39,7 @@ from types import TracebackType
 from typing import Literal
 
 from streams.devstack.errors import ProcError
-from streams.settings import Settings
+from streams.settings import Settings, describe
 
 __all__ = ["Proc", "ProcError", "Supervisor", "free_port", "group_members", "health", "metrics_up", "settings_env"]
 
@@ -56,7 +55,7 @@ def free_port() -> int:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The ``TTS_*`` variables from which ``load_settings`` rebuilds ``settings`` in a child."""
-    return {f"TTS_{f.name.upper()}": str(getattr(settings, f.name)) for f in dataclasses.fields(settings)}
+    return {d.env: str(getattr(getattr(settings, d.section), d.name)) for d in describe()}
 
 
 def _command(python: str, kind: str, settings: Settings, extra: Mapping[str, str]) -> list[str]:
@@ -142,7 +141,7 @@ class Proc:
 
     @property
     def metrics_port(self) -> int:
-        return self.settings.metrics_port
+        return self.settings.process.metrics_port
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
@@ -171,10 +170,10 @@ class Supervisor:
             raise ValueError(f"a process named {name!r} already exists")
         changes: dict[str, object] = {"metrics_port": free_port()}
         if kind == "gateway":  # serves /readyz and /metrics on its HTTP port: a free one unless claim_id keeps it
-            changes = {"metrics_port": settings.gateway_port} if claim_id else {
+            changes = {"metrics_port": settings.gateway.gateway_port} if claim_id else {
                 "metrics_port": changes["metrics_port"], "gateway_port": changes["metrics_port"]}
         if kind == "worker" and not claim_id:
-            changes["transactional_id"] = settings.transactional_id or f"ttsflow-worker-{name}-{os.getpid()}"
+            changes["transactional_id"] = settings.kafka.transactional_id or f"ttsflow-worker-{name}-{os.getpid()}"
         s = settings.replace(**changes)
         proc = Proc(name, kind, s, _command(self.python, kind, s, extra_env or {}), self.log_dir / f"{name}.log")
         self.procs[name] = proc

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except StackError as e:
         print(f"ttsflow run: {e}", file=sys.stderr)
         return 1
-    log_dir = Path(settings.home) / "logs" / "run"
+    log_dir = Path(settings.process.home) / "logs" / "run"
     stopping = {"sig": 0}
 
     def on_signal(sig: int, _frame: FrameType | None) -> None:
@@ -64,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     sup = Supervisor(log_dir)
     try:
-        print(f"ttsflow run: stack up at {settings.bootstrap_servers}; starting 1 stage, {a.workers} worker(s), "
+        print(f"ttsflow run: stack up at {settings.kafka.bootstrap_servers}; starting 1 stage, {a.workers} worker(s), "
               f"the gateway (logs in {log_dir})", flush=True)
         sup.stage("stage", settings)
         for i in range(a.workers):
             sup.worker(f"worker-{i}", settings, claim_id=True)
         sup.gateway("gateway", settings, keep_port=True)
-        url = f"http://{settings.gateway_host}:{settings.gateway_port}"
+        url = f"http://{settings.gateway.gateway_host}:{settings.gateway.gateway_port}"
         pending = set(sup.procs)
         deadline = time.monotonic() + 600
         state: dict[str, str] = {}

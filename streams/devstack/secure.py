@@ -152,7 +152,7 @@ def client_settings(settings: Settings, home: Path, user: str = ADMIN) -> Settin
     return settings.replace(kafka_security_protocol="SASL_SSL", kafka_sasl_mechanism=MECHANISM,
                             kafka_sasl_username=user, kafka_sasl_password=Secret(_password(sp.password_file(user))),
                             kafka_sasl_password_file="", kafka_ssl_ca_file=str(sp.ca_pem),
-                            s3_endpoint=f"https://127.0.0.1:{settings.s3_port}", s3_ca_bundle=str(sp.ca_pem),
+                            s3_endpoint=f"https://127.0.0.1:{settings.local_stack.s3_port}", s3_ca_bundle=str(sp.ca_pem),
                             redis_username=REDIS_USER, redis_password_file="",
                             redis_password=Secret(_password(sp.password_file(f"redis-{REDIS_USER}"))))
 
@@ -202,15 +202,14 @@ def acl_specs(settings: Settings, *, ops: bool = False) -> list[AclSpec]:
     # (ttsflow's group-less readers name a group librdkafka looks up but never join: ttsflow-reader-*)
     for prefix in ("ttsflow-client-", "ttsflow-reader-", f"{PRINCIPALS['user']}-"):
         allow(user, "GROUP", prefix, ("READ", "DESCRIBE"), "PREFIXED")
-    # stage: requests in, segments and dead letters out; its faust topics (changelog, leader),
-    # group and (exactly_once) transactional ids all start with its app id
+    # stage: requests in, segments and dead letters out; its faust topics (changelog, leader)
+    # and group start with its app id (it runs at_least_once: no transactional id)
     app = st.stage_app_id
     allow(stage, "TOPIC", k.topic_requests, ("READ", "DESCRIBE"))
     allow(stage, "TOPIC", k.topic_segments, ("WRITE", "DESCRIBE"))
     allow(stage, "TOPIC", k.topic_dlq, ("WRITE", "DESCRIBE"))
     allow(stage, "TOPIC", f"{app}-", ("READ", "WRITE", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS"), "PREFIXED")
     allow(stage, "GROUP", app, ("READ", "DESCRIBE"))
-    allow(stage, "TRANSACTIONAL_ID", f"{app}-", ("WRITE", "DESCRIBE"), "PREFIXED")
     # worker: segments in; completions, chunks, done records out in its transactions; the done
     # topic read back after a restart; its group's offsets committed in the transaction
     allow(worker, "TOPIC", k.topic_segments, ("READ", "DESCRIBE"))
@@ -314,13 +313,13 @@ def security_status(settings: Settings, home: Path) -> dict[str, Any] | None:
                          "principal": f"User:{name}"} for role, name in PRINCIPALS.items()}
     principals["admin"] = {"username": ADMIN, "password_file": str(sp.password_file(ADMIN)),
                            "principal": f"User:{ADMIN}"}
-    return {"bootstrap": f"127.0.0.1:{settings.kafka_port}", "security_protocol": "SASL_SSL",
+    return {"bootstrap": f"127.0.0.1:{settings.local_stack.kafka_port}", "security_protocol": "SASL_SSL",
             "sasl_mechanism": MECHANISM, "ca_file": str(sp.ca_pem), "principals": principals,
-            "s3_endpoint": f"https://127.0.0.1:{settings.s3_port}",
+            "s3_endpoint": f"https://127.0.0.1:{settings.local_stack.s3_port}",
             "redis": {"username": REDIS_USER, "password_file": str(sp.password_file(f"redis-{REDIS_USER}")),
                       "tls": False},
             "env": {"TTS_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "TTS_KAFKA_SASL_MECHANISM": MECHANISM,
-                    "TTS_KAFKA_SSL_CA_FILE": str(sp.ca_pem), "TTS_S3_ENDPOINT": f"https://127.0.0.1:{settings.s3_port}",
+                    "TTS_KAFKA_SSL_CA_FILE": str(sp.ca_pem), "TTS_S3_ENDPOINT": f"https://127.0.0.1:{settings.local_stack.s3_port}",
                     "TTS_S3_CA_BUNDLE": str(sp.ca_pem), "TTS_REDIS_USERNAME": REDIS_USER}}
 
 

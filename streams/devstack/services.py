@@ -105,13 +105,13 @@ def _start_kafka(settings: Settings, p: StackPaths) -> int:
     java = java_binary()
     data = p.data / "kafka"
     conf = _render("server.properties.template", p.conf / "server.properties",
-                   kafka_port=settings.kafka_port, controller_port=settings.kafka_controller_port,
-                   log_dirs=data, partitions=settings.partitions)
+                   kafka_port=settings.local_stack.kafka_port, controller_port=settings.local_stack.kafka_controller_port,
+                   log_dirs=data, partitions=settings.kafka.partitions)
     scram: list[str] = []
     if secure.is_secure(p.home):  # SASL_SSL listener, SCRAM users, StandardAuthorizer (streams/devstack/secure.py)
         sp = secure.secure_paths(p.home)
         extra = string.Template((DEPLOY_DIR / "server-secure.properties.template").read_text()).substitute(
-            {k: str(v) for k, v in {"kafka_port": settings.kafka_port, "controller_port": settings.kafka_controller_port,
+            {k: str(v) for k, v in {"kafka_port": settings.local_stack.kafka_port, "controller_port": settings.local_stack.kafka_controller_port,
                                     **secure.template_values(sp)}.items()})
         conf.write_text(conf.read_text() + "\n" + extra)
         conf.chmod(0o600)  # it holds the admin's password
@@ -138,11 +138,11 @@ def _start_s3(settings: Settings, p: StackPaths) -> int:
     basedir = p.data / "s3"
     _check_xattrs(basedir)
     conf = _render("s3proxy.properties.template", p.conf / "s3proxy.properties",
-                   s3_port=settings.s3_port, access_key=settings.s3_access_key,
-                   secret_key=settings.s3_secret_key, basedir=basedir)
+                   s3_port=settings.local_stack.s3_port, access_key=settings.s3.s3_access_key,
+                   secret_key=settings.s3.s3_secret_key, basedir=basedir)
     if secure.is_secure(p.home):  # HTTPS only, with the broker's certificate (same host, same CA)
-        conf.write_text(conf.read_text().replace(f"s3proxy.endpoint=http://127.0.0.1:{settings.s3_port}",
-                                                 secure.s3proxy_tls(p.home, settings.s3_port)))
+        conf.write_text(conf.read_text().replace(f"s3proxy.endpoint=http://127.0.0.1:{settings.local_stack.s3_port}",
+                                                 secure.s3proxy_tls(p.home, settings.local_stack.s3_port)))
         conf.chmod(0o600)
     jar = sorted(p.s3proxy_dir.glob("s3proxy-*.jar"))[-1]
     argv = [java, *_S3_HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true", "-DLOG_LEVEL=warn",
@@ -154,7 +154,7 @@ def _start_redis(settings: Settings, p: StackPaths) -> int:
     binary = _redis_binary()
     data = p.data / "redis"
     data.mkdir(parents=True, exist_ok=True)
-    conf = _render("redis.conf.template", p.conf / "redis.conf", redis_port=settings.redis_port,
+    conf = _render("redis.conf.template", p.conf / "redis.conf", redis_port=settings.local_stack.redis_port,
                    data_dir=data, log_file=p.logs / "redis.log")
     if secure.is_secure(p.home):  # ACL users with passwords (this valkey-server has no TLS support)
         conf.write_text(conf.read_text() + secure.redis_acl_lines(p.home))
@@ -175,21 +175,21 @@ def stack_admin(settings: Settings, bootstrap: str | None = None) -> Any:
 
 
 def kafka_address(settings: Settings) -> str:
-    return f"127.0.0.1:{settings.kafka_port}"
+    return f"127.0.0.1:{settings.local_stack.kafka_port}"
 
 
 def _s3_address(settings: Settings) -> str:
-    scheme = "https" if settings.s3_endpoint.startswith("https://") else "http"  # https on a secured home
-    return f"{scheme}://127.0.0.1:{settings.s3_port}"
+    scheme = "https" if settings.s3.s3_endpoint.startswith("https://") else "http"  # https on a secured home
+    return f"{scheme}://127.0.0.1:{settings.local_stack.s3_port}"
 
 
 def _redis_address(settings: Settings) -> str:
-    return f"127.0.0.1:{settings.redis_port}"
+    return f"127.0.0.1:{settings.local_stack.redis_port}"
 
 
 def probe_kafka(settings: Settings, admin: Any = None) -> str | None:
     """None when the broker answers a metadata request, else why not."""
-    if not port_open(settings.kafka_port):
+    if not port_open(settings.local_stack.kafka_port):
         return "connection refused"
     try:
         md = (admin or stack_admin(settings, kafka_address(settings))).list_topics(timeout=3)
@@ -201,12 +201,12 @@ def probe_kafka(settings: Settings, admin: Any = None) -> str | None:
 def s3_client(settings: Settings, endpoint: str | None = None) -> Any:
     from storage.s3 import s3_client
 
-    return s3_client(endpoint or settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
-                     settings.s3_region, ca_bundle=settings.s3_ca_bundle, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
+    return s3_client(endpoint or settings.s3.s3_endpoint, settings.s3.s3_access_key, settings.s3.s3_secret_key,
+                     settings.s3.s3_region, ca_bundle=settings.s3.s3_ca_bundle, connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
 
 
 def _probe_s3(settings: Settings) -> str | None:
-    if not port_open(settings.s3_port):
+    if not port_open(settings.local_stack.s3_port):
         return "connection refused"
     client = s3_client(settings, _s3_address(settings))
     try:
@@ -219,14 +219,14 @@ def _probe_s3(settings: Settings) -> str | None:
 
 
 def _probe_redis(settings: Settings) -> str | None:
-    if not port_open(settings.redis_port):
+    if not port_open(settings.local_stack.redis_port):
         return "connection refused"
     import redis
 
     from storage.cache import redis_auth
 
-    client = redis.Redis(host="127.0.0.1", port=settings.redis_port, socket_timeout=2, socket_connect_timeout=2,
-                         **redis_auth("redis://", settings.redis_username, settings.redis_password))
+    client = redis.Redis(host="127.0.0.1", port=settings.local_stack.redis_port, socket_timeout=2, socket_connect_timeout=2,
+                         **redis_auth("redis://", settings.redis.redis_username, settings.redis.redis_password))
     try:
         return None if client.ping() else "PING failed"
     except Exception as e:
@@ -240,7 +240,7 @@ STARTERS: dict[str, Callable[[Settings, StackPaths], int]] = {
 PROBES: dict[str, Callable[[Settings], str | None]] = {
     "kafka": probe_kafka, "s3": _probe_s3, "redis": _probe_redis}
 PORTS: dict[str, Callable[[Settings], int]] = {
-    "kafka": lambda s: s.kafka_port, "s3": lambda s: s.s3_port, "redis": lambda s: s.redis_port}
+    "kafka": lambda s: s.local_stack.kafka_port, "s3": lambda s: s.local_stack.s3_port, "redis": lambda s: s.local_stack.redis_port}
 ADDRESSES: dict[str, Callable[[Settings], str]] = {
     "kafka": kafka_address, "s3": _s3_address, "redis": _redis_address}
 LOGS: dict[str, Callable[[StackPaths], Path]] = {

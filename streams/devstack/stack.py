@@ -79,9 +79,9 @@ def ensure_bucket(settings: Settings) -> bool:
     s3 = s3_client(settings)
     try:
         names = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
-        if settings.s3_bucket in names:
+        if settings.s3.s3_bucket in names:
             return False
-        s3.create_bucket(Bucket=settings.s3_bucket)
+        s3.create_bucket(Bucket=settings.s3.s3_bucket)
         return True
     finally:
         s3.close()
@@ -169,7 +169,7 @@ def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False,
             n = secure.ensure_acls(settings, secure.acl_specs(settings), timeout=max(10.0, deadline - time.monotonic()))
             say(f"stack: {n} ACLs for {', '.join(secure.PRINCIPALS.values())}")
         if ensure_bucket(settings):
-            say(f"stack: created bucket {settings.s3_bucket}")
+            say(f"stack: created bucket {settings.s3.s3_bucket}")
     return status(settings)
 
 

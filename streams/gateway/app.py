@@ -71,9 +71,9 @@ class Voices:
     """Our voices by name plus the alias map; an alias with no target speaks with the default voice."""
 
     def __init__(self, settings: Settings) -> None:
-        self.names = engine_voices.backend_voices(settings.backend) or ()
+        self.names = engine_voices.backend_voices(settings.engine.backend) or ()
         self.served = tuple(v for b in settings.engine.served_backends for v in engine_voices.backend_voices(b) or ())
-        self.default = settings.voice or (self.names[0] if self.names else "")
+        self.default = settings.engine.voice or (self.names[0] if self.names else "")
         self.aliases = {a: (v or self.default) for a, v in settings.gateway.aliases.items()}
 
     def resolve(self, voice: str | dict[str, Any]) -> str:
@@ -100,7 +100,7 @@ class Voices:
 
 def _validate(body: SpeechBody, settings: Settings) -> None:
     gw = settings.gateway
-    if body.model not in MODELS and body.model != settings.backend:
+    if body.model not in MODELS and body.model != settings.engine.backend:
         raise ApiError(400, f"Unknown model {body.model[:64]!r}; use one of {', '.join(MODELS)}.", param="model",
                        code="model_not_found")
     if not body.input.strip():
@@ -190,7 +190,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         _caller(request)
-        names = (*MODELS, settings.backend)
+        names = (*MODELS, settings.engine.backend)
         return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "ttsflow"}
                                            for m in dict.fromkeys(names)]}
 

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as e:
         print(f"ttsflow gateway: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=settings.process.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         import uvicorn
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ttsflow gateway: cannot listen on {gw.gateway_host}:{gw.gateway_port}: {e.strerror or e}",
               file=sys.stderr)
         return 1
-    config = uvicorn.Config(app, log_level=settings.log_level.lower(), access_log=False, timeout_graceful_shutdown=10)
+    config = uvicorn.Config(app, log_level=settings.process.log_level.lower(), access_log=False, timeout_graceful_shutdown=10)
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])

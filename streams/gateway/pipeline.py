@@ -101,7 +101,7 @@ class Pipeline:
     async def connect(cls, settings: Settings) -> Pipeline:
         loop = asyncio.get_running_loop()
         client = await loop.run_in_executor(
-            None, lambda: TTSClient(settings, lookback_s=settings.gateway_reader_lookback_s, chunks=True, recent_max=settings.gateway_recent_max))
+            None, lambda: TTSClient(settings, lookback_s=settings.gateway.gateway_reader_lookback_s, chunks=True, recent_max=settings.gateway.gateway_recent_max))
         return cls(settings, client)
 
     def close(self) -> None:

@@ -118,15 +118,17 @@ def transactional_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
            **extra})
 
 
+# what every ttsflow reader sees: committed records only, from the start, offsets never committed for it
+_READ_COMMITTED = {"isolation.level": "read_committed", "enable.auto.commit": False,
+                   "enable.auto.offset.store": False, "auto.offset.reset": "earliest"}
+
+
 def consumer_config(kafka: KafkaSettings, group: str, **extra: Any) -> dict[str, Any]:
     """A group consumer whose offsets are committed only through a transaction."""
     return client_config(
         kafka,
         **{"group.id": group,
-           "isolation.level": "read_committed",
-           "enable.auto.commit": False,
-           "enable.auto.offset.store": False,
-           "auto.offset.reset": "earliest",
+           **_READ_COMMITTED,
            "partition.assignment.strategy": "cooperative-sticky",
            "session.timeout.ms": 10_000,
            "heartbeat.interval.ms": 1_000,
@@ -139,8 +141,5 @@ def reader_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
     return client_config(
         kafka,
         **{"group.id": "ttsflow-reader-unused",  # required by the client; never joins or commits
-           "isolation.level": "read_committed",
-           "enable.auto.commit": False,
-           "enable.auto.offset.store": False,
-           "auto.offset.reset": "earliest",
+           **_READ_COMMITTED,
            **extra})

@@ -47,12 +47,11 @@ def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int |
 def dedup_table_name(stage: StageSettings) -> str:
     """The dedup table's name (its changelog is ``<app id>-<name>-changelog``).
 
-    One changelog per guarantee: a changelog written in transactions ends in commit markers,
-    and faust's non-transactional recovery waits forever for an event at the marker's offset
-    (seen when a stage switched from exactly_once to at_least_once). ``seen`` replaced the
-    per-user ``dedup`` maps; ids recorded there are not carried over (the worker's done set
-    still stops a repeated id it answered)."""
-    return "seen-eos" if stage.stage_guarantee == "exactly_once" else "seen"
+    ``seen`` replaced the per-user ``dedup`` maps; ids recorded there are not carried over
+    (the worker's done set still stops a repeated id it answered). A ``seen-eos`` table left
+    by a stage that once ran faust's exactly_once (refused at load now) is not read: its
+    changelog ends in transaction markers that faust's plain recovery waits on forever."""
+    return "seen"
 
 
 def dedup_changelog_topic(stage: StageSettings) -> str:

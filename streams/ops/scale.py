@@ -338,9 +338,9 @@ def main(argv: list[str]) -> int:
     from streams.settings import load_settings
 
     st = load_settings()
-    partitions = st.partitions if a.partitions is None else a.partitions
-    a.lag_threshold = st.lag_threshold if a.lag_threshold is None else a.lag_threshold
-    a.activation = st.activation_lag_threshold if a.activation is None else a.activation
+    partitions = st.kafka.partitions if a.partitions is None else a.partitions
+    a.lag_threshold = st.scaling.lag_threshold if a.lag_threshold is None else a.lag_threshold
+    a.activation = st.scaling.activation_lag_threshold if a.activation is None else a.activation
     try:
         rule = KedaRule(lag_threshold=a.lag_threshold, activation_lag_threshold=a.activation,
                         allow_idle_consumers=a.allow_idle_consumers, min_replicas=a.min_replicas,

@@ -29,8 +29,7 @@ answered like bad content (failed completion ``internal_error`` or dead letter
 ``stage_error``) and counted, so the next record is processed. Kafka errors are not
 swallowed: they crash the worker, which exits non-zero for the orchestrator to restart.
 
-**Duplicates.** A faust Table ``seen`` (``seen-eos`` under exactly_once: a changelog
-written in transactions hangs faust's non-transactional recovery), rebuilt from its
+**Duplicates.** A faust Table ``seen``, rebuilt from its
 compacted changelog on start and on rebalance (``TTS_STAGE_STORE``: in memory, or in
 RocksDB on disk, which restarts from its own files), holds one entry per (record key,
 request id) in a time bucket one window wide (:mod:`streams.stage.dedup`): a request's

@@ -39,8 +39,8 @@ def claim_stage_instance_id(settings: Settings) -> str:
     one's id, hence its static membership and its partitions."""
     from streams.identity import claim_slot, host_name
 
-    slot = claim_slot("stage", settings.bootstrap_servers, settings.stage_app_id)
-    return f"{settings.stage_app_id}-{host_name()}-{slot}"
+    slot = claim_slot("stage", settings.kafka.bootstrap_servers, settings.stage.stage_app_id)
+    return f"{settings.stage.stage_app_id}-{host_name()}-{slot}"
 
 
 async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int = 10_000) -> int:
@@ -77,38 +77,37 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     _StageApp = stage_app_class()
     core = core or StageCore(settings.stage, settings.kafka, settings.engine, voices=served_voices(settings.engine),
                              on_dropped=metrics.foreign_dropped)
-    eos = settings.stage_guarantee == "exactly_once"
-    brokers = [f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",") if b.strip()]
+    brokers = [f"kafka://{b.strip()}" for b in settings.kafka.bootstrap_servers.split(",") if b.strip()]
     # Static membership (KIP-345): a stage restarted after a SIGKILL rejoins under the same
     # group.instance.id and gets its partitions back without a rebalance, so the other
     # stages never stop and it need not wait out the dead member's session (seen before:
     # every stage idle ~10 s after each kill; one killed again within ~8 s of its restart
     # never started). A clean stop still leaves the group at once (leave_group_on_stop).
-    instance_id = settings.stage_instance_id or claim_stage_instance_id(settings)
+    instance_id = settings.stage.stage_instance_id or claim_stage_instance_id(settings)
     # one data dir per stage identity: RocksDB locks its files, and a restarted stage with the
     # same identity (same partitions back) finds its table where it left it
-    datadir = Path(settings.home) / "stage" / settings.stage_app_id / instance_id
+    datadir = Path(settings.process.home) / "stage" / settings.stage.stage_app_id / instance_id
     datadir.mkdir(parents=True, exist_ok=True)
     leave_group_on_stop()
-    metrics.identify(instance_id=instance_id, group=settings.stage_app_id)
+    metrics.identify(instance_id=instance_id, group=settings.stage.stage_app_id)
     from streams.kafka.config import faust_credentials
 
     app = _StageApp(
-        settings.stage_app_id,
+        settings.stage.stage_app_id,
         broker=brokers,
         broker_credentials=faust_credentials(settings.kafka),
         key_serializer="raw",
         value_serializer="raw",
-        processing_guarantee=settings.stage_guarantee,
-        store="rocksdb://" if settings.stage_store == "rocksdb" else "memory://",
+        processing_guarantee=settings.stage.stage_guarantee,
+        store="rocksdb://" if settings.stage.stage_store == "rocksdb" else "memory://",
         web_enabled=False,
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
+        topic_partitions=settings.kafka.partitions,
+        topic_replication_factor=settings.kafka.replication_factor,
         consumer_auto_offset_reset="earliest",
         datadir=str(datadir),
         producer_acks=-1,
         broker_commit_every=1000,
-        broker_commit_interval=settings.stage_commit_interval_ms / 1000.0,
+        broker_commit_interval=settings.stage.stage_commit_interval_ms / 1000.0,
         consumer_group_instance_id=instance_id,
         broker_client_id=instance_id,  # what `ttsflow lag --json` and the broker's group view show
         # a member that dies and does not come back (a pod replaced under a new name) holds its
@@ -116,18 +115,14 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
     )
-    requests = app.topic(settings.topic_requests, key_type=bytes, value_type=bytes,
+    requests = app.topic(settings.kafka.topic_requests, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")
     # Raw bytes in and out of the table (the app's serializers): one entry per (record key,
     # request id) in a time bucket, the value its first-seen time (streams/stage/dedup.py).
-    # One changelog per guarantee: a changelog written in transactions ends in commit
-    # markers, and faust's non-transactional recovery waits forever for an event at the
-    # marker's offset (seen when a stage switched from exactly_once to at_least_once).
-    # Switching modes therefore starts with an empty dedup table.
-    seen = app.Table(dedup_table_name(settings.stage), default=None, partitions=settings.partitions, key_type=bytes,
+    seen = app.Table(dedup_table_name(settings.stage), default=None, partitions=settings.kafka.partitions, key_type=bytes,
                      value_type=bytes)
-    index = SeenIndex(settings.dedup_window_s)
-    source_topic = settings.topic_requests
+    index = SeenIndex(settings.stage.dedup_window_s)
+    source_topic = settings.kafka.topic_requests
     # faust checks on the first table write that the changelog has as many partitions as the
     # source topic; right after a start the consumer may not know the changelog yet ("has 0
     # partitions") and the check crashes the agent mid-record (seen in every SIGKILL run).
@@ -137,12 +132,6 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
 
     async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
         headers = list(rec.headers) or None
-        if eos:
-            # The transaction of the *source* partition: its offsets commit with these records.
-            group = app.assignor.group_for_topic(source_topic)
-            tid = f"{app.conf.id}-{group}-{src_partition}"
-            return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers,
-                                           transactional_id=tid)
         return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers)
 
     # (consumer generation, last offset processed) per input partition: a jump within one
@@ -172,7 +161,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             metrics.processed(time.perf_counter() - t0)
             futs = [await send(r, msg.partition) for r in outcome.records]
             if outcome.remember is not None:
-                if not eos and futs:
+                if futs:
                     for f in futs:
                         await f  # delivered before the id is recorded: a crash repeats, never loses
                 entry_key, entry_value = index.entry(k, outcome.remember, core.clock())
@@ -225,8 +214,6 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
 
     @app.timer(2.0)
     async def input_watchdog() -> None:
-        if eos:
-            return
         if app.in_recovery or app.rebalancing:  # tables are being rebuilt: nothing is fetched yet
             watch.forget(set())
             return
@@ -260,8 +247,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     @app.task
     async def started() -> None:
         metrics.ready(True)
-        _log.info("event=stage_started app_id=%s instance_id=%s guarantee=%s topic=%s", settings.stage_app_id,
-                  instance_id, settings.stage_guarantee, settings.topic_requests)
+        _log.info("event=stage_started app_id=%s instance_id=%s guarantee=%s topic=%s", settings.stage.stage_app_id,
+                  instance_id, settings.stage.stage_guarantee, settings.kafka.topic_requests)
 
     app.stage_agent = stage  # type: ignore[attr-defined]
     return app
@@ -278,11 +265,11 @@ def prepare_topics(settings: Settings) -> Settings:
 
     try:
         md = AdminClient(client_config(settings.kafka, log_level=3)).list_topics(
-            settings.topic_requests, timeout=10)
-        t = md.topics.get(settings.topic_requests)
-        if t is not None and t.error is None and t.partitions and len(t.partitions) != settings.partitions:
-            _log.warning("event=partitions_from_topic topic=%s partitions=%d setting=%d", settings.topic_requests,
-                         len(t.partitions), settings.partitions)
+            settings.kafka.topic_requests, timeout=10)
+        t = md.topics.get(settings.kafka.topic_requests)
+        if t is not None and t.error is None and t.partitions and len(t.partitions) != settings.kafka.partitions:
+            _log.warning("event=partitions_from_topic topic=%s partitions=%d setting=%d", settings.kafka.topic_requests,
+                         len(t.partitions), settings.kafka.partitions)
             settings = settings.replace(partitions=len(t.partitions))
         created = ensure_topics(settings.kafka, settings.stage)
         _log.info("event=topics_ready created=%s", ",".join(created) or "-")

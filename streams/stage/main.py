@@ -22,17 +22,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow stage", description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--metrics-port", type=int, default=None,
                     help="port of /metrics, /healthz, /readyz (default TTS_METRICS_PORT; 0 disables)")
-    ap.add_argument("--guarantee", choices=("exactly_once", "at_least_once"), default=None,
-                    help="faust processing guarantee (default TTS_STAGE_GUARANTEE)")
     ns = ap.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(stage_guarantee=ns.guarantee)
+        settings = load_settings()
     except SettingsError as e:
         print(f"ttsflow stage: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=settings.process.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     for noisy in ("aiokafka", "faust", "mode"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(settings.log_level)))
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(settings.process.log_level)))
 
     from faust import Worker
 
@@ -45,11 +43,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if not wait_for_broker(settings.kafka, timeout_s=_BROKER_WAIT_S):
-            print(f"ttsflow stage: no broker at {settings.bootstrap_servers} after {_BROKER_WAIT_S:.0f} s",
+            print(f"ttsflow stage: no broker at {settings.kafka.bootstrap_servers} after {_BROKER_WAIT_S:.0f} s",
                   file=sys.stderr)
             return 1
         # the ACLs it needs, checked before faust starts (faust retries a refused group or topic forever)
-        require(settings.kafka, role_needs(settings.kafka, "stage", stage_app_id=settings.stage_app_id), role="stage")
+        require(settings.kafka, role_needs(settings.kafka, "stage", stage_app_id=settings.stage.stage_app_id), role="stage")
     except KafkaAccessError as e:
         print(f"ttsflow stage: {e}", file=sys.stderr)
         return 1
@@ -57,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("ttsflow.stage").warning("event=access_not_checked error=%s", e)
 
     settings = prepare_topics(settings)
-    port = settings.metrics_port if ns.metrics_port is None else ns.metrics_port
+    port = settings.process.metrics_port if ns.metrics_port is None else ns.metrics_port
     metrics = StageMetrics(port)
     try:
         app = build_app(settings, metrics)
-        worker = Worker(app, loglevel=settings.log_level.lower(), quiet=True, override_logging=False)
+        worker = Worker(app, loglevel=settings.process.log_level.lower(), quiet=True, override_logging=False)
         worker.execute_from_commandline()  # returns or raises SystemExit when the worker stops
     except SystemExit as e:
         code = e.code

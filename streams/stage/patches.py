@@ -7,7 +7,8 @@ consumer ``ack`` / ``_new_offset`` / ``seek_to_committed``) and aiokafka 0.14
 (``GroupCoordinator._maybe_leave_group``, the fetcher's subscription state). On an upgrade,
 re-run ``ttsflow bench stage --kill`` and ``ttsflow chaos`` before trusting them.
 
-**Guarantee** (``settings.stage_guarantee``, default ``at_least_once``). What a
+**Guarantee** (``settings.stage.stage_guarantee``: ``at_least_once``, the only one accepted;
+``exactly_once`` is refused at load for the reasons measured below). What a
 ``read_committed`` reader of the segments topic saw in ``ttsflow bench stage --kill``
 (2 stage processes, 4 partitions, 100 requests/s, SIGKILLs with immediate restarts,
 crashed stages restarted as an orchestrator would; faust-streaming 0.15.3, aiokafka

@@ -114,8 +114,8 @@ def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, 
     """
     from streams.identity import claim_slot, host_name
 
-    prefix = settings.effective_transactional_id_prefix
-    slot = claim_slot("worker", settings.bootstrap_servers, prefix, lock_dir=lock_dir, slots=slots)
+    prefix = settings.kafka.effective_transactional_id_prefix
+    slot = claim_slot("worker", settings.kafka.bootstrap_servers, prefix, lock_dir=lock_dir, slots=slots)
     return f"{prefix}-{host_name()}-{slot}"
 
 
@@ -166,9 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as e:
         print(f"ttsflow worker: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, stream=sys.stderr,
+    logging.basicConfig(level=settings.process.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if not settings.transactional_id:
+    if not settings.kafka.transactional_id:
         settings = settings.replace(transactional_id=claim_transactional_id(settings))
     if (refused := _kafka_refusal(settings)) is not None:
         print(f"ttsflow worker: {refused}", file=sys.stderr)
@@ -181,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     lanes, threads = model_lanes(settings.engine)
     try:
         engine = open_engine(dataclasses.replace(settings.engine, threads=threads),
-                             model_dir=settings.effective_model_dir, max_batch=settings.max_batch)
+                             model_dir=settings.effective_model_dir, max_batch=settings.batching.max_batch)
         if isinstance(engine, ModelManager):  # served from the versioned store: hot reload on SIGHUP
-            if settings.precision not in ("auto", engine.version.precision):
-                _log.warning("event=precision_ignored precision=%s serving=%s hint=%r", settings.precision,
+            if settings.engine.precision not in ("auto", engine.version.precision):
+                _log.warning("event=precision_ignored precision=%s serving=%s hint=%r", settings.engine.precision,
                              engine.version.ref, "the store's current version decides; `ttsflow model use` changes it")
             install_sighup(engine)
         elif isinstance(engine, BackendRouter):  # several backends: SIGHUP reloads those served from the store
@@ -194,14 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _log.info("event=engine_loaded model=%s provider=%s cold_start_s=%.2f lanes=%d threads_per_call=%s",
               engine.info.name, engine.info.provider, engine.cold_start_s or 0.0, lanes, threads or "all")
-    metrics = WorkerMetrics(settings.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
-    metrics.identify(transactional_id=settings.effective_transactional_id, group=settings.worker_group)
+    metrics = WorkerMetrics(settings.process.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
+    metrics.identify(transactional_id=settings.kafka.effective_transactional_id, group=settings.kafka.worker_group)
     if isinstance(engine, BackendRouter):
         engine.on_batch = metrics.backend_batch
     store = AudioStore.from_section(settings.s3)
     cache = AudioCache.from_section(settings.redis, namespace=cache_namespace(settings.s3))
     worker = Worker(settings.kafka, settings.batching, engine, store, cache, metrics,
-                    dedup_window_s=settings.dedup_window_s, overlap=args.overlap, lanes=lanes)
+                    dedup_window_s=settings.stage.dedup_window_s, overlap=args.overlap, lanes=lanes)
 
     def _on_signal(signum: int, _frame: Any) -> None:
         _log.info("event=signal signum=%d", signum)

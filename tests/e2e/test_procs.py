@@ -42,9 +42,9 @@ def test_worker_is_ready_killed_restarted_and_stopped_by_pid(run_settings: Setti
         w = sup.worker("w0", run_settings)
         sup.wait_ready(w, timeout=120)
         assert metrics_up(w.metrics_port)
-        sup.wait_group(run_settings, run_settings.worker_group, 1, timeout=60)
+        sup.wait_group(run_settings, run_settings.kafka.worker_group, 1, timeout=60)
         first = w.pid
-        assert first is not None and w.settings.transactional_id
+        assert first is not None and w.settings.kafka.transactional_id
         assert sup.kill("w0", signal.SIGKILL) == -signal.SIGKILL
         assert _gone(first)
         sup.restart("w0")
@@ -55,14 +55,14 @@ def test_worker_is_ready_killed_restarted_and_stopped_by_pid(run_settings: Setti
         assert codes == {"w0": 0}  # SIGTERM: a clean exit
         assert second is not None and _gone(second)
     assert "==== start 2 of w0" in (tmp_path / "w0.log").read_text()
-    assert group_members(run_settings, run_settings.worker_group) in (0, 1)  # left or leaving
+    assert group_members(run_settings, run_settings.kafka.worker_group) in (0, 1)  # left or leaving
 
 
 def test_each_worker_gets_its_own_port_and_transactional_id(run_settings: Settings, tmp_path: Path) -> None:
     with Supervisor(tmp_path) as sup:
         a, b = sup.worker("a", run_settings), sup.worker("b", run_settings)
         assert a.metrics_port != b.metrics_port and a.metrics_port and b.metrics_port
-        assert a.settings.transactional_id != b.settings.transactional_id
+        assert a.settings.kafka.transactional_id != b.settings.kafka.transactional_id
         for p in (a, b):
             sup.wait_ready(p, timeout=120)
         pids = [a.pid, b.pid]

@@ -56,7 +56,7 @@ def _private_settings(home: Path) -> Settings:
 
     base = load_settings()
     home.mkdir()
-    shared_jars = Path(base.home).expanduser().resolve() / "jars"
+    shared_jars = Path(base.process.home).expanduser().resolve() / "jars"
     if shared_jars.is_dir():
         (home / "jars").symlink_to(shared_jars)
     kp, cp, sp, rp = (free_port() for _ in range(4))
@@ -72,7 +72,7 @@ def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Set
     s = _private_settings(tmp_path_factory.mktemp("secure") / "stack")
     try:
         stack.stack_up(s, quiet=True, timeout=_STACK_UP_S, secure_kafka=True)
-        yield s, Path(s.home)
+        yield s, Path(s.process.home)
     finally:
         stack.stack_down(s, quiet=True)
 
@@ -86,7 +86,7 @@ def private_stack(tmp_path: Path) -> Iterator[Settings]:
     base = load_settings()
     home = tmp_path / "stack"
     home.mkdir()
-    shared_jars = Path(base.home).expanduser().resolve() / "jars"
+    shared_jars = Path(base.process.home).expanduser().resolve() / "jars"
     if shared_jars.is_dir():
         (home / "jars").symlink_to(shared_jars)
     kp, cp, sp, rp = (free_port() for _ in range(4))
@@ -123,10 +123,10 @@ def settings(stack_settings: Settings, unique: str) -> Iterator[Settings]:
 
 
 def _cleanup(s: Settings, unique: str) -> None:
-    admin = AdminClient({"bootstrap.servers": s.bootstrap_servers})
+    admin = AdminClient({"bootstrap.servers": s.kafka.bootstrap_servers})
     topics = [t for t in admin.list_topics(timeout=10).topics if unique in t]
     delete_topics(s, topics)
-    groups = [s.stage_app_id, s.worker_group]
+    groups = [s.stage.stage_app_id, s.kafka.worker_group]
     for fut in admin.delete_consumer_groups(groups, request_timeout=10).values():
         try:
             fut.result(10)
@@ -135,7 +135,7 @@ def _cleanup(s: Settings, unique: str) -> None:
 
 
 def producer_conf(s: Settings, **conf: Any) -> dict[str, Any]:
-    return {"bootstrap.servers": s.bootstrap_servers, "partitioner": "murmur2_random", "linger.ms": 5, **conf}
+    return {"bootstrap.servers": s.kafka.bootstrap_servers, "partitioner": "murmur2_random", "linger.ms": 5, **conf}
 
 
 @pytest.fixture
@@ -157,7 +157,7 @@ def make_consumer(stack_settings: Settings) -> Iterator[Callable[..., Consumer]]
     made: list[Consumer] = []
 
     def factory(topics: list[str], **conf: Any) -> Consumer:
-        c = Consumer({"bootstrap.servers": stack_settings.bootstrap_servers,
+        c = Consumer({"bootstrap.servers": stack_settings.kafka.bootstrap_servers,
                       "group.id": f"test-{uuid.uuid4().hex[:12]}", "auto.offset.reset": "earliest",
                       "isolation.level": "read_committed", "enable.auto.commit": False, **conf})
         c.subscribe(topics)
@@ -213,7 +213,7 @@ def drain_topic(bootstrap: str, topic: str, *, count: int | None = None, timeout
 def drain(stack_settings: Settings) -> Callable[..., list[Message]]:
     def run(topic: str, count: int | None = None, timeout: float = 30.0,
             isolation: str = "read_committed") -> list[Message]:
-        return drain_topic(stack_settings.bootstrap_servers, topic, count=count, timeout=timeout, isolation=isolation)
+        return drain_topic(stack_settings.kafka.bootstrap_servers, topic, count=count, timeout=timeout, isolation=isolation)
     return run
 
 
@@ -221,7 +221,7 @@ def s3_client(s: Settings) -> Any:
     """A boto3 S3 client for the stack: path-style, checksums only when required."""
     from storage.s3 import s3_client as client
 
-    return client(s.s3_endpoint, s.s3_access_key, s.s3_secret_key, s.s3_region, retries={"max_attempts": 2})
+    return client(s.s3.s3_endpoint, s.s3.s3_access_key, s.s3.s3_secret_key, s.s3.s3_region, retries={"max_attempts": 2})
 
 
 @pytest.fixture
@@ -234,6 +234,6 @@ def s3(stack_settings: Settings) -> Iterator[Any]:
 @pytest.fixture
 def redis_client(stack_settings: Settings) -> Iterator[Any]:
     import redis
-    client = redis.Redis.from_url(stack_settings.redis_url, socket_timeout=5)
+    client = redis.Redis.from_url(stack_settings.redis.redis_url, socket_timeout=5)
     yield client
     client.close()

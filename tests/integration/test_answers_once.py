@@ -62,7 +62,7 @@ def _answers(s: Settings, want: int, timeout: float) -> list[Any]:
     """Completions seen by a read_committed reader, once ``want`` distinct ids are there or at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        cs = [decode_completion(m.value()) for m in drain_topic(s.bootstrap_servers, s.topic_completed,
+        cs = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_completed,
                                                                  count=want, timeout=10)]
         if len({c.request_id for c in cs}) >= want or time.monotonic() > deadline:
             return cs
@@ -83,14 +83,14 @@ def test_bad_content_mixed_with_valid_is_answered_once_while_stages_are_sigkille
         for name in names:
             sup.wait_ready(name, timeout=120)
         sup.wait_ready(w, timeout=120)
-        sup.wait_group(s, s.stage_app_id, stages, timeout=120)
+        sup.wait_group(s, s.stage.stage_app_id, stages, timeout=120)
 
         sent = threading.Event()
 
         def publish() -> None:  # ~20 requests/s, as a user's service would
             p = Producer(producer_conf(s, **{"enable.idempotence": True}))
             for i, (_, user, value, _) in enumerate(reqs):
-                p.produce(s.topic_requests, key=user.encode(), value=value)
+                p.produce(s.kafka.topic_requests, key=user.encode(), value=value)
                 if i % 10 == 9:
                     p.flush(30)
                     time.sleep(0.5)
@@ -141,19 +141,19 @@ def test_a_stage_replaying_its_input_adds_no_second_answer(settings: Settings, t
         sup.wait_ready(w, timeout=120)
         p = Producer(producer_conf(s, **{"enable.idempotence": True}))
         for _, user, value, _ in reqs:
-            p.produce(s.topic_requests, key=user.encode(), value=value)
+            p.produce(s.kafka.topic_requests, key=user.encode(), value=value)
         assert p.flush(30) == 0
         first = _answers(s, len(reqs), timeout=180)
         assert len({c.request_id for c in first}) == len(reqs)
-        emitted = len(drain_topic(s.bootstrap_servers, s.topic_segments, timeout=5))
-        replay = sup.stage("replay", s.replace(stage_app_id=f"{s.stage_app_id}-replay"))
+        emitted = len(drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, timeout=5))
+        replay = sup.stage("replay", s.replace(stage_app_id=f"{s.stage.stage_app_id}-replay"))
         sup.wait_ready(replay, timeout=120)
         deadline = time.monotonic() + 180
         while _metric(w.metrics_port, "ttsflow_worker_segments_consumed_total") < 2 * emitted:
             assert time.monotonic() < deadline, "the worker never read the replayed segments"
             sup.check_alive()
             time.sleep(0.5)
-        again = [decode_completion(m.value()) for m in drain_topic(s.bootstrap_servers, s.topic_completed,
+        again = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_completed,
                                                                     timeout=5)]
     counts = Counter(c.request_id for c in again)
     print(f"\nreplay test: {len(reqs)} requests, {emitted} segment records emitted twice; "
@@ -176,11 +176,11 @@ def test_a_fresh_cluster_answers_its_first_requests_without_a_stall(private_stac
         p = Producer(producer_conf(s, **{"enable.idempotence": True}))
         t0 = time.time()
         for _, user, value in reqs:
-            p.produce(s.topic_requests, key=user.encode(), value=value)
-        p.produce(s.topic_requests, key=b"user-x", value=b"not json")  # one dead letter
+            p.produce(s.kafka.topic_requests, key=user.encode(), value=value)
+        p.produce(s.kafka.topic_requests, key=b"user-x", value=b"not json")  # one dead letter
         assert p.flush(60) == 0
         cs = _answers(s, len(reqs), timeout=120)
-        dlq = drain_topic(s.bootstrap_servers, s.topic_dlq, count=1, timeout=10)
+        dlq = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_dlq, count=1, timeout=10)
         log = st.log_path.read_text(errors="replace")
     latencies = sorted(c.completed_at.timestamp() - t0 for c in cs if c.completed_at is not None)
     print(f"\nfresh cluster: first {len(reqs)} requests answered after {latencies[0]:.2f}-{latencies[-1]:.2f} s "

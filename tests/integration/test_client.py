@@ -35,20 +35,20 @@ class FakeWorker:
     def __init__(self, settings: Settings, s3: Any) -> None:
         self.s = settings
         self.s3 = s3
-        self.p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random",
+        self.p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "partitioner": "murmur2_random",
                            "transactional.id": f"fake-worker-{uuid.uuid4().hex[:8]}"})
         self.p.init_transactions(30)
 
     def audio(self, rid: str, data: bytes, *, sha: str | None = None) -> AudioRef:
         key = f"test-client/{rid}.wav"
-        self.s3.put_object(Bucket=self.s.s3_bucket, Key=key, Body=data)
-        return AudioRef(uri=f"s3://{self.s.s3_bucket}/{key}", bucket=self.s.s3_bucket, key=key, format="wav",
+        self.s3.put_object(Bucket=self.s.s3.s3_bucket, Key=key, Body=data)
+        return AudioRef(uri=f"s3://{self.s.s3.s3_bucket}/{key}", bucket=self.s.s3.s3_bucket, key=key, format="wav",
                         sample_rate=22050, duration_s=0.1, bytes=len(data),
                         sha256=sha or hashlib.sha256(data).hexdigest())
 
     def complete(self, c: Completion, *, abort: bool = False) -> None:
         self.p.begin_transaction()
-        self.p.produce(self.s.topic_completed, key=c.user_id.encode(), value=encode(c))
+        self.p.produce(self.s.kafka.topic_completed, key=c.user_id.encode(), value=encode(c))
         if abort:
             self.p.abort_transaction(30)
         else:
@@ -71,7 +71,7 @@ def test_submit_keys_by_user_and_partitions_like_java(settings: Settings, drain:
         ids = [client.submit(f"hello {u}", u, voice="v1") for u in users]
         same = client.submit("again", users[0], request_id="my-own-id.1")
     assert same == "my-own-id.1" and len(set(ids)) == len(ids)
-    msgs = drain(settings.topic_requests, count=len(users) + 1)
+    msgs = drain(settings.kafka.topic_requests, count=len(users) + 1)
     assert len(msgs) == len(users) + 1
     for m in msgs:
         req = decode_request(m.value())
@@ -222,9 +222,9 @@ class FakePipeline:
         self.s = settings
         self.answered: list[str] = []
         self.stop = threading.Event()
-        self.c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"fake-{uuid.uuid4().hex[:8]}",
+        self.c = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": f"fake-{uuid.uuid4().hex[:8]}",
                            "auto.offset.reset": "earliest", "enable.auto.commit": False})
-        self.c.subscribe([settings.topic_requests])
+        self.c.subscribe([settings.kafka.topic_requests])
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
 
@@ -252,7 +252,7 @@ class FakePipeline:
 @pytest.fixture
 def pipeline(settings: Settings, s3: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     for name in ("topic_requests", "topic_completed", "topic_segments"):
-        monkeypatch.setenv(f"TTS_{name.upper()}", getattr(settings, name))
+        monkeypatch.setenv(f"TTS_{name.upper()}", getattr(settings.kafka, name))
     p = FakePipeline(settings, s3)
     yield p
     p.close()
@@ -336,5 +336,5 @@ def test_client_against_real_stage_and_worker(settings: Settings, tmp_path: Path
             assert ei.value.code == "empty_text"
         # everything answered: no segment waits for the worker group (markers aside)
         with LagReader(settings.kafka, settings.scaling) as reader:
-            g = reader.read(settings.worker_group, settings.topic_segments)
+            g = reader.read(settings.kafka.worker_group, settings.kafka.topic_segments)
         assert g.members == 1 and g.records_waiting == 0 and g.status == "OK"

@@ -54,7 +54,7 @@ class Rig:
         return c
 
     def completions_of(self, rid: str) -> int:
-        msgs = drain_topic(self.settings.bootstrap_servers, self.settings.topic_completed, timeout=30)
+        msgs = drain_topic(self.settings.kafka.bootstrap_servers, self.settings.kafka.topic_completed, timeout=30)
         return sum(1 for m in msgs if decode_completion(m.value()).request_id == rid)
 
 
@@ -72,7 +72,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             sup.wait_ready(gw, timeout=120)
             sup.wait_ready("stage", timeout=240)
             sup.wait_ready("worker", timeout=240)
-            rig = Rig(s, sup, gw, f"http://127.0.0.1:{gw.settings.gateway_port}")
+            rig = Rig(s, sup, gw, f"http://127.0.0.1:{gw.settings.gateway.gateway_port}")
             try:
                 yield rig
             finally:
@@ -159,7 +159,7 @@ def test_streaming_sends_bytes_before_the_completion(rig: Rig, fmt: str) -> None
             if first_at is None and piece:
                 first_at = time.time()
             pieces.append(piece)
-    msgs = drain_topic(rig.settings.bootstrap_servers, rig.settings.topic_completed, timeout=30)
+    msgs = drain_topic(rig.settings.kafka.bootstrap_servers, rig.settings.kafka.topic_completed, timeout=30)
     done = [decode_completion(m.value()) for m in msgs if decode_completion(m.value()).request_id == rid]
     assert len(done) == 1 and done[0].segments >= 16 and done[0].completed_at is not None
     assert first_at is not None
@@ -206,7 +206,7 @@ def test_an_idempotency_key_retried_is_answered_once(rig: Rig) -> None:
     # so only the look-up in the caller's partition of tts.completed can answer
     fresh = rig.sup.gateway(f"fresh-{uuid.uuid4().hex[:4]}", rig.settings.replace(gateway_reader_lookback_s=0.0))
     rig.sup.wait_ready(fresh, timeout=120)
-    r = http("POST", f"http://127.0.0.1:{fresh.settings.gateway_port}/v1/audio/speech",
+    r = http("POST", f"http://127.0.0.1:{fresh.settings.gateway.gateway_port}/v1/audio/speech",
              {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "wav"}, {"Idempotency-Key": key})
     assert r[0] == 200 and (r[1]["x-request-id"], r[2]) == (first[0][0], first[0][1])
     assert r[1]["x-ttsflow-found"] == "topic"
@@ -221,7 +221,7 @@ def test_a_wait_that_runs_out_answers_504_and_a_retry_collects_the_audio(rig: Ri
     key = f"slow-{uuid.uuid4().hex}"
     text = fresh(SENTENCES[6:18])  # twelve segments no cache holds: more than 0.3 s of synthesis
     body = {"model": "tts-1", "input": text, "voice": "alloy", "response_format": "flac"}
-    status, headers, raw = http("POST", f"http://127.0.0.1:{impatient.settings.gateway_port}/v1/audio/speech", body,
+    status, headers, raw = http("POST", f"http://127.0.0.1:{impatient.settings.gateway.gateway_port}/v1/audio/speech", body,
                                 {"Idempotency-Key": key})
     assert status == 504, raw
     import json
@@ -268,7 +268,7 @@ def test_with_no_stage_or_worker_the_gateway_says_so(rig: Rig) -> None:
     try:
         lonely = rig.sup.gateway(f"lonely-{unique}", s)
         rig.sup.wait_ready(lonely, timeout=120)
-        status, _, raw = http("POST", f"http://127.0.0.1:{lonely.settings.gateway_port}/v1/audio/speech",
+        status, _, raw = http("POST", f"http://127.0.0.1:{lonely.settings.gateway.gateway_port}/v1/audio/speech",
                                     {"model": "tts-1", "input": "Hello.", "voice": "alloy"})
         assert status == 504
         msg = raw.decode().lower()
@@ -341,7 +341,7 @@ def test_partition_for_is_where_murmur2_random_puts_a_key(settings: Settings) ->
     p = Producer(producer_config(settings.kafka))
     users = [f"user-{i}" for i in range(40)] + ["alice", "é-ü", "x" * 300]
     for u in users:
-        p.produce(settings.topic_requests, key=u.encode(), value=b"{}",
+        p.produce(settings.kafka.topic_requests, key=u.encode(), value=b"{}",
                   on_delivery=lambda err, m, u=u: got.__setitem__(u, m.partition()))
     assert p.flush(30) == 0
     assert got == {u: partition_for(u.encode(), TEST_PARTITIONS) for u in users}

@@ -59,7 +59,7 @@ def test_the_playground_speaks_a_phrase(browser, tmp_path, stream: bool) -> None
 
     with gateway_pipeline(tmp_path / "logs", "gwpg") as gw:
         d = browser
-        d.get(f"http://127.0.0.1:{gw.settings.gateway_port}/")  # type: ignore[attr-defined]
+        d.get(f"http://127.0.0.1:{gw.settings.gateway.gateway_port}/")  # type: ignore[attr-defined]
         assert "ttsflow playground" in d.title  # type: ignore[attr-defined]
         _until(lambda: len(Select(d.find_element(By.ID, "voice")).options) > 1, 30, "voices listed")
         Select(d.find_element(By.ID, "voice")).select_by_visible_text("nova")

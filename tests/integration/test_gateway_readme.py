@@ -33,7 +33,7 @@ def test_the_readme_curl_examples_work(tmp_path: Path) -> None:
     with gateway_pipeline(tmp_path / "logs", "gwrd") as gw:
         work = tmp_path / "run"
         work.mkdir()
-        port = gw.settings.gateway_port
+        port = gw.settings.gateway.gateway_port
         run = subprocess.run(["bash", "-euo", "pipefail", "-c", script.replace("127.0.0.1:8000", f"127.0.0.1:{port}")],
                              cwd=work, capture_output=True, text=True, timeout=400)
         assert run.returncode == 0, run.stderr

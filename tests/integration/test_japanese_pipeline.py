@@ -92,7 +92,7 @@ def test_japanese_mixed_and_mixed_voice_requests(settings: Settings, tmp_path: P
     mixed = got["mixed"]
     assert mixed.status == "ok" and mixed.segments == len(SPANS), mixed
     chunks = sorted((c for c in (decode_chunk(m.value() or b"") for m in drain_topic(
-        settings.bootstrap_servers, settings.topic_chunks, count=len(SPANS), timeout=60)) if c.request_id == "mixed"),
+        settings.kafka.bootstrap_servers, settings.kafka.topic_chunks, count=len(SPANS), timeout=60)) if c.request_id == "mixed"),
         key=lambda c: c.seq)
     assert [c.seq for c in chunks] == list(range(len(SPANS)))
     store = new_store(settings)

@@ -24,23 +24,23 @@ CONSUME = 35
 def _load_group(s: Settings, group: str) -> None:
     """N_PLAIN plain + N_TXN transactional messages on the segments topic; the group consumes
     and commits CONSUME of them, then leaves (offsets stay, no live member)."""
-    p = Producer({"bootstrap.servers": s.bootstrap_servers, "partitioner": "murmur2_random",
+    p = Producer({"bootstrap.servers": s.kafka.bootstrap_servers, "partitioner": "murmur2_random",
                   "enable.idempotence": True, "linger.ms": 5})
     for i in range(N_PLAIN):
-        p.produce(s.topic_segments, key=f"user-{i % 7}".encode(), value=f"plain-{i}".encode())
+        p.produce(s.kafka.topic_segments, key=f"user-{i % 7}".encode(), value=f"plain-{i}".encode())
     assert p.flush(30) == 0
-    tp = Producer({"bootstrap.servers": s.bootstrap_servers, "partitioner": "murmur2_random",
+    tp = Producer({"bootstrap.servers": s.kafka.bootstrap_servers, "partitioner": "murmur2_random",
                    "transactional.id": f"lag-test-{uuid.uuid4().hex[:8]}"})
     tp.init_transactions(30)
     tp.begin_transaction()
     for i in range(N_TXN):
-        tp.produce(s.topic_segments, key=f"user-{i % 3}".encode(), value=f"txn-{i}".encode())
+        tp.produce(s.kafka.topic_segments, key=f"user-{i % 3}".encode(), value=f"txn-{i}".encode())
     tp.commit_transaction(30)  # leaves a commit marker: the log end is one past the last record
     tp.flush(10)
-    c = Consumer({"bootstrap.servers": s.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
+    c = Consumer({"bootstrap.servers": s.kafka.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "isolation.level": "read_committed"})
     try:
-        c.subscribe([s.topic_segments])
+        c.subscribe([s.kafka.topic_segments])
         got = 0
         while got < CONSUME:
             m = c.poll(1.0)
@@ -73,7 +73,7 @@ def _parse_describe(out: str) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 def test_lag_equals_kafka_consumer_groups_describe(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
-    group = settings.worker_group
+    group = settings.kafka.worker_group
     _load_group(settings, group)
 
     proc = kafka_tool(settings, "ConsumerGroupCommand", ["--describe", "--group", group], timeout=120)
@@ -82,7 +82,7 @@ def test_lag_equals_kafka_consumer_groups_describe(settings: Settings, capsys: p
     assert theirs, proc.stdout
 
     with LagReader(settings.kafka, settings.scaling) as reader:
-        g = reader.read(group, settings.topic_segments)
+        g = reader.read(group, settings.kafka.topic_segments)
     ours = {(r.topic, r.partition): {"current": r.committed, "end": r.end_offset, "lag": r.lag}
             for r in g.partitions}
     print("kafka-consumer-groups --describe:\n" + proc.stdout)
@@ -94,16 +94,16 @@ def test_lag_equals_kafka_consumer_groups_describe(settings: Settings, capsys: p
     assert g.total_lag == sum(r["lag"] for r in theirs.values() if r["lag"] is not None)
     # the transaction's marker is part of the log end: ends sum to records + one marker per
     # partition the transaction touched
-    assert N_PLAIN + N_TXN < sum(r.end_offset for r in g.partitions) <= N_PLAIN + N_TXN + settings.partitions
+    assert N_PLAIN + N_TXN < sum(r.end_offset for r in g.partitions) <= N_PLAIN + N_TXN + settings.kafka.partitions
     # committed offsets cover the CONSUME records read (plus any marker they stepped over)
-    assert CONSUME <= sum(r.committed or 0 for r in g.partitions) <= CONSUME + settings.partitions
+    assert CONSUME <= sum(r.committed or 0 for r in g.partitions) <= CONSUME + settings.kafka.partitions
     # KEDA: partitions without a commit count their whole log (offsetResetPolicy earliest)
     assert g.keda_lag == sum(r.lag if r.lag is not None else r.end_offset for r in g.partitions)
     assert g.members == 0 and g.status == "STOP"
-    assert 1 <= g.desired_replicas <= settings.partitions
+    assert 1 <= g.desired_replicas <= settings.kafka.partitions
 
     # the CLI prints the same numbers
-    rc = lag_cli.main(["--json", "--samples", "1", "--group", f"{group}:{settings.topic_segments}"])
+    rc = lag_cli.main(["--json", "--samples", "1", "--group", f"{group}:{settings.kafka.topic_segments}"])
     assert rc == 0
     cli = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     cli_rows = {(r["topic"], r["partition"]): {"current": r["committed"], "end": r["end_offset"], "lag": r["lag"]}
@@ -121,21 +121,21 @@ def test_lag_equals_kafka_consumer_groups_describe(settings: Settings, capsys: p
 
 
 def test_live_consumer_that_does_not_commit_is_stalled(settings: Settings) -> None:
-    group = settings.worker_group
-    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random"})
+    group = settings.kafka.worker_group
+    p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "partitioner": "murmur2_random"})
     for i in range(10):
-        p.produce(settings.topic_segments, key=b"u", value=str(i).encode())
+        p.produce(settings.kafka.topic_segments, key=b"u", value=str(i).encode())
     assert p.flush(30) == 0
-    c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": group,
+    c = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
-        c.subscribe([settings.topic_segments])
+        c.subscribe([settings.kafka.topic_segments])
         m = None
         while m is None or m.error():
             m = c.poll(1.0)
         c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)], asynchronous=False)
         with LagReader(settings.kafka, settings.scaling, window=3) as reader:
-            samples = [reader.read(group, settings.topic_segments) for _ in range(3)]
+            samples = [reader.read(group, settings.kafka.topic_segments) for _ in range(3)]
             c.poll(0)  # keep the member alive between samples
     finally:
         c.close()
@@ -153,13 +153,13 @@ def test_serve_exports_the_same_figures_over_http(settings: Settings) -> None:
     from streams.devstack.procs import free_port
     from streams.ops.lag import serve
 
-    group = settings.worker_group
+    group = settings.kafka.worker_group
     _load_group(settings, group)
     port = free_port()
     stop = threading.Event()
     with LagReader(settings.kafka, settings.scaling) as reader:
-        expected = reader.read(group, settings.topic_segments)
-        t = threading.Thread(target=serve, args=(reader, [(group, settings.topic_segments)]),
+        expected = reader.read(group, settings.kafka.topic_segments)
+        t = threading.Thread(target=serve, args=(reader, [(group, settings.kafka.topic_segments)]),
                              kwargs={"port": port, "interval": 0.5, "stop": stop}, daemon=True)
         t.start()
         try:
@@ -185,18 +185,18 @@ def test_serve_exports_the_same_figures_over_http(settings: Settings) -> None:
 def test_caught_up_transactional_group_keeps_marker_lag_but_is_ok(settings: Settings) -> None:
     """A consumer that committed after its last record of a transactional topic shows lag 1
     (the commit marker), like kafka-consumer-groups; no record waits and the status is OK."""
-    group = settings.worker_group
-    tp = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random",
+    group = settings.kafka.worker_group
+    tp = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "partitioner": "murmur2_random",
                    "transactional.id": f"lag-marker-{uuid.uuid4().hex[:8]}"})
     tp.init_transactions(30)
     tp.begin_transaction()
     for i in range(6):
-        tp.produce(settings.topic_segments, key=b"one-user", value=str(i).encode())
+        tp.produce(settings.kafka.topic_segments, key=b"one-user", value=str(i).encode())
     tp.commit_transaction(30)
-    c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": group,
+    c = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed"})
     try:
-        c.subscribe([settings.topic_segments])
+        c.subscribe([settings.kafka.topic_segments])
         got = 0
         while got < 6:
             m = c.poll(1.0)
@@ -205,7 +205,7 @@ def test_caught_up_transactional_group_keeps_marker_lag_but_is_ok(settings: Sett
             got += 1
             c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)], asynchronous=False)
         with LagReader(settings.kafka, settings.scaling, window=3) as reader:
-            samples = [reader.read(group, settings.topic_segments) for _ in range(3)]
+            samples = [reader.read(group, settings.kafka.topic_segments) for _ in range(3)]
             c.poll(0)
     finally:
         c.close()

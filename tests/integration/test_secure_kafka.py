@@ -62,7 +62,7 @@ def test_status_names_principals_and_files_never_passwords(secure_stack: tuple[S
     res = subprocess.run([sys.executable, "-m", "streams.cli", "stack", "status", "--json"],
                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=True)
     sec = json.loads(res.stdout)["kafka"]["security"]
-    assert sec["bootstrap"] == s.bootstrap_servers and sec["security_protocol"] == "SASL_SSL"
+    assert sec["bootstrap"] == s.kafka.bootstrap_servers and sec["security_protocol"] == "SASL_SSL"
     assert Path(sec["ca_file"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
     assert {sec["principals"][r]["username"] for r in ("user", "stage", "worker")} == set(secure.PRINCIPALS.values())
     for role in ("user", "stage", "worker"):
@@ -78,9 +78,9 @@ def test_pipeline_answers_over_sasl_ssl_each_process_its_own_principal(secure_st
     stage, user = _as(secure_stack, "stage"), _as(secure_stack, "user")
     worker = _as(secure_stack, "worker")
     ttl = 5  # completions carry a presigned link to their audio, valid this long
-    worker = worker.replace(transactional_id=f"{worker.effective_transactional_id_prefix}-test-1",
+    worker = worker.replace(transactional_id=f"{worker.kafka.effective_transactional_id_prefix}-test-1",
                             s3_presign_ttl_s=ttl)
-    assert worker.s3_endpoint.startswith("https://") and worker.redis_username  # S3 over TLS, Redis ACL user
+    assert worker.s3.s3_endpoint.startswith("https://") and worker.redis.redis_username  # S3 over TLS, Redis ACL user
     n = 6
     with Supervisor(tmp_path) as sup:
         w = sup.worker("worker", worker)
@@ -98,14 +98,14 @@ def test_pipeline_answers_over_sasl_ssl_each_process_its_own_principal(secure_st
                 assert client.fetch(c)[:4] == b"RIFF"
                 assert c.audio is not None and c.audio.url is not None
                 # the link alone (plain HTTPS GET, no S3 credentials) fetches the same bytes, before it expires
-                assert hashlib.sha256(_get(c.audio.url, user.s3_ca_bundle)).hexdigest() == c.audio.sha256
+                assert hashlib.sha256(_get(c.audio.url, user.s3.s3_ca_bundle)).hexdigest() == c.audio.sha256
         sup.check_alive()
     assert c.audio is not None and c.audio.url is not None
     deadline = time.monotonic() + ttl + 30  # refused once expired (S3's clock: seconds, no sleep beyond the TTL)
     status = 200
     while status == 200 and time.monotonic() < deadline:
         try:
-            _get(c.audio.url, user.s3_ca_bundle)
+            _get(c.audio.url, user.s3.s3_ca_bundle)
         except urllib.error.HTTPError as e:
             status = e.code
             assert b"expired" in e.read()
@@ -192,12 +192,12 @@ def test_user_principal_cannot_forge_answers_read_segments_or_take_a_worker_id(
 def test_worker_and_stage_refuse_to_start_without_their_acls(secure_stack: tuple[Settings, Path]) -> None:
     user = _as(secure_stack, "user").replace(metrics_port=0)
     rc, err, took = _cli(settings_env(user), "worker")
-    print(f"worker as {user.kafka_sasl_username}: rc={rc} in {took:.2f}s: {err.strip().splitlines()[-1]}")
+    print(f"worker as {user.kafka.kafka_sasl_username}: rc={rc} in {took:.2f}s: {err.strip().splitlines()[-1]}")
     assert rc == 1 and "the worker cannot start" in err
-    assert f"READ on topic {user.topic_segments}" in err and f"WRITE on topic {user.topic_completed}" in err
-    assert f"READ on group {user.worker_group}" in err
+    assert f"READ on topic {user.kafka.topic_segments}" in err and f"WRITE on topic {user.kafka.topic_completed}" in err
+    assert f"READ on group {user.kafka.worker_group}" in err
 
     rc, err, took = _cli(settings_env(user), "stage")
-    print(f"stage as {user.kafka_sasl_username}: rc={rc} in {took:.2f}s: {err.strip().splitlines()[-1]}")
+    print(f"stage as {user.kafka.kafka_sasl_username}: rc={rc} in {took:.2f}s: {err.strip().splitlines()[-1]}")
     assert rc == 1 and "the stage cannot start" in err
-    assert f"READ on topic {user.topic_requests}" in err and f"WRITE on topic {user.topic_segments}" in err
+    assert f"READ on topic {user.kafka.topic_requests}" in err and f"WRITE on topic {user.kafka.topic_segments}" in err

@@ -30,7 +30,7 @@ TTSFLOW = [sys.executable, "-m", "streams.cli"]
 
 
 def test_read_committed_sees_committed_transactions_only(settings: Settings, make_producer, drain) -> None:
-    topic = settings.topic_completed
+    topic = settings.kafka.topic_completed
     p = make_producer(**{"transactional.id": f"txn-{uuid.uuid4().hex}"})
     p.init_transactions(30)
 
@@ -59,13 +59,13 @@ def test_read_committed_sees_committed_transactions_only(settings: Settings, mak
 def test_offsets_committed_in_transaction_move_only_on_commit(settings: Settings, make_producer,
                                                               make_consumer) -> None:
     """The worker's pattern: output + consumer offsets in one transaction."""
-    src, dst = settings.topic_segments, settings.topic_completed
+    src, dst = settings.kafka.topic_segments, settings.kafka.topic_completed
     feeder = make_producer()
     for i in range(4):
         feeder.produce(src, key=b"user-7", value=f"seg-{i}".encode())
     assert feeder.flush(10) == 0
 
-    consumer = make_consumer([src], **{"group.id": settings.worker_group})
+    consumer = make_consumer([src], **{"group.id": settings.kafka.worker_group})
     got = []
     deadline = time.monotonic() + 30
     while len(got) < 4 and time.monotonic() < deadline:
@@ -97,25 +97,25 @@ def test_offsets_committed_in_transaction_move_only_on_commit(settings: Settings
 def test_stack_topics_exist_with_settings_partitions(stack_settings: Settings) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient({"bootstrap.servers": stack_settings.bootstrap_servers})
+    admin = AdminClient({"bootstrap.servers": stack_settings.kafka.bootstrap_servers})
     md = admin.list_topics(timeout=10)
-    for name in (stack_settings.topic_requests, stack_settings.topic_segments, stack_settings.topic_completed,
-                 stack_settings.topic_dlq, stack_settings.topic_done):
+    for name in (stack_settings.kafka.topic_requests, stack_settings.kafka.topic_segments, stack_settings.kafka.topic_completed,
+                 stack_settings.kafka.topic_dlq, stack_settings.kafka.topic_done):
         assert name in md.topics, f"{name} was not created by stack up"
-        assert len(md.topics[name].partitions) == stack_settings.partitions
-    res = ConfigResource(ConfigResource.Type.TOPIC, stack_settings.topic_done)
+        assert len(md.topics[name].partitions) == stack_settings.kafka.partitions
+    res = ConfigResource(ConfigResource.Type.TOPIC, stack_settings.kafka.topic_done)
     cfg = admin.describe_configs([res])[res].result(10)
     assert cfg["cleanup.policy"].value == "compact,delete"  # kept twice the dedup window
     # the stage's own topics exist before any stage runs (faust creating them mid-run stalled a first demo)
-    changelog = f"{stack_settings.stage_app_id}-seen-changelog"
-    assert len(md.topics[changelog].partitions) == stack_settings.partitions
+    changelog = f"{stack_settings.stage.stage_app_id}-seen-changelog"
+    assert len(md.topics[changelog].partitions) == stack_settings.kafka.partitions
     res = ConfigResource(ConfigResource.Type.TOPIC, changelog)
     assert admin.describe_configs([res])[res].result(10)["cleanup.policy"].value == "compact,delete"
-    assert f"{stack_settings.stage_app_id}-__assignor-__leader" in md.topics
+    assert f"{stack_settings.stage.stage_app_id}-__assignor-__leader" in md.topics
 
 
 def test_s3_put_get_head_list_delete(stack_settings: Settings, s3: Any, unique: str) -> None:
-    bucket = stack_settings.s3_bucket
+    bucket = stack_settings.s3.s3_bucket
     prefix = f"test/{unique}/"
     body = os.urandom(200_000)
     s3.put_object(Bucket=bucket, Key=prefix + "a.wav", Body=body, ContentType="audio/wav",
@@ -145,7 +145,7 @@ def test_s3_rejects_a_wrong_secret(stack_settings: Settings) -> None:
     bad = s3_client(stack_settings.replace(s3_secret_key="not-the-secret"))
     try:
         with pytest.raises(ClientError) as e:
-            bad.list_objects_v2(Bucket=stack_settings.s3_bucket)
+            bad.list_objects_v2(Bucket=stack_settings.s3.s3_bucket)
         assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
     finally:
         bad.close()
@@ -157,14 +157,14 @@ def test_s3_accepts_default_boto3_checksums(stack_settings: Settings, unique: st
     from botocore.config import Config
 
     client = boto3.session.Session().client(
-        "s3", endpoint_url=stack_settings.s3_endpoint, region_name=stack_settings.s3_region,
-        aws_access_key_id=stack_settings.s3_access_key, aws_secret_access_key=stack_settings.s3_secret_key,
+        "s3", endpoint_url=stack_settings.s3.s3_endpoint, region_name=stack_settings.s3.s3_region,
+        aws_access_key_id=stack_settings.s3.s3_access_key, aws_secret_access_key=stack_settings.s3.s3_secret_key,
         config=Config(s3={"addressing_style": "path"}))
     try:
         key = f"test/{unique}/checksummed"
-        client.put_object(Bucket=stack_settings.s3_bucket, Key=key, Body=b"x" * 1000)
-        assert client.get_object(Bucket=stack_settings.s3_bucket, Key=key)["Body"].read() == b"x" * 1000
-        client.delete_object(Bucket=stack_settings.s3_bucket, Key=key)
+        client.put_object(Bucket=stack_settings.s3.s3_bucket, Key=key, Body=b"x" * 1000)
+        assert client.get_object(Bucket=stack_settings.s3.s3_bucket, Key=key)["Body"].read() == b"x" * 1000
+        client.delete_object(Bucket=stack_settings.s3.s3_bucket, Key=key)
     finally:
         client.close()
 
@@ -197,14 +197,14 @@ def test_status_json_fields(stack_settings: Settings) -> None:
     st = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(st) == {"kafka", "s3", "redis"}
     assert st["kafka"]["ok"] is True
-    assert st["kafka"]["address"] == f"127.0.0.1:{stack_settings.kafka_port}"
-    assert st["s3"]["ok"] is True and st["s3"]["address"] == f"http://127.0.0.1:{stack_settings.s3_port}"
-    assert st["redis"]["ok"] is True and st["redis"]["address"] == f"127.0.0.1:{stack_settings.redis_port}"
+    assert st["kafka"]["address"] == f"127.0.0.1:{stack_settings.local_stack.kafka_port}"
+    assert st["s3"]["ok"] is True and st["s3"]["address"] == f"http://127.0.0.1:{stack_settings.local_stack.s3_port}"
+    assert st["redis"]["ok"] is True and st["redis"]["address"] == f"127.0.0.1:{stack_settings.local_stack.redis_port}"
 
 
 def test_stack_up_twice_is_harmless(stack_settings: Settings, s3: Any, unique: str) -> None:
     key = f"test/{unique}/survives-up"
-    s3.put_object(Bucket=stack_settings.s3_bucket, Key=key, Body=b"kept")
+    s3.put_object(Bucket=stack_settings.s3.s3_bucket, Key=key, Body=b"kept")
     before = json.loads(_cli("stack", "status", "--json").stdout)
     res = _cli("stack", "up", "--json")
     assert res.returncode == 0, res.stderr
@@ -212,8 +212,8 @@ def test_stack_up_twice_is_harmless(stack_settings: Settings, s3: Any, unique: s
     assert all(after[s]["ok"] for s in ("kafka", "s3", "redis"))
     for svc in ("kafka", "s3", "redis"):  # nothing restarted
         assert after[svc]["pid"] == before[svc]["pid"]
-    assert s3.get_object(Bucket=stack_settings.s3_bucket, Key=key)["Body"].read() == b"kept"
-    s3.delete_object(Bucket=stack_settings.s3_bucket, Key=key)
+    assert s3.get_object(Bucket=stack_settings.s3.s3_bucket, Key=key)["Body"].read() == b"kept"
+    s3.delete_object(Bucket=stack_settings.s3.s3_bucket, Key=key)
 
 
 def test_kafka_tools_run_against_the_stack(settings: Settings, make_producer, make_consumer) -> None:
@@ -221,17 +221,17 @@ def test_kafka_tools_run_against_the_stack(settings: Settings, make_producer, ma
     p = make_producer(**{"transactional.id": tid})
     p.init_transactions(30)
     p.begin_transaction()
-    p.produce(settings.topic_requests, key=b"u", value=b"visible")
+    p.produce(settings.kafka.topic_requests, key=b"u", value=b"visible")
     p.commit_transaction(30)
     p.begin_transaction()
-    p.produce(settings.topic_requests, key=b"u", value=b"hidden")
+    p.produce(settings.kafka.topic_requests, key=b"u", value=b"hidden")
     p.flush(10)
     p.abort_transaction(30)
     p.begin_transaction()
-    p.produce(settings.topic_requests, key=b"u", value=b"visible-2")
+    p.produce(settings.kafka.topic_requests, key=b"u", value=b"visible-2")
     p.commit_transaction(30)
 
-    c = make_consumer([settings.topic_requests], **{"group.id": settings.worker_group})
+    c = make_consumer([settings.kafka.topic_requests], **{"group.id": settings.kafka.worker_group})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         m = c.poll(0.5)
@@ -239,16 +239,16 @@ def test_kafka_tools_run_against_the_stack(settings: Settings, make_producer, ma
             c.commit(m, asynchronous=False)
             break
 
-    groups = kafka_tool(settings, "ConsumerGroupCommand", ["--describe", "--group", settings.worker_group])
+    groups = kafka_tool(settings, "ConsumerGroupCommand", ["--describe", "--group", settings.kafka.worker_group])
     assert groups.returncode == 0, groups.stderr
-    assert settings.topic_requests in groups.stdout
+    assert settings.kafka.topic_requests in groups.stdout
 
     txns = kafka_tool(settings, "TransactionsCommand", ["list"])
     assert txns.returncode == 0, txns.stderr
     assert tid in txns.stdout
 
     console = kafka_tool(settings, "ConsoleConsumer",
-                         ["--topic", settings.topic_requests, "--from-beginning", "--isolation-level",
+                         ["--topic", settings.kafka.topic_requests, "--from-beginning", "--isolation-level",
                           "read_committed", "--max-messages", "2", "--timeout-ms", "20000"])
     assert console.stdout.split() == ["visible", "visible-2"]  # same key, one partition, in order
 
@@ -272,7 +272,7 @@ def _private_env(stack_settings: Settings, home: Path) -> dict[str, str]:
     kafka, controller, s3port, redis_port = _free_ports(4)
     home.mkdir(parents=True)
     # Share the jar cache of the main stack: no second Maven fetch.
-    (home / "jars").symlink_to(Path(stack_settings.home).expanduser().resolve() / "jars")
+    (home / "jars").symlink_to(Path(stack_settings.process.home).expanduser().resolve() / "jars")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
     env.update(TTS_HOME=str(home), TTS_KAFKA_PORT=str(kafka), TTS_KAFKA_CONTROLLER_PORT=str(controller),
                TTS_S3_PORT=str(s3port), TTS_REDIS_PORT=str(redis_port))
@@ -282,7 +282,7 @@ def _private_env(stack_settings: Settings, home: Path) -> dict[str, str]:
 @pytest.fixture
 def private_home(stack_settings: Settings, unique: str) -> Path:
     # Under the main stack's home: a filesystem known to support the xattrs s3proxy needs.
-    return Path(stack_settings.home).expanduser().resolve() / "test-stacks" / unique
+    return Path(stack_settings.process.home).expanduser().resolve() / "test-stacks" / unique
 
 
 @pytest.mark.slow
@@ -303,12 +303,12 @@ def test_private_stack_data_survives_down_up_and_wipe_clears_it(stack_settings: 
         up = _cli("stack", "up", env=env)
         assert up.returncode == 0, up.stdout + up.stderr
 
-        prod = Producer({"bootstrap.servers": mine.bootstrap_servers, "partitioner": "murmur2_random"})
-        prod.produce(mine.topic_requests, key=b"u1", value=b"persisted")
+        prod = Producer({"bootstrap.servers": mine.kafka.bootstrap_servers, "partitioner": "murmur2_random"})
+        prod.produce(mine.kafka.topic_requests, key=b"u1", value=b"persisted")
         assert prod.flush(10) == 0
         s3 = s3_client(mine)
-        s3.put_object(Bucket=mine.s3_bucket, Key="k", Body=b"object-bytes")
-        r = redis.Redis.from_url(mine.redis_url)
+        s3.put_object(Bucket=mine.s3.s3_bucket, Key="k", Body=b"object-bytes")
+        r = redis.Redis.from_url(mine.redis.redis_url)
         r.set("cache:k", b"cached")
         r.close()
 
@@ -322,9 +322,9 @@ def test_private_stack_data_survives_down_up_and_wipe_clears_it(stack_settings: 
 
         up = _cli("stack", "up", env=env)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert [m.value() for m in drain_topic(mine.bootstrap_servers, mine.topic_requests, count=1)] == [b"persisted"]
-        assert s3.get_object(Bucket=mine.s3_bucket, Key="k")["Body"].read() == b"object-bytes"
-        r = redis.Redis.from_url(mine.redis_url)
+        assert [m.value() for m in drain_topic(mine.kafka.bootstrap_servers, mine.kafka.topic_requests, count=1)] == [b"persisted"]
+        assert s3.get_object(Bucket=mine.s3.s3_bucket, Key="k")["Body"].read() == b"object-bytes"
+        r = redis.Redis.from_url(mine.redis.redis_url)
         assert r.get("cache:k") == b"cached"
         r.close()
         s3.close()
@@ -332,10 +332,10 @@ def test_private_stack_data_survives_down_up_and_wipe_clears_it(stack_settings: 
         # A port taken by a process this home did not start is refused, and nothing is started.
         other = dict(env, TTS_HOME=str(private_home) + "-other")
         Path(other["TTS_HOME"]).mkdir()
-        (Path(other["TTS_HOME"]) / "jars").symlink_to(Path(stack_settings.home).expanduser().resolve() / "jars")
+        (Path(other["TTS_HOME"]) / "jars").symlink_to(Path(stack_settings.process.home).expanduser().resolve() / "jars")
         clash = _cli("stack", "up", env=other)
         assert clash.returncode != 0
-        assert "in use" in clash.stderr and str(mine.kafka_port) in clash.stderr
+        assert "in use" in clash.stderr and str(mine.local_stack.kafka_port) in clash.stderr
         assert not (Path(other["TTS_HOME"]) / "run" / "kafka.pid").exists()
 
         wipe = _cli("stack", "down", "--wipe", env=env)

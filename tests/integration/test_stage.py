@@ -45,7 +45,7 @@ def _text(user: int, n: int) -> str:
 
 
 def _expected(text: str, s: Settings) -> list[str]:
-    return split_segments(normalize(text), s.max_segment_chars)
+    return split_segments(normalize(text), s.stage.max_segment_chars)
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def stages(settings: Settings, tmp_path: Path) -> Iterator[tuple[Supervisor, Set
             sup.stage(name, s)
         for name in ("stage-a", "stage-b"):
             sup.wait_ready(name, timeout=90)
-        sup.wait_group(s, s.stage_app_id, 2, timeout=90)
+        sup.wait_group(s, s.stage.stage_app_id, 2, timeout=90)
         yield sup, s
 
 
@@ -77,7 +77,7 @@ def _produce(s: Settings, records: list[tuple[bytes | None, bytes | None]]) -> d
 
     p = Producer(producer_conf(s, **{"enable.idempotence": True}))
     for key, value in records:
-        p.produce(s.topic_requests, key=key, value=value, on_delivery=on_delivery)
+        p.produce(s.kafka.topic_requests, key=key, value=value, on_delivery=on_delivery)
         p.poll(0)
     assert p.flush(30) == 0 and not errors
     return parts
@@ -120,10 +120,10 @@ def test_two_stages_keep_order_answer_bad_input_and_drop_duplicates(stages: tupl
 
     request_parts = _produce(s, records)
     want = sum(len(_expected(t, s)) for _, t in good.values())
-    out = drain_topic(s.bootstrap_servers, s.topic_segments, count=want + len(bad_failed), timeout=90)
-    dlq = drain_topic(s.bootstrap_servers, s.topic_dlq, count=len(bad_dlq), timeout=30)
+    out = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=want + len(bad_failed), timeout=90)
+    dlq = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_dlq, count=len(bad_dlq), timeout=30)
     sup.check_alive()
-    assert drain_topic(s.bootstrap_servers, s.topic_completed, timeout=3) == []  # only workers answer
+    assert drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_completed, timeout=3) == []  # only workers answer
     decoded = [(m, decode_segment_event(m.value())) for m in out]
     segs = [m for m, e in decoded if not isinstance(e, Rejection)]
     rejections = [(m, e) for m, e in decoded if isinstance(e, Rejection)]
@@ -164,9 +164,9 @@ def test_two_stages_keep_order_answer_bad_input_and_drop_duplicates(stages: tupl
     assert sorted(dl.reason for *_, dl in letters) == sorted(["invalid_json", "no_request_id", "empty_value",
                                                               "invalid_json"])
     for key, headers, dl in letters:
-        assert dl.source_topic == s.topic_requests and dl.source_offset >= 0
+        assert dl.source_topic == s.kafka.topic_requests and dl.source_offset >= 0
         assert (key, dl.source_partition) in {(k, p) for k, ps in request_parts.items() for p in ps}
-        assert dl.id == f"{s.topic_requests}:{dl.source_partition}:{dl.source_offset}"
+        assert dl.id == f"{s.kafka.topic_requests}:{dl.source_partition}:{dl.source_offset}"
         assert headers[DEAD_LETTER_ID_HEADER] == dl.id.encode()
 
     # 4. and the operator sees it on /metrics, summed over both stages
@@ -194,7 +194,7 @@ def test_a_stage_killed_mid_run_and_restarted_loses_nothing(stages: tuple[Superv
     def publish() -> None:
         p = Producer(producer_conf(s, **{"enable.idempotence": True}))
         for i, (rid, user, text) in enumerate(reqs):
-            p.produce(s.topic_requests, key=user.encode(), value=_req(rid, user, text))
+            p.produce(s.kafka.topic_requests, key=user.encode(), value=_req(rid, user, text))
             if i % 50 == 49:
                 p.flush(30)
                 time.sleep(0.1)  # spread the run over a few seconds so the kill lands mid-stream
@@ -206,7 +206,7 @@ def test_a_stage_killed_mid_run_and_restarted_loses_nothing(stages: tuple[Superv
     t.start()
     try:
         deadline = time.monotonic() + 60
-        while len(drain_topic(s.bootstrap_servers, s.topic_segments, count=1, timeout=5)) == 0:
+        while len(drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=1, timeout=5)) == 0:
             assert time.monotonic() < deadline, "the stages produced nothing"
         sup.restart("stage-a", sig=signal.SIGKILL)
     finally:
@@ -218,7 +218,7 @@ def test_a_stage_killed_mid_run_and_restarted_loses_nothing(stages: tuple[Superv
     # reached early by duplicates) or the deadline passes
     deadline = time.monotonic() + 120
     while True:
-        segs = drain_topic(s.bootstrap_servers, s.topic_segments, count=len(want), timeout=30)
+        segs = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=len(want), timeout=30)
         got = Counter((e.request_id, e.seq) for e in (decode_segment(m.value()) for m in segs))
         lost = want - set(got)
         if not lost or time.monotonic() > deadline:
@@ -239,7 +239,7 @@ def test_the_dedup_table_survives_a_restart_of_every_stage(stages: tuple[Supervi
     changelog's tail (rocksdb): a retry after a full restart is dropped."""
     sup, s = stages
     names = ["stage-a", "stage-b"]
-    if store != s.stage_store:  # the fixture's stages run the default store: replace them
+    if store != s.stage.stage_store:  # the fixture's stages run the default store: replace them
         s = s.replace(stage_store=store)
         for name in names:
             sup.kill(name, signal.SIGTERM)
@@ -248,21 +248,21 @@ def test_the_dedup_table_survives_a_restart_of_every_stage(stages: tuple[Supervi
             sup.stage(name, s)
         for name in names:
             sup.wait_ready(name, timeout=90)
-        sup.wait_group(s, s.stage_app_id, 2, timeout=90)
+        sup.wait_group(s, s.stage.stage_app_id, 2, timeout=90)
     first = [(f"d{i}", f"user-{i}", _text(i, 0)) for i in range(8)]
     _produce(s, [(u.encode(), _req(rid, u, t)) for rid, u, t in first])
     want = sum(len(_expected(t, s)) for *_, t in first)
-    assert len(drain_topic(s.bootstrap_servers, s.topic_segments, count=want, timeout=60)) == want
+    assert len(drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=want, timeout=60)) == want
     for name in names:
         sup.restart(name, sig=signal.SIGTERM)  # a clean stop commits; the new processes start empty
     for name in names:
         sup.wait_ready(name, timeout=90)
-    sup.wait_group(s, s.stage_app_id, 2, timeout=90)
+    sup.wait_group(s, s.stage.stage_app_id, 2, timeout=90)
     retry = [(u.encode(), _req(rid, u, t)) for rid, u, t in first]
     fresh = ("d-new", "user-3", "A new request after the restart.")
     _produce(s, [*retry, (fresh[1].encode(), _req(*fresh))])
     total = want + len(_expected(fresh[2], s))
-    segs = drain_topic(s.bootstrap_servers, s.topic_segments, count=total, timeout=60)
+    segs = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=total, timeout=60)
     # the fresh request is behind the retries in user-3's partition: once it is there, the
     # retries have been processed (and dropped)
     got = Counter(decode_segment(m.value()).request_id for m in segs)
@@ -284,7 +284,7 @@ def test_a_stage_killed_before_its_first_commit_hands_every_record_to_the_agent(
         sup.stage("solo", s)
         sup.wait_ready("solo", timeout=90)
         deadline = time.monotonic() + 60
-        while len(drain_topic(s.bootstrap_servers, s.topic_segments, count=50, timeout=2)) < 50:
+        while len(drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=50, timeout=2)) < 50:
             assert time.monotonic() < deadline, "the stage produced nothing"
         sup.restart("solo", sig=signal.SIGKILL)  # long before the first commit (60 s)
         sup.wait_ready("solo", timeout=90)
@@ -293,7 +293,7 @@ def test_a_stage_killed_before_its_first_commit_hands_every_record_to_the_agent(
         deadline = time.monotonic() + 25
         while True:
             ids = {decode_segment(m.value()).request_id
-                   for m in drain_topic(s.bootstrap_servers, s.topic_segments, count=400, timeout=5)}
+                   for m in drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=400, timeout=5)}
             if len(ids) == 400 or time.monotonic() > deadline:
                 break
         log = sup.procs["solo"].log_path.read_text(errors="replace")
@@ -331,8 +331,8 @@ def test_hostile_records_near_the_size_limit_are_dead_lettered_and_the_partition
     no_id = json.dumps({"user_id": "user-1", "text": "x" * 850_000}).encode()  # an object, no request id
     after = ("h-after", "user-1", "Still served after the hostile records.")
     _produce(s, [(b"user-1", garbage), (b"user-1", no_id), (after[1].encode(), _req(*after))])
-    segs = drain_topic(s.bootstrap_servers, s.topic_segments, count=len(_expected(after[2], s)), timeout=60)
-    dlq = drain_topic(s.bootstrap_servers, s.topic_dlq, count=2, timeout=30)
+    segs = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=len(_expected(after[2], s)), timeout=60)
+    dlq = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_dlq, count=2, timeout=30)
     sup.check_alive()
     assert {decode_segment(m.value()).request_id for m in segs} == {"h-after"}
     letters = sorted((decode_dead_letter(m.value()) for m in dlq), key=lambda d: d.source_offset)

@@ -40,18 +40,18 @@ def _names(proc: Proc) -> dict[str, str]:
 def _holders(s: Settings) -> dict[str, list[int]]:
     """instance id -> partitions of the requests topic, as the coordinator says."""
     with LagReader(s.kafka, s.scaling) as reader:
-        _state, members = reader.describe_members(s.stage_app_id, s.topic_requests)
+        _state, members = reader.describe_members(s.stage.stage_app_id, s.kafka.topic_requests)
     return {m.instance_id or f"(dynamic {m.client_id})": m.partitions for m in members}
 
 
 def _two_stages(sup: Supervisor, s: Settings) -> dict[str, str]:
     for name in ("stage-a", "stage-b"):
         sup.stage(name, s)
-    sup.wait_group(s, s.stage_app_id, 2, timeout=120)
+    sup.wait_group(s, s.stage.stage_app_id, 2, timeout=120)
     for name in ("stage-a", "stage-b"):
         sup.wait_ready(name, timeout=60)
     ids = {name: _names(sup.procs[name])["instance_id"] for name in ("stage-a", "stage-b")}
-    assert sorted(ids.values()) == [f"{s.stage_app_id}-{HOST}-0", f"{s.stage_app_id}-{HOST}-1"]
+    assert sorted(ids.values()) == [f"{s.stage.stage_app_id}-{HOST}-0", f"{s.stage.stage_app_id}-{HOST}-1"]
     return ids
 
 
@@ -59,7 +59,7 @@ def test_a_sigkilled_stage_restarted_in_place_takes_its_partitions_back_and_the_
         settings: Settings, tmp_path: Path) -> None:
     s = settings.replace(home=str(tmp_path / "home"), log_level="INFO")
     n, rate, kill_at = 1000, 40.0, 6.0
-    with Supervisor(tmp_path / "logs") as sup, TopicReader(s.kafka, s.topic_segments) as reader:
+    with Supervisor(tmp_path / "logs") as sup, TopicReader(s.kafka, s.kafka.topic_segments) as reader:
         ids = _two_stages(sup, s)
         deadline = time.monotonic() + 60
         while True:
@@ -80,7 +80,7 @@ def test_a_sigkilled_stage_restarted_in_place_takes_its_partitions_back_and_the_
                 while time.monotonic() - t0 < i / rate:
                     time.sleep(0.002)
                 uid = f"user-{i % 211}"
-                pub.publish(s.topic_requests, uid.encode(),
+                pub.publish(s.kafka.topic_requests, uid.encode(),
                             json.dumps({"request_id": f"r{i}", "user_id": uid, "text": f"Request {i}."}).encode())
             pub.flush()
             done.set()

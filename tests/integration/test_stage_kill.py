@@ -42,11 +42,11 @@ def test_kills_during_restart_and_recovery_while_publishing_lose_nothing(setting
                          voice="")
     n, rate = 1500, 75.0  # about 20 s of requests
     reqs = [(f"q{i}", f"user-{i % 53}", f"Request {i}. {_TEXTS[i % len(_TEXTS)]}") for i in range(n)]
-    want = {(rid, j) for rid, _, t in reqs for j in range(len(split_segments(normalize(t), s.max_segment_chars)))}
+    want = {(rid, j) for rid, _, t in reqs for j in range(len(split_segments(normalize(t), s.stage.max_segment_chars)))}
     with Supervisor(tmp_path / "logs") as sup:
         for name in ("stage-a", "stage-b"):
             sup.stage(name, s)
-        sup.wait_group(s, s.stage_app_id, 2, timeout=90)
+        sup.wait_group(s, s.stage.stage_app_id, 2, timeout=90)
         sent = [0]
         errors: list[object] = []
 
@@ -60,7 +60,7 @@ def test_kills_during_restart_and_recovery_while_publishing_lose_nothing(setting
             for i, (rid, user, text) in enumerate(reqs):
                 while time.monotonic() - t0 < i / rate:
                     p.poll(0.002)
-                p.produce(s.topic_requests, key=user.encode(),
+                p.produce(s.kafka.topic_requests, key=user.encode(),
                           value=json.dumps({"request_id": rid, "user_id": user, "text": text}).encode(),
                           on_delivery=on_delivery)
                 sent[0] = i + 1
@@ -83,7 +83,7 @@ def test_kills_during_restart_and_recovery_while_publishing_lose_nothing(setting
         assert not errors and sent[0] == n
         deadline = time.monotonic() + 120
         while True:
-            segs = drain_topic(s.bootstrap_servers, s.topic_segments, count=len(want), timeout=30)
+            segs = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, count=len(want), timeout=30)
             got = Counter((e.request_id, e.seq) for e in (decode_segment(m.value() or b"") for m in segs))
             lost = want - set(got)
             if not lost or time.monotonic() > deadline:

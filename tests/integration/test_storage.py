@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 def _store(s: Settings, endpoint: str | None = None) -> AudioStore:
-    return AudioStore(endpoint or s.s3_endpoint, s.s3_bucket, s.s3_access_key, s.s3_secret_key, s.s3_region,
+    return AudioStore(endpoint or s.s3.s3_endpoint, s.s3.s3_bucket, s.s3.s3_access_key, s.s3.s3_secret_key, s.s3.s3_region,
                       f"test-{uuid.uuid4().hex[:8]}/", connect_timeout_s=0.5, read_timeout_s=2, max_attempts=1)
 
 
@@ -41,7 +41,7 @@ def test_put_get_head_roundtrip_is_content_addressed(stack_settings: Settings) -
         head = store.head(key)
         assert head == {"bytes": len(data), "sha256": digest, "content_type": "audio/wav",
                         "metadata": {"sha256": digest}}
-        assert store.uri(key) == f"s3://{stack_settings.s3_bucket}/{key}"
+        assert store.uri(key) == f"s3://{stack_settings.s3.s3_bucket}/{key}"
         with pytest.raises(ObjectMissing):
             store.get(store.key("part", "ab" * 32, "wav"))
     finally:
@@ -122,7 +122,7 @@ def test_unreachable_s3_is_retriable(stack_settings: Settings) -> None:
 
 def test_cache_set_get_ttl(stack_settings: Settings, redis_client) -> None:
     ns = f"test:{uuid.uuid4().hex[:8]}:"
-    cache = AudioCache(stack_settings.redis_url, 60, namespace=ns)
+    cache = AudioCache(stack_settings.redis.redis_url, 60, namespace=ns)
     try:
         digest = hashlib.sha256(b"hello").hexdigest()
         assert cache.get(digest) is None
@@ -153,7 +153,7 @@ def test_cache_bypasses_when_redis_is_down_and_reconnects(stack_settings: Settin
     finally:
         down.close()
     # the same object recovers once the server answers: point it at the real Redis
-    up = AudioCache(stack_settings.redis_url, 60, namespace=f"test:{uuid.uuid4().hex[:8]}:")
+    up = AudioCache(stack_settings.redis.redis_url, 60, namespace=f"test:{uuid.uuid4().hex[:8]}:")
     try:
         assert up.available and up.set("ef" * 32, "k") and up.get("ef" * 32) == "k"
     finally:
@@ -165,7 +165,7 @@ def test_presigned_link_fetches_over_plain_http_until_it_expires(stack_settings:
     import urllib.error
     import urllib.request
 
-    assert stack_settings.s3_endpoint.startswith("http://")
+    assert stack_settings.s3.s3_endpoint.startswith("http://")
     store = _store(stack_settings)
     try:
         data = b"RIFF" + uuid.uuid4().bytes * 64
@@ -174,7 +174,7 @@ def test_presigned_link_fetches_over_plain_http_until_it_expires(stack_settings:
         assert store.presigned_url(key) is None  # off unless a TTL is set
         ttl = 2
         url = store.presigned_url(key, ttl)
-        assert url is not None and url.startswith("http://") and stack_settings.s3_secret_key not in url
+        assert url is not None and url.startswith("http://") and stack_settings.s3.s3_secret_key not in url
         t0 = time.monotonic()
         with urllib.request.urlopen(url, timeout=5) as r:  # no credentials: the link is the permission
             assert r.read() == data

@@ -285,7 +285,7 @@ class TcpProxy:
 def test_s3_down_commits_nothing_then_recovers_exactly_once(settings: Settings, engine: Any) -> None:
     from urllib.parse import urlparse
 
-    u = urlparse(settings.s3_endpoint)
+    u = urlparse(settings.s3.s3_endpoint)
     proxy = TcpProxy((u.hostname or "127.0.0.1", u.port or 9000))
     store = new_store(settings, endpoint=f"http://127.0.0.1:{proxy.port}")
     try:

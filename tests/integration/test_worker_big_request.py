@@ -43,14 +43,14 @@ def test_a_request_at_the_text_limit_is_answered_while_short_ones_keep_being_ans
     sent: dict[str, float] = {}
     got: dict[str, tuple[Completion, float]] = {}
     seen: Counter[str] = Counter()
-    with Supervisor(tmp_path / "logs") as sup, TopicReader(settings.kafka, settings.topic_completed) as reader:
+    with Supervisor(tmp_path / "logs") as sup, TopicReader(settings.kafka, settings.kafka.topic_completed) as reader:
         sup.stage("stage", settings)
         sup.worker("worker", settings)
 
         def short(i: int) -> str:
             rid = f"short-{i}"
             value = json.dumps({"request_id": rid, "user_id": f"user-{i % 9}", "text": next(shorts)}).encode()
-            sent[rid] = pub.publish(settings.topic_requests, f"user-{i % 9}".encode(), value)
+            sent[rid] = pub.publish(settings.kafka.topic_requests, f"user-{i % 9}".encode(), value)
             return rid
 
         def pump() -> None:
@@ -72,7 +72,7 @@ def test_a_request_at_the_text_limit_is_answered_while_short_ones_keep_being_ans
 
         wait([short(i) for i in range(3)], 180)  # both processes up and serving
         big = {"request_id": "big", "user_id": "big-user", "text": text, "format": "flac"}
-        sent["big"] = pub.publish(settings.topic_requests, b"big-user", json.dumps(big).encode())
+        sent["big"] = pub.publish(settings.kafka.topic_requests, b"big-user", json.dumps(big).encode())
         during: list[str] = []
         deadline = time.monotonic() + 240
         i = 3

@@ -39,9 +39,9 @@ _STACK_UP_S = 420.0  # a KRaft broker on a loaded 2-core machine has taken over 
 def private(private_stack: Settings, unique: str) -> Settings:
     """A stack of this test's own (see ``private_stack``), 2 partitions, this test's topics."""
     base = private_stack
-    s = base.replace(partitions=2, topic_segments=f"{base.topic_segments}.{unique}",
-                     topic_completed=f"{base.topic_completed}.{unique}", topic_done=f"{base.topic_done}.{unique}",
-                     worker_group=f"{base.worker_group}-{unique}", s3_prefix=f"test/{unique}/", max_wait_ms=20,
+    s = base.replace(partitions=2, topic_segments=f"{base.kafka.topic_segments}.{unique}",
+                     topic_completed=f"{base.kafka.topic_completed}.{unique}", topic_done=f"{base.kafka.topic_done}.{unique}",
+                     worker_group=f"{base.kafka.worker_group}-{unique}", s3_prefix=f"test/{unique}/", max_wait_ms=20,
                      transaction_timeout_ms=20_000)
     stack.ensure_topics(s, partitions=2)
     return s
@@ -53,10 +53,10 @@ def _publish(settings: Settings, segments: list) -> None:  # type: ignore[type-a
 
     from schemas import encode
 
-    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random",
+    p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "partitioner": "murmur2_random",
                   "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 300_000})
     for s in segments:
-        p.produce(settings.topic_segments, key=s.user_id.encode(), value=encode(s))
+        p.produce(settings.kafka.topic_segments, key=s.user_id.encode(), value=encode(s))
     assert p.flush(300) == 0, "the private broker did not take the segments"
 
 

@@ -48,7 +48,7 @@ def _check(settings: Settings, segs: list) -> dict[str, list[Chunk]]:
     assert by_request(cs) == dict.fromkeys(totals, 1), by_request(cs)
     for c in cs:
         check_audio(settings, c)
-    msgs = drain_topic(settings.bootstrap_servers, settings.topic_chunks, count=sum(totals.values()), timeout=60)
+    msgs = drain_topic(settings.kafka.bootstrap_servers, settings.kafka.topic_chunks, count=sum(totals.values()), timeout=60)
     per: dict[str, list[Chunk]] = defaultdict(list)
     for m in msgs:
         ch = decode_chunk(m.value())
@@ -93,7 +93,7 @@ def test_streaming_chunks_exactly_once_across_sigkill(settings: Settings, tmp_pa
         assert metric_sum(w.metrics_port, "ttsflow_worker_completions_total", timeout=2) < 16, \
             "the worker finished before it could be killed; make the corpus bigger"
         sup.kill("w1", signal.SIGKILL)
-        seen_at_kill = len(drain_topic(settings.bootstrap_servers, settings.topic_chunks, timeout=10))
+        seen_at_kill = len(drain_topic(settings.kafka.bootstrap_servers, settings.kafka.topic_chunks, timeout=10))
         sup.restart("w1")
         sup.wait_ready(w, timeout=90)
         _check(settings, segs)

@@ -77,8 +77,8 @@ def running_worker(s: Settings, engine: Any) -> Any:
 class Driver:
     def __init__(self, s: Settings) -> None:
         self.s = s
-        self.p = Producer({"bootstrap.servers": s.bootstrap_servers, "enable.idempotence": True, "linger.ms": 0})
-        self.reader = TopicReader(s.kafka, s.topic_completed, start="end")
+        self.p = Producer({"bootstrap.servers": s.kafka.bootstrap_servers, "enable.idempotence": True, "linger.ms": 0})
+        self.reader = TopicReader(s.kafka, s.kafka.topic_completed, start="end")
         self.sent: dict[str, float] = {}
         self.seen: dict[str, float] = {}
         self.texts = sentences(int(uuid.uuid4().int % 100_000))
@@ -91,7 +91,7 @@ class Driver:
 
     def publish(self, segs: list[Segment], partition: int) -> None:
         for seg in segs:
-            self.p.produce(self.s.topic_segments, key=seg.user_id.encode(), value=encode(seg), partition=partition)
+            self.p.produce(self.s.kafka.topic_segments, key=seg.user_id.encode(), value=encode(seg), partition=partition)
         assert self.p.flush(30) == 0
         self.sent[segs[0].request_id] = time.time()
 

@@ -73,8 +73,8 @@ def _fenced(proc: Proc) -> bool:
 def test_two_groups_on_one_host_both_commit_under_their_own_ids(settings: Settings, unique: str,
                                                                tmp_path: Path) -> None:
     a = settings
-    b = settings.replace(topic_segments=f"{a.topic_segments}.b", topic_completed=f"{a.topic_completed}.b",
-                         topic_done=f"{a.topic_done}.b", worker_group=f"tts-zh-{unique}")
+    b = settings.replace(topic_segments=f"{a.kafka.topic_segments}.b", topic_completed=f"{a.kafka.topic_completed}.b",
+                         topic_done=f"{a.kafka.topic_done}.b", worker_group=f"tts-zh-{unique}")
     ensure_topics(b, partitions=4)
     want_a, want_b = _requests(a, 15, "ga"), _requests(b, 15, "gb")
     with Supervisor(tmp_path / "logs") as sup:
@@ -82,13 +82,13 @@ def test_two_groups_on_one_host_both_commit_under_their_own_ids(settings: Settin
         for w in (wa, wb):
             sup.wait_ready(w, timeout=120)
         ida, idb = readyz(wa), readyz(wb)
-        assert ida == {"transactional_id": f"{a.worker_group}-{HOST}-0", "group": a.worker_group}
-        assert idb == {"transactional_id": f"{b.worker_group}-{HOST}-0", "group": b.worker_group}
+        assert ida == {"transactional_id": f"{a.kafka.worker_group}-{HOST}-0", "group": a.kafka.worker_group}
+        assert idb == {"transactional_id": f"{b.kafka.worker_group}-{HOST}-0", "group": b.kafka.worker_group}
         _answered_once(a, want_a)
         _answered_once(b, want_b)
         # `ttsflow lag --json` shows who holds the group: the worker's client id is its transactional id
         with LagReader(a.kafka, a.scaling) as reader:
-            _state, members = reader.describe_members(a.worker_group, a.topic_segments)
+            _state, members = reader.describe_members(a.kafka.worker_group, a.kafka.topic_segments)
         assert [m.client_id for m in members] == [ida["transactional_id"]]
         assert members[0].partitions == [0, 1, 2, 3]
         sup.check_alive()  # neither was fenced
@@ -106,7 +106,7 @@ def test_two_workers_of_one_group_get_different_ids_and_both_commit(settings: Se
         w2 = sup.worker("w2", settings, claim_id=True)
         sup.wait_ready(w2, timeout=120)
         ids = [readyz(w)["transactional_id"] for w in (w1, w2)]
-        assert ids == [f"{settings.worker_group}-{HOST}-0", f"{settings.worker_group}-{HOST}-1"]
+        assert ids == [f"{settings.kafka.worker_group}-{HOST}-0", f"{settings.kafka.worker_group}-{HOST}-1"]
         _answered_once(settings, want)
         sup.check_alive()
         assert not _fenced(w1) and not _fenced(w2)
@@ -128,7 +128,7 @@ def test_a_sigkilled_worker_restarted_on_the_host_takes_its_id_and_fences_its_zo
         w = sup.worker("w1", settings, claim_id=True)
         sup.wait_ready(w, timeout=120)
         first = readyz(w)["transactional_id"]
-        assert first == f"{settings.worker_group}-{HOST}-0"
+        assert first == f"{settings.kafka.worker_group}-{HOST}-0"
         deadline = time.monotonic() + 120
         while metric_sum(w.metrics_port, "ttsflow_worker_completions_total") < 3:
             sup.check_alive()
@@ -138,12 +138,12 @@ def test_a_sigkilled_worker_restarted_on_the_host_takes_its_id_and_fences_its_zo
         answered_at_kill = len(completions(settings, timeout=5))
         assert answered_at_kill < len(want), "the worker finished before it could be killed; publish more"
 
-        zombie = Producer({"bootstrap.servers": settings.bootstrap_servers, "transactional.id": first,
+        zombie = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "transactional.id": first,
                            "transaction.timeout.ms": 120_000})
         zombie.init_transactions(30)
         zombie.begin_transaction()
         ghost = Completion(request_id="zombie-0", user_id="user-0", status="ok", completed_at=datetime.now(UTC))
-        zombie.produce(settings.topic_completed, key=b"user-0", value=encode(ghost))
+        zombie.produce(settings.kafka.topic_completed, key=b"user-0", value=encode(ghost))
         assert zombie.flush(30) == 0  # in the log, uncommitted
 
         sup.restart("w1")
@@ -156,7 +156,7 @@ def test_a_sigkilled_worker_restarted_on_the_host_takes_its_id_and_fences_its_zo
         assert err.fatal() or "fenc" in err.str().lower() or "epoch" in err.str().lower(), err
         cs = _answered_once(settings, want)
         assert "zombie-0" not in by_request(cs)
-        raw = drain_topic(settings.bootstrap_servers, settings.topic_completed, isolation="read_uncommitted",
+        raw = drain_topic(settings.kafka.bootstrap_servers, settings.kafka.topic_completed, isolation="read_uncommitted",
                           timeout=30)
         assert any(m.value() == encode(ghost) for m in raw), "the zombie's record should be in the log, aborted"
         sup.check_alive()

@@ -58,11 +58,11 @@ class _Answers:
     per check would spend most of a second just joining the topic)."""
 
     def __init__(self, settings: Settings) -> None:
-        self.c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"t-{uuid.uuid4().hex[:8]}",
+        self.c = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": f"t-{uuid.uuid4().hex[:8]}",
                            "isolation.level": "read_committed", "enable.auto.commit": False,
                            "fetch.wait.max.ms": 50})
-        self.c.assign([TopicPartition(settings.topic_completed, p, OFFSET_BEGINNING)
-                       for p in range(settings.partitions)])
+        self.c.assign([TopicPartition(settings.kafka.topic_completed, p, OFFSET_BEGINNING)
+                       for p in range(settings.kafka.partitions)])
         self.seen: set[str] = set()
 
     def has(self, rid: str) -> bool:
@@ -77,7 +77,7 @@ class _Answers:
 
 def test_sigkilled_worker_restarted_under_its_identity_serves_again_at_once(settings: Settings,
                                                                          tmp_path: Path) -> None:
-    parts = settings.partitions
+    parts = settings.kafka.partitions
     with Supervisor(tmp_path / "logs") as sup:
         w = sup.worker("w1", settings)
         sup.wait_ready(w, timeout=90)
@@ -106,7 +106,7 @@ def test_sigkilled_worker_restarted_under_its_identity_serves_again_at_once(sett
 
 def test_sigtermed_worker_leaves_so_the_other_takes_its_partitions_at_once(settings: Settings,
                                                                           tmp_path: Path) -> None:
-    parts = settings.partitions
+    parts = settings.kafka.partitions
     with Supervisor(tmp_path / "logs") as sup:
         w1 = sup.worker("w1", settings)
         w2 = sup.worker("w2", settings)

@@ -47,7 +47,7 @@ def _reloads(port: int, result: str) -> float:
 
 
 def _model_cli(settings: Settings, *args: str) -> str:
-    env = {**os.environ, "TTS_MODEL_DIR": settings.model_dir}
+    env = {**os.environ, "TTS_MODEL_DIR": settings.engine.model_dir}
     r = subprocess.run([sys.executable, "-m", "streams.cli", "model", *args], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, f"ttsflow model {' '.join(args)}: {r.returncode}\n{r.stdout}\n{r.stderr}"

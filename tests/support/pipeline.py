@@ -41,17 +41,17 @@ def make_segments(rid: str, user: str, text: str, *, max_chars: int = 300, voice
 
 
 def publish(settings: Settings, segments: list[Segment], raw: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
-    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random",
+    p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "partitioner": "murmur2_random",
                   "enable.idempotence": True, "linger.ms": 5})
     for s in segments:
-        p.produce(settings.topic_segments, key=s.user_id.encode(), value=encode(s))
+        p.produce(settings.kafka.topic_segments, key=s.user_id.encode(), value=encode(s))
     for key, value in raw:
-        p.produce(settings.topic_segments, key=key, value=value)
+        p.produce(settings.kafka.topic_segments, key=key, value=value)
     assert p.flush(30) == 0
 
 
 def completions(settings: Settings, count: int | None = None, timeout: float = 60.0) -> list[Completion]:
-    msgs = drain_topic(settings.bootstrap_servers, settings.topic_completed, count=count, timeout=timeout)
+    msgs = drain_topic(settings.kafka.bootstrap_servers, settings.kafka.topic_completed, count=count, timeout=timeout)
     return [decode_completion(m.value()) for m in msgs]
 
 
@@ -114,9 +114,9 @@ def answer_requests(settings: Settings, log_dir: Any, requests: list[dict[str, A
 
     from streams.devstack.procs import Supervisor
 
-    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "partitioner": "murmur2_random"})
+    p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "partitioner": "murmur2_random"})
     for r in requests:
-        p.produce(settings.topic_requests, key=r["user_id"].encode(), value=json.dumps(r).encode())
+        p.produce(settings.kafka.topic_requests, key=r["user_id"].encode(), value=json.dumps(r).encode())
     assert p.flush(30) == 0
     with Supervisor(log_dir) as sup:
         sup.stage("stage", settings)
@@ -136,8 +136,8 @@ def running_worker(settings: Settings, engine: Any, *, tid_prefix: str = "test-w
 
     s = settings.replace(transactional_id=f"{tid_prefix}-{uuid.uuid4().hex[:8]}")
     store = store or new_store(s)
-    cache = cache or AudioCache(s.redis_url, 600, namespace=cache_namespace(s))
-    w = Worker(s.kafka, s.batching, engine, store, cache, WorkerMetrics(0), dedup_window_s=s.dedup_window_s,
+    cache = cache or AudioCache(s.redis.redis_url, 600, namespace=cache_namespace(s))
+    w = Worker(s.kafka, s.batching, engine, store, cache, WorkerMetrics(0), dedup_window_s=s.stage.dedup_window_s,
                overlap=overlap)
     errors: list[BaseException] = []
 

@@ -314,7 +314,7 @@ class Rig:
         self.cache = FakeCache()
         self.backend = backend or ToneBackend()
         self.lanes = lanes
-        self.settings = Settings(topic_segments=SEG, topic_done=DONE, topic_completed=COMPLETED,
+        self.settings = Settings().replace(topic_segments=SEG, topic_done=DONE, topic_completed=COMPLETED,
                                  max_batch=max_batch, max_wait_ms=0, metrics_port=0)
         self.metrics = WorkerMetrics(0)
         self.now = 1000.0
@@ -325,8 +325,8 @@ class Rig:
         self.consumer = FakeConsumer(self.broker)
         self.producer = FakeProducer(self.broker)
         self.worker = Worker(self.settings.kafka, self.settings.batching,
-                             Engine(self.backend, max_batch=self.settings.max_batch), self.store, self.cache,
-                             self.metrics, dedup_window_s=self.settings.dedup_window_s, consumer=self.consumer, producer=self.producer,
+                             Engine(self.backend, max_batch=self.settings.batching.max_batch), self.store, self.cache,
+                             self.metrics, dedup_window_s=self.settings.stage.dedup_window_s, consumer=self.consumer, producer=self.producer,
                              reader=FakeReader(self.broker), overlap=False, clock=lambda: self.now,
                              lanes=self.lanes)
         self.consumer.assign_now(self.worker, range(self.broker.partitions))

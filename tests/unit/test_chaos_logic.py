@@ -11,7 +11,7 @@ import soundfile as sf
 
 from streams.bench.chaos import Event, check_audio, classify_lost, plan_events, plausible_duration, tally
 from streams.bench.harness import isolated, percentile
-from streams.settings import Settings
+from streams.settings import Settings, describe
 
 
 def test_tally_counts_each_kind_of_answer() -> None:
@@ -121,9 +121,14 @@ def test_isolated_settings_share_nothing_named() -> None:
     a, b = isolated(base, "r1"), isolated(base, "r2")
     names = ("topic_requests", "topic_segments", "topic_completed", "topic_dlq", "topic_done", "stage_app_id",
              "worker_group")
+    section = {d.name: d.section for d in describe()}
+
+    def get(s: Settings, name: str) -> object:
+        return getattr(getattr(s, section[name]), name)
+
     for n in names:
-        assert getattr(a, n) != getattr(base, n) and getattr(a, n) != getattr(b, n)
-    assert a.bootstrap_servers == base.bootstrap_servers
+        assert get(a, n) != get(base, n) and get(a, n) != get(b, n)
+    assert a.kafka.bootstrap_servers == base.kafka.bootstrap_servers
 
 
 def test_classify_lost_names_the_hop_that_dropped_each_request() -> None:

@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from streams.kafka import consumer_config
-from streams.settings import Settings, load_settings
+from streams.settings import Settings, describe, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 GRAFANA = ROOT / "deploy" / "grafana"
-SETTINGS_ENV = {name for name, _, _ in Settings.describe()}
+SETTINGS_ENV = {d.env for d in describe()}
 DEFAULTS = Settings()
 
 
@@ -78,7 +78,7 @@ def test_configmap_and_secret_hold_only_settings_and_load_cleanly() -> None:
     for key in ("TTS_S3_ACCESS_KEY", "TTS_S3_SECRET_KEY"):
         assert key in secret and key not in cm  # credentials only in the Secret
     s = load_settings(env={**cm, **secret})
-    assert s.metrics_port == 9108
+    assert s.process.metrics_port == 9108
 
 
 def _expand(value: str, known: dict[str, str]) -> str:
@@ -119,7 +119,7 @@ def _probe_paths(source_files: list[Path]) -> set[str]:
 
 
 def _check_probes(doc: dict[str, Any], served: set[str]) -> None:
-    port = int(load_settings(env=_one("ConfigMap", "ttsflow-config")["data"]).metrics_port)
+    port = int(load_settings(env=_one("ConfigMap", "ttsflow-config")["data"]).process.metrics_port)
     for c in _containers(doc):
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         assert ports["metrics"] == port
@@ -143,15 +143,15 @@ def test_worker_is_a_statefulset_with_gpu_probes_and_stable_transactional_id() -
     cm = _one("ConfigMap", "ttsflow-config")["data"]
     s = load_settings(env={**cm, "TTS_TRANSACTIONAL_ID": _expand(env["TTS_TRANSACTIONAL_ID"]["value"],
                                                                    {**cm, "POD_NAME": "ttsflow-worker-0"})})
-    assert s.effective_transactional_id == f"{s.effective_transactional_id_prefix}-ttsflow-worker-0"
-    assert s.effective_transactional_id_prefix == s.worker_group
+    assert s.kafka.effective_transactional_id == f"{s.kafka.effective_transactional_id_prefix}-ttsflow-worker-0"
+    assert s.kafka.effective_transactional_id_prefix == s.kafka.worker_group
     served = _probe_paths([ROOT / "streams" / "worker_metrics.py", ROOT / "streams" / "worker.py",
                            ROOT / "streams" / "metrics_http.py"])
     _check_probes(w, served)
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     # the grace period outlasts nothing the worker must finish: a transaction times out later
-    assert w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] * 1000 >= DEFAULTS.transaction_timeout_ms
+    assert w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] * 1000 >= DEFAULTS.kafka.transaction_timeout_ms
 
 
 def test_stage_probes_are_served_by_the_stage() -> None:
@@ -187,19 +187,19 @@ def test_scaledobject_trigger_agrees_with_settings_and_caps_at_partitions() -> N
     (trig,) = so["spec"]["triggers"]
     assert trig["type"] == "kafka"
     md = trig["metadata"]
-    assert md["topic"] == cm.topic_segments == DEFAULTS.topic_segments
-    assert md["consumerGroup"] == cm.worker_group == DEFAULTS.worker_group
-    assert md["bootstrapServers"] == cm.bootstrap_servers
-    assert int(md["lagThreshold"]) == cm.lag_threshold == DEFAULTS.lag_threshold
-    assert int(md["activationLagThreshold"]) == cm.activation_lag_threshold == DEFAULTS.activation_lag_threshold
+    assert md["topic"] == cm.kafka.topic_segments == DEFAULTS.kafka.topic_segments
+    assert md["consumerGroup"] == cm.kafka.worker_group == DEFAULTS.kafka.worker_group
+    assert md["bootstrapServers"] == cm.kafka.bootstrap_servers
+    assert int(md["lagThreshold"]) == cm.scaling.lag_threshold == DEFAULTS.scaling.lag_threshold
+    assert int(md["activationLagThreshold"]) == cm.scaling.activation_lag_threshold == DEFAULTS.scaling.activation_lag_threshold
     # an idle transactional partition keeps lag 1 (its commit marker): below this, never zero
-    assert int(md["activationLagThreshold"]) >= cm.partitions
+    assert int(md["activationLagThreshold"]) >= cm.kafka.partitions
     # a partition without a committed offset is read from the start by the worker, so KEDA
     # must count it as its whole log
     assert md["offsetResetPolicy"] == consumer_config(DEFAULTS.kafka, "g")["auto.offset.reset"] == "earliest"
     assert all(isinstance(v, str) for v in md.values())  # KEDA metadata is a string map
     if md.get("allowIdleConsumers", "false") == "false":
-        assert so["spec"]["maxReplicaCount"] <= cm.partitions
+        assert so["spec"]["maxReplicaCount"] <= cm.kafka.partitions
     assert so["spec"]["minReplicaCount"] <= so["spec"]["maxReplicaCount"]
     assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"][
         "stabilizationWindowSeconds"] >= so["spec"]["pollingInterval"]
@@ -355,7 +355,7 @@ def test_secured_settings_load_as_a_pod_sees_them(tmp_path: Path) -> None:
     pw.write_text("from-the-mounted-secret\n")
     sec["TTS_KAFKA_SASL_PASSWORD_FILE"] = str(pw)
     s = load_settings(env={**cm, **secret, **sec, "TTS_KAFKA_SASL_USERNAME": "ttsflow-worker"})
-    assert s.kafka_sasl_password.reveal() == "from-the-mounted-secret"
+    assert s.kafka.kafka_sasl_password.reveal() == "from-the-mounted-secret"
     shown = repr(s)
     assert "from-the-mounted-secret" not in shown
     assert "s3_secret_key=Secret('***')" in shown and "redis_password=Secret('***')" in shown
@@ -400,4 +400,4 @@ def test_gateway_is_a_user_principal_behind_one_service_on_the_port_it_serves() 
     svc = _one("Service", "ttsflow-gateway")
     assert svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
     assert svc["spec"]["ports"][0]["targetPort"] == c["ports"][0]["name"]
-    assert d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > DEFAULTS.gateway_wait_s
+    assert d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > DEFAULTS.gateway.gateway_wait_s

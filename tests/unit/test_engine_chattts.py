@@ -223,9 +223,9 @@ def test_load_engine_builds_a_warm_chattts_engine(assets: Path) -> None:
 def test_settings_name_the_weights_speaker_and_seed_for_load_engine() -> None:
     s = load_settings({"TTS_BACKEND": "chattts", "TTS_CHATTTS_ASSET_DIR": "/data/chattts", "TTS_CHATTTS_SEED": "7",
                        "TTS_CHATTTS_SPEAKER": "/data/spk.txt"})
-    assert s.engine_options() == {"model_path": "/data/chattts",
+    assert s.engine.engine_options() == {"model_path": "/data/chattts",
                                   "backend_options": {"speaker": "/data/spk.txt", "seed": 7}}
-    assert load_settings({"TTS_BACKEND": "hibari", "TTS_CHATTTS_ASSET_DIR": "/x"}).engine_options() == {}
+    assert load_settings({"TTS_BACKEND": "hibari", "TTS_CHATTTS_ASSET_DIR": "/x"}).engine.engine_options() == {}
 
 
 @pytest.mark.skipif(not _MISSING, reason="the chattts extra is installed: the real backend is tested above")

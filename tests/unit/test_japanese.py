@@ -16,7 +16,7 @@ from schemas import Rejection, decode_segment, decode_segment_event, segment_has
 from streams.settings import Settings
 from streams.stage.core import StageCore, served_voices
 
-S = Settings(backends="hibari,kokoro")
+S = Settings().replace(backends="hibari,kokoro")
 
 
 def _handle(c: StageCore, text: str, **fields: Any) -> Any:

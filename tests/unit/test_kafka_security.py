@@ -24,9 +24,9 @@ def test_secrets_are_masked_in_every_repr_yet_usable() -> None:
         for secret in ("hunter2-secret", "redis-pw-secret", "ttsflow-local-secret"):
             assert secret not in shown
     assert "Secret('***')" in repr(s.kafka)
-    assert isinstance(s.kafka_sasl_password, Secret) and s.kafka_sasl_password.reveal() == "hunter2-secret"
+    assert isinstance(s.kafka.kafka_sasl_password, Secret) and s.kafka.kafka_sasl_password.reveal() == "hunter2-secret"
     replaced = s.replace(kafka_sasl_password="other-secret")  # a plain str in: still masked
-    assert isinstance(replaced.kafka_sasl_password, Secret) and "other-secret" not in repr(replaced)
+    assert isinstance(replaced.kafka.kafka_sasl_password, Secret) and "other-secret" not in repr(replaced)
 
 
 def test_passwords_come_from_files_as_kubernetes_mounts_them(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_passwords_come_from_files_as_kubernetes_mounts_them(tmp_path: Path) -> 
     s = load_settings(env={"TTS_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "TTS_KAFKA_SASL_USERNAME": "u",
                            "TTS_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "k"),
                            "TTS_S3_SECRET_KEY_FILE": str(tmp_path / "s3")})
-    assert s.kafka_sasl_password.reveal() == "from-file" and s.s3_secret_key.reveal() == "s3-from-file"
+    assert s.kafka.kafka_sasl_password.reveal() == "from-file" and s.s3.s3_secret_key.reveal() == "s3-from-file"
     assert client_config(s.kafka)["sasl.password"] == "from-file"
     with pytest.raises(SettingsError, match=r"TTS_REDIS_PASSWORD_FILE=.*cannot read"):
         load_settings(env={"TTS_REDIS_PASSWORD_FILE": str(tmp_path / "absent")})
@@ -139,7 +139,7 @@ def test_redis_auth_options() -> None:
 
 
 def test_presigned_links_are_off_by_default_and_bounded() -> None:
-    assert Settings().s3_presign_ttl_s == 0
+    assert Settings().s3.s3_presign_ttl_s == 0
     with pytest.raises(SettingsError, match="above the maximum"):
         load_settings(env={"TTS_S3_PRESIGN_TTL_S": str(8 * 24 * 3600)})  # S3 SigV4 allows 7 days at most
 

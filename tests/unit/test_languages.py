@@ -37,7 +37,7 @@ def _voice(name: str) -> VoiceInfo:
 
 
 HEART = _voice("heart")
-S = Settings(max_segment_chars=80, max_text_chars=5000, dedup_window_s=100)
+S = Settings().replace(max_segment_chars=80, max_text_chars=5000, dedup_window_s=100)
 
 CASES = {  # name: (text, the script the English voice cannot speak)
     "chinese": ("您好，欢迎致电客户服务中心。请问有什么可以帮您？", "Han"),

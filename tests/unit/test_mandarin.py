@@ -21,7 +21,7 @@ from streams.settings import Settings, SettingsError, load_settings
 from streams.stage.core import StageCore, served_voices
 
 ZH = "您好，您的订单已经发货，预计明天下午送达。"
-S = Settings(backends="hibari,kokoro")
+S = Settings().replace(backends="hibari,kokoro")
 
 
 def _handle(c: StageCore, text: str, **fields: Any) -> Any:
@@ -43,8 +43,8 @@ def test_kokoro_voices_speak_chinese_japanese_and_english_and_heart_does_not_spe
 def test_backends_setting_orders_the_default_first_and_refuses_unknown_names() -> None:
     assert Settings().engine.served_backends == ("hibari",)
     assert S.engine.served_backends == ("hibari", "kokoro")
-    assert Settings(backend="kokoro", backends="hibari,kokoro").engine.served_backends == ("kokoro", "hibari")
-    assert Settings(backends="kokoro").engine.served_backends == ("kokoro",)
+    assert Settings().replace(backend="kokoro", backends="hibari,kokoro").engine.served_backends == ("kokoro", "hibari")
+    assert Settings().replace(backends="kokoro").engine.served_backends == ("kokoro",)
     with pytest.raises(SettingsError, match="TTS_BACKENDS"):
         load_settings(backends="hibari,espeak")
 

@@ -298,13 +298,13 @@ def test_asyncapi_documents_every_topic_and_existing_schema_files() -> None:
     here = Path(__file__).resolve().parents[2] / "schemas"
     doc = yaml.safe_load((here / "asyncapi.yaml").read_text())
     s = Settings()
-    assert set(doc["channels"]) == {s.topic_requests, s.topic_segments, s.topic_completed, s.topic_dlq, s.topic_done,
-                                     s.topic_chunks}
+    assert set(doc["channels"]) == {s.kafka.topic_requests, s.kafka.topic_segments, s.kafka.topic_completed, s.kafka.topic_dlq, s.kafka.topic_done,
+                                     s.kafka.topic_chunks}
     refs = {m["payload"]["$ref"] for m in doc["components"]["messages"].values() if "$ref" in m["payload"]}
     assert refs == {f"./json/{name}.schema.json" for name in SCHEMAS}
     for ref in refs:
         assert (here / ref).is_file()
-    assert doc["channels"][s.topic_done]["bindings"]["kafka"]["topicConfiguration"]["cleanup.policy"] == ["compact", "delete"]
+    assert doc["channels"][s.kafka.topic_done]["bindings"]["kafka"]["topicConfiguration"]["cleanup.policy"] == ["compact", "delete"]
 
 
 def test_every_stable_error_code_is_documented_in_schema_asyncapi_and_user_docs() -> None:

@@ -17,7 +17,7 @@ from streams.stage.core import DEAD_LETTER_ID_HEADER, Outcome, StageCore, backen
 from streams.stage.dedup import SeenIndex, UserSeen
 from streams.stage.text import normalize, split_segments
 
-S = Settings(max_segment_chars=40, max_text_chars=500, dedup_window_s=100)
+S = Settings().replace(max_segment_chars=40, max_text_chars=500, dedup_window_s=100)
 NOW = 1_700_000_000.0
 
 
@@ -42,12 +42,12 @@ def test_good_request_becomes_ordered_segments_with_parts_on_the_last() -> None:
     out = run(StageCore(S.stage, S.kafka, S.engine, voices=("chattts",), clock=lambda: NOW), req(text="Ｈｅｌｌｏ there.\u200b How are you today? 你好。", speed=1.5, sample_rate=22050))
     assert out.kind == "segments" and out.remember == "r-1"
     segs = [decode_segment(r.value) for r in out.records]
-    assert {r.topic for r in out.records} == {S.topic_segments}
+    assert {r.topic for r in out.records} == {S.kafka.topic_segments}
     assert {r.key for r in out.records} == {b"alice"}
     expected = split_segments(normalize("Ｈｅｌｌｏ there.\u200b How are you today? 你好。"), 40)
     assert [s.text for s in segs] == expected == ["Hello there.", "How are you today?", "你好。"]
     assert [s.seq for s in segs] == [0, 1, 2] and {s.total for s in segs} == {3}
-    hashes = [segment_hash(t, voice="chattts", model=S.backend, model_version=S.model_version, speed=1.5,
+    hashes = [segment_hash(t, voice="chattts", model=S.engine.backend, model_version=S.engine.model_version, speed=1.5,
                            sample_rate=22050, format="wav") for t in expected]
     assert [s.hash for s in segs] == hashes
     assert {s.request_hash for s in segs} == {request_hash(hashes, format="wav")}
@@ -107,7 +107,7 @@ def test_bad_content_gets_one_rejection_on_the_segments_topic_with_a_stable_code
     assert out.kind == "failed" and out.code == code and out.remember == "r-1"
     (rec,) = out.records
     # never tts.completed: only the worker's transaction writes answers
-    assert rec.topic == S.topic_segments and rec.key == b"alice" and rec.partition is None
+    assert rec.topic == S.kafka.topic_segments and rec.key == b"alice" and rec.partition is None
     r = rejection(rec.value)
     assert r.type == "rejection" and r.request_id == "r-1" and r.user_id == "alice"
     assert (r.source_partition, r.source_offset) == (3, 42)
@@ -152,13 +152,13 @@ def test_unreadable_request_id_goes_to_the_dead_letter_topic(value: bytes | None
     out = run(core(), value, key=b"alice")
     assert out.kind == "dead_letter" and out.code == reason and out.remember is None
     (rec,) = out.records
-    assert rec.topic == S.topic_dlq and rec.key == b"alice"
+    assert rec.topic == S.kafka.topic_dlq and rec.key == b"alice"
     dl = decode_dead_letter(rec.value)
-    assert dl.reason == reason and dl.source_topic == S.topic_requests
+    assert dl.reason == reason and dl.source_topic == S.kafka.topic_requests
     assert (dl.source_partition, dl.source_offset) == (3, 42)
     assert base64.b64decode(dl.value_b64) == (value or b"")
     assert dl.key_b64 is not None and base64.b64decode(dl.key_b64) == b"alice"
-    assert dl.id == f"{S.topic_requests}:3:42" and rec.headers == ((DEAD_LETTER_ID_HEADER, dl.id.encode()),)
+    assert dl.id == f"{S.kafka.topic_requests}:3:42" and rec.headers == ((DEAD_LETTER_ID_HEADER, dl.id.encode()),)
 
 
 def test_a_dead_letter_sent_again_carries_the_same_identity() -> None:
@@ -175,12 +175,12 @@ def test_dead_letter_without_key() -> None:
 
 
 def table_with(*entries: tuple[bytes, str, float]) -> dict[bytes, bytes]:
-    index = SeenIndex(S.dedup_window_s)
+    index = SeenIndex(S.stage.dedup_window_s)
     return dict(index.entry(k, rid, t) for k, rid, t in entries)
 
 
 def seen_view(table: dict[bytes, bytes], key: bytes = b"alice", now: float = NOW) -> UserSeen:
-    return UserSeen(SeenIndex(S.dedup_window_s), table.get, key, now)
+    return UserSeen(SeenIndex(S.stage.dedup_window_s), table.get, key, now)
 
 
 def test_repeated_id_within_the_window_is_dropped_and_after_it_served() -> None:

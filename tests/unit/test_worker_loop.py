@@ -157,7 +157,7 @@ def test_request_id_reused_after_the_dedup_window_is_answered_again(rig: Rig) ->
     rig.run()
     rig.close()
     for m in rig.broker.read(DONE):  # its done record is older than the stage's window now
-        m._ts -= (rig.settings.dedup_window_s + 60) * 1000
+        m._ts -= (rig.settings.stage.dedup_window_s + 60) * 1000
     rig.new_worker()
     rig.publish(0, segments("reuse", "u1", ["A new request reusing the id."]))
     rig.run()
@@ -340,7 +340,7 @@ def _reload_rig(tmp_path: Any, max_wait_s: float = 30.0) -> tuple[Rig, Any, Any]
     rig.worker.close()
     rig.consumer, rig.producer = FakeConsumer(rig.broker), FakeProducer(rig.broker)
     rig.worker = Worker(rig.settings.kafka, rig.settings.batching, manager, rig.store, rig.cache, rig.metrics,
-                        dedup_window_s=rig.settings.dedup_window_s, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker), overlap=False,
+                        dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker), overlap=False,
                         clock=lambda: rig.now, reload_max_wait_s=max_wait_s)
     rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
     return rig, store, manager
@@ -440,8 +440,8 @@ def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkey
 
     rig.worker.close()
     rig.consumer = FakeConsumer(rig.broker)
-    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.max_batch),
-                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.dedup_window_s, consumer=rig.consumer, producer=wedged, producer_factory=factory,
+    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
+                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=wedged, producer_factory=factory,
                         reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now, wedge_grace_s=0.2)
     rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
     try:
@@ -480,8 +480,8 @@ def test_a_rewind_that_cannot_read_offsets_stays_pending_and_admits_nothing_unti
     rig.consumer = SlowOffsetsConsumer(rig.broker, fail=3)
     rig.producer = FakeProducer(rig.broker)
     rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._STATE, "boom", txn_requires_abort=True))]
-    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.max_batch),
-                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.dedup_window_s, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker),
+    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
+                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker),
                         overlap=False, clock=lambda: rig.now)
     rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
     rig.publish(0, segments("p", "u1", ["Aborted, then re-read."]))
@@ -588,12 +588,12 @@ def test_model_lanes_auto_is_two_for_one_by_one_backends_on_two_cores() -> None:
     from streams.settings import Settings
     from streams.worker.main import model_lanes
 
-    hibari = Settings(backend="hibari").engine
+    hibari = Settings().replace(backend="hibari").engine
     assert model_lanes(hibari, cores=2) == (2, 1)          # two 1-thread calls on 2 cores
     assert model_lanes(hibari, cores=8) == (2, 4)
     assert model_lanes(hibari, cores=1) == (1, 0)          # one core: one call, onnxruntime's default
-    assert model_lanes(Settings(backend="hibari", threads=6).engine, cores=8) == (2, 3)  # the budget is shared
-    assert model_lanes(Settings(backend="hibari", model_lanes=1).engine, cores=8) == (1, 0)
-    assert model_lanes(Settings(backend="hibari", model_lanes=3, threads=2).engine, cores=8) == (3, 1)
-    assert model_lanes(Settings(backend="piper").engine, cores=8) == (1, 0)  # batches fill the cores
-    assert model_lanes(Settings(backend="hibari", threads=1).engine, cores=8) == (1, 1)  # a budget of one thread
+    assert model_lanes(Settings().replace(backend="hibari", threads=6).engine, cores=8) == (2, 3)  # the budget is shared
+    assert model_lanes(Settings().replace(backend="hibari", model_lanes=1).engine, cores=8) == (1, 0)
+    assert model_lanes(Settings().replace(backend="hibari", model_lanes=3, threads=2).engine, cores=8) == (3, 1)
+    assert model_lanes(Settings().replace(backend="piper").engine, cores=8) == (1, 0)  # batches fill the cores
+    assert model_lanes(Settings().replace(backend="hibari", threads=1).engine, cores=8) == (1, 1)  # a budget of one thread

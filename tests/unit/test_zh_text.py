@@ -14,6 +14,9 @@ CASES: dict[str, list[tuple[str, str]]] = {
         ("共有500人参加", "共有五百人参加"),            # known failure elsewhere: 500 read digit by digit
         ("增长了100倍", "增长了一百倍"),                 # known failure elsewhere: 100倍 read digit by digit
         ("全市人口1,234,567人", "全市人口一百二十三万四千五百六十七人"),
+        ("共1,000本", "共一千本"),
+        # not thousands groups: each number read as written, nothing of it dropped (found by hypothesis)
+        ("0,1000", "零,一千"), ("0,100", "零,一百"), ("1,0000", "一,零零零零"),
         ("一共10010份", "一共一万零一十份"),
         ("我要2个", "我要两个"),
         ("第2名", "第二名"),

@@ -115,19 +115,19 @@ def _load(run_id: str, **_: Any) -> None:
     s = load_settings()
     _state.settings = s
     _state.engine = _open_engine(s)
-    _state.voice = s.voice or _state.engine.default_voice
+    _state.voice = s.engine.voice or _state.engine.default_voice
     _state.model = f"{_state.engine.info.name}:{_state.engine.info.version}:{_state.engine.info.precision}"
     _state.store = AudioStore.from_section(s.s3, prefix="baseline/")
-    _state.redis = redis.Redis.from_url(redis_db_url(s.redis_url, RESULT_DB), socket_timeout=5)
+    _state.redis = redis.Redis.from_url(redis_db_url(s.redis.redis_url, RESULT_DB), socket_timeout=5)
     _state.redis.set(f"{READY_NS}{run_id}:{os.getpid()}", _state.model, ex=3600)
-    _log.info("event=engine_loaded pid=%d model=%s threads=%d", os.getpid(), _state.model, s.threads)
+    _log.info("event=engine_loaded pid=%d model=%s threads=%d", os.getpid(), _state.model, s.engine.threads)
 
 
 def _open_engine(s: Any) -> Any:
     """The engine a ttsflow worker with these settings serves: the store's current version if any."""
     from streams.worker.main import open_engine
 
-    return open_engine(s.engine, model_dir=s.effective_model_dir, max_batch=s.max_batch)
+    return open_engine(s.engine, model_dir=s.effective_model_dir, max_batch=s.batching.max_batch)
 
 
 def _unload(**_: Any) -> None:
@@ -158,7 +158,7 @@ def _synthesize(self: Any, request_id: str, text: str, run_id: str, fmt: str = "
     t0 = time.perf_counter()
     s = _state.settings
     norm = normalize(text)
-    segs = split_segments(norm, s.max_segment_chars)
+    segs = split_segments(norm, s.stage.max_segment_chars)
     if not segs:
         raise ValueError("empty text")
     digest = request_digest(norm, _state.voice, fmt)
@@ -178,7 +178,7 @@ def _synthesize(self: Any, request_id: str, text: str, run_id: str, fmt: str = "
         key = _state.store.key("req", digest, fmt)
         _state.store.put(key, data, audio_codec.content_type(fmt))
         duration = round(len(joined) / sr, 4)
-        _state.redis.set(cache_key, f"{key} {duration}", ex=s.cache_ttl_s)
+        _state.redis.set(cache_key, f"{key} {duration}", ex=s.redis.cache_ttl_s)
         out = {"key": key, "duration_s": duration, "segments": len(segs), "cached": False}
     _state.redis.rpush(EXEC_NS + run_id, request_id)
     _state.redis.expire(EXEC_NS + run_id, 3600)

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from streams.settings import load_settings
 
     s = load_settings()
-    app = make_app(s.redis_url, visibility_timeout_s=ns.visibility_timeout)
+    app = make_app(s.redis.redis_url, visibility_timeout_s=ns.visibility_timeout)
     install_process_hooks(ns.run_id)
     app.worker_main(["worker", "-Q", ns.queue, "-c", str(ns.concurrency), "-P", "prefork",
                      "-n", f"baseline-{ns.run_id}@%h", "--without-gossip", "--without-mingle",

@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
             groups = []
             for g in a.group:
                 name, _, topic = g.partition(":")
-                groups.append((name, topic or settings.topic_segments))
+                groups.append((name, topic or settings.kafka.topic_segments))
         if a.serve is not None:
             return serve(reader, groups, port=a.serve, interval=a.interval)
         result: list[GroupLag] = []
