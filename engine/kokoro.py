@@ -64,9 +64,15 @@ _MAX_MIXES = 64
 _CJK = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
 _KANA = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-# Characters of everyday Mandarin that Japanese text does not use (simplified forms, particles)
-_ZH_ONLY = re.compile("[们这说么吗呢个对时为过让从见请问谢样给长门间发现题经务业东车马鱼鸟书买卖语话认识应该气后电开关"
-                      "单货预计处码钟效录质报总线种运动员赛举价润增联团队确查收园读实论您你很哪吧啊欢迎]")
+# Characters of everyday Mandarin that Japanese does not write: simplified forms (记, 门, 车 ...;
+# Japanese writes 記, 門, 車) and particles; none of them is also a Japanese shinjitai form
+_ZH_ONLY = re.compile(
+    "[们这说么吗呢个对时为过让从见请问谢样给长门间发现题经务业东车马鱼鸟书买卖语话认识应该气电开关单货预计处码钟效录质报总线种"
+    "运动员赛举价润增联团队确收园读实论您你很哪吧啊欢记证带钱银铁错阅闻闭讲设许词试诉译议订讨训饭馆红约级终结绍细网页顺领风飞"
+    "观视规亲贵费资赶边还进远连选适闪阶际陆陈随难鸡头农华历厅县变听响图块坚备复够岁币师帮广庆库张归态怀战户扑执扩扫扬护拥择换"
+    "显晓晚暂杂权杨极构标树桥检毕汇汉沟泽洁测济浏涨热爱爷牵猎环畅疗监盖盘矿离积穷签简类粮紧纪纸练组绑绕继续绿维综缓缩罢职肃胜脑腊艺节药营萝虑补]")
+# everyday Mandarin words written with characters Japanese also writes
+_ZH_WORDS = re.compile("今天|明天|昨天|后天|可以|已经|因为|所以|但是|就是|知道|怎么|不是|一下|一个|有点")
 # Japanese-only kanji and the iteration mark
 _JA_ONLY = re.compile("[々〆込働畑峠匂枠栃]")
 # a clause ends after 。！？!?；;：: a newline, or a comma that is not inside a number
@@ -87,7 +93,8 @@ def clause_languages(text: str, primary: str = "zh") -> list[tuple[str, str]]:
 
     - ``ja`` if it has kana (hiragana, katakana) or a Japanese-only kanji (``々``, ``込``...);
     - ``zh`` if it has a character of everyday Mandarin that Japanese does not write
-      (simplified forms and particles: ``们``, ``这``, ``吗``, ``东``, ``说``...);
+      (simplified forms and particles: ``们``, ``这``, ``吗``, ``东``, ``说``...) or an everyday
+      Mandarin word (``今天``, ``可以``, ``已经``...);
     - ``en`` if it has Latin letters and no Han or kana;
     - Han characters and none of the above (``東京都庁。``, ``上午十点。``): the language of the
       nearest CJK clause before it, else after it, else ``primary`` (the voice's own language);
@@ -100,7 +107,7 @@ def clause_languages(text: str, primary: str = "zh") -> list[tuple[str, str]]:
     for clause in pieces:
         if _KANA.search(clause) or _JA_ONLY.search(clause):
             langs.append("ja")
-        elif _ZH_ONLY.search(clause):
+        elif _ZH_ONLY.search(clause) or _ZH_WORDS.search(clause):
             langs.append("zh")
         elif _HAN.search(clause):
             langs.append(None)

@@ -196,3 +196,16 @@ def test_every_mandarin_corpus_sentence_stays_mandarin_even_for_a_japanese_style
     for s in (*SENTENCES, *CORPUS_ZH):
         for primary in ("zh", "ja"):
             assert {lang for _, lang in clause_languages(s, primary)} <= {"zh", "en"}, (s, primary)
+
+
+def test_the_mixed_benchmark_switches_language_every_clause_and_each_clause_reads_alike_alone() -> None:
+    """``bench engine --mixed`` compares a text with its clauses synthesized apart: that is fair only
+    if each clause, alone, is read by the same G2P as inside the text, and every clause switches."""
+    from streams.bench.mixed import CORPUS_MIXED
+
+    for clauses in CORPUS_MIXED:
+        alone = [clause_languages(c, "zh") for c in clauses]
+        assert all(len(a) == 1 for a in alone), alone
+        langs = [a[0][1] for a in alone]
+        assert langs == ["zh", "ja", "en"] * 2, clauses
+        assert [lang for _, lang in clause_languages("".join(clauses), "zh")] == langs
