@@ -80,7 +80,7 @@ def run_mixed(engine: Any, *, voice: str, runs: int, log: Callable[[str], None],
         return time.perf_counter() - t0
 
     corpus = CORPUS_MIXED[:max(1, texts)]
-    for clauses in corpus:  # warm-up: G2P dictionaries, jieba, onnxruntime's first runs
+    for clauses in corpus[:1]:  # warm-up: G2P dictionaries, jieba, onnxruntime's first runs
         synth("".join(clauses))
         for c in clauses:
             synth(c)
