@@ -61,7 +61,7 @@ def _pct(values: list[float], q: float) -> float:
 def run_mixed(engine: Any, *, voice: str, runs: int, log: Callable[[str], None],
               texts: int = len(CORPUS_MIXED)) -> dict[str, Any]:
     """Time the first ``texts`` texts of :data:`CORPUS_MIXED` mixed and separate, ``runs`` times each
-    (after one untimed warm-up pass); ``engine`` is a kokoro engine (``Engine`` over ``KokoroBackend``)."""
+    (after one untimed warm-up on the first text); ``engine`` is a kokoro engine (``Engine`` over ``KokoroBackend``)."""
     from engine.base import Audio, SynthItem
 
     backend = engine.backend
