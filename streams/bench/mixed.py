@@ -59,7 +59,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run_mixed(engine: Any, *, voice: str, runs: int, log: Callable[[str], None],
-              texts: int = len(CORPUS_MIXED)) -> dict[str, Any]:
+              texts: int = len(CORPUS_MIXED), front_only: bool = False) -> dict[str, Any]:
     """Time the first ``texts`` texts of :data:`CORPUS_MIXED` mixed and separate, ``runs`` times each
     (after one untimed warm-up on the first text); ``engine`` is a kokoro engine (``Engine`` over ``KokoroBackend``)."""
     from engine.base import Audio, SynthItem
@@ -81,9 +81,13 @@ def run_mixed(engine: Any, *, voice: str, runs: int, log: Callable[[str], None],
 
     corpus = CORPUS_MIXED[:max(1, texts)]
     for clauses in corpus[:1]:  # warm-up: G2P dictionaries, jieba, onnxruntime's first runs
-        synth("".join(clauses))
+        front("".join(clauses))
         for c in clauses:
-            synth(c)
+            front(c)
+        if not front_only:
+            synth("".join(clauses))
+            for c in clauses:
+                synth(c)
     switch_ms: list[float] = []
     front_switch_ms: list[float] = []
     mixed_ms: list[float] = []
@@ -98,19 +102,30 @@ def run_mixed(engine: Any, *, voice: str, runs: int, log: Callable[[str], None],
             for side in order:
                 if side == 0:
                     f[0] = front(text)
-                    t[0] = synth(text)
+                    t[0] = 0.0 if front_only else synth(text)
                 else:
                     f[1] = sum(front(c) for c in clauses)
-                    t[1] = sum(synth(c) for c in clauses)
-            mixed_ms.append(t[0] * 1000)
-            separate_ms.append(t[1] * 1000)
-            switch_ms.append((t[0] - t[1]) * 1000 / switches)
+                    t[1] = 0.0 if front_only else sum(synth(c) for c in clauses)
             front_switch_ms.append((f[0] - f[1]) * 1000 / switches)
-        log(f"run {r + 1}/{runs}: switch p50 {statistics.median(switch_ms):.1f} ms, "
-            f"front end {statistics.median(front_switch_ms):.2f} ms")
+            if not front_only:
+                mixed_ms.append(t[0] * 1000)
+                separate_ms.append(t[1] * 1000)
+                switch_ms.append((t[0] - t[1]) * 1000 / switches)
+        if not front_only or r + 1 == runs:
+            log(f"run {r + 1}/{runs}: switch p50 {statistics.median(switch_ms or [0.0]):.1f} ms, "
+                f"front end {statistics.median(front_switch_ms):.2f} ms")
+    if front_only:
+        return {
+            "bench": "engine-mixed", "backend": "kokoro", "voice": voice, "texts": len(corpus), "runs": runs,
+            "front_only": True, "switches_per_text": len(corpus[0]) - 1, "samples": len(front_switch_ms),
+            "front_switch_ms_p50": round(statistics.median(front_switch_ms), 3),
+            "front_switch_ms_p99": round(_pct(front_switch_ms, 99), 3),
+            "goal_switch_ms": 10.0, "ok": _pct(front_switch_ms, 99) <= 10.0,
+            "cpu_count": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
+        }
     return {
         "bench": "engine-mixed", "backend": "kokoro", "voice": voice, "texts": len(corpus), "runs": runs,
-        "switches_per_text": len(CORPUS_MIXED[0]) - 1, "samples": len(switch_ms),
+        "front_only": False, "switches_per_text": len(CORPUS_MIXED[0]) - 1, "samples": len(switch_ms),
         "switch_ms_p50": round(statistics.median(switch_ms), 2), "switch_ms_p99": round(_pct(switch_ms, 99), 2),
         "front_switch_ms_p50": round(statistics.median(front_switch_ms), 3),
         "front_switch_ms_p99": round(_pct(front_switch_ms, 99), 3),
@@ -121,7 +136,7 @@ def run_mixed(engine: Any, *, voice: str, runs: int, log: Callable[[str], None],
 
 
 def main(*, runs: int, threads: int, voice: str, model_dir: str | None, as_json: bool,
-         texts: int = len(CORPUS_MIXED)) -> int:
+         texts: int = len(CORPUS_MIXED), front_only: bool = False) -> int:
     from engine.reload import open_engine
     from engine.store import ModelStore
 
@@ -134,7 +149,7 @@ def main(*, runs: int, threads: int, voice: str, model_dir: str | None, as_json:
         mv = ModelStore(model_dir or tmp).current("kokoro")
         engine = open_engine(mv, threads=threads)
         try:
-            result = run_mixed(engine, voice=voice, runs=runs, log=log, texts=texts)
+            result = run_mixed(engine, voice=voice, runs=runs, log=log, texts=texts, front_only=front_only)
         finally:
             engine.close()
     result["version"], result["threads"] = mv.version, threads
