@@ -209,3 +209,13 @@ def test_the_mixed_benchmark_switches_language_every_clause_and_each_clause_read
         langs = [a[0][1] for a in alone]
         assert langs == ["zh", "ja", "en"] * 2, clauses
         assert [lang for _, lang in clause_languages("".join(clauses), "zh")] == langs
+
+
+def test_kanji_unknown_to_openjtalk_are_read_not_refused() -> None:
+    """pyopenjtalk-plus reads kanji its dictionary lacks through Sudachi (sudachidict_core, one of its
+    declared dependencies); without it the front end raised on such text."""
+    pytest.importorskip("pyopenjtalk")
+    from engine.ja_text import kana_reading
+
+    assert kana_reading("𠮷野家") == "ヨシノヤ"
+    assert kana_reading("鬱蒼とした森") == "ウッソートシタモリ"
