@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.errors import ItemError
 
-__all__ = ["FORMATS", "JoinWriter", "content_type", "decode", "encode", "join", "resample"]
+__all__ = ["FORMATS", "JoinWriter", "content_type", "decode", "encode", "join", "part_starts", "resample"]
 
 # format -> (soundfile format, subtype, MIME type)
 _FORMATS: dict[str, tuple[str, str, str]] = {
@@ -123,6 +123,19 @@ def _fade(x: np.ndarray, n: int) -> np.ndarray:
     y[:n] *= ramp
     y[-n:] *= ramp[::-1]
     return y
+
+
+def part_starts(lengths: Sequence[int], sample_rate: int, gap_ms: float = 150.0) -> list[float]:
+    """Where each part starts, in seconds, in ``join``'s (and ``JoinWriter``'s) output: after
+    the parts before it and a pause of ``gap_ms`` between each two (fades keep lengths).
+    Word timings of a part move by its start to become times in the request's audio."""
+    gap = int(sample_rate * gap_ms / 1000)
+    out, at = [], 0
+    for k, n in enumerate(lengths):
+        at += gap if k else 0
+        out.append(at / sample_rate)
+        at += int(n)
+    return out
 
 
 def join(parts: Sequence[np.ndarray], sample_rate: int, gap_ms: float = 150.0, fade_ms: float = 5.0) -> np.ndarray:

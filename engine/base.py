@@ -10,6 +10,12 @@ A backend splits synthesis into three steps so the worker can overlap them:
    natively (``native_batching``) run one padded call; others loop inside.
 3. ``postprocess(raw, prepared)``: DSP and trimming, to float32 mono in [-1, 1].
 
+A backend whose model predicts durations (``timestamps`` True) also times every word of
+an item that asks for it (``SynthItem.timestamps``): ``prepare`` plans which word each
+phoneme belongs to (:func:`engine.timing.plan_words`) and ``word_times(raw, prepared,
+samples)`` reads the model's durations out of ``raw``. Backends without durations say
+so (``timestamps`` False) and their audio carries no words: never invented times.
+
 Nothing under ``engine/`` imports Kafka, S3, Redis or Prometheus (a unit test enforces it).
 """
 
@@ -23,35 +29,41 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
+from engine.timing import Word, WordPlan
 from schemas.events import ModelInfo  # the one model-info type: what a backend reports is what a completion names
 
-__all__ = ["Audio", "Backend", "Failure", "ModelInfo", "Prepared", "SynthItem"]
+__all__ = ["Audio", "Backend", "Failure", "ModelInfo", "Prepared", "SynthItem", "Word"]
 
 
 @dataclass(frozen=True, slots=True)
 class SynthItem:
-    """One piece of text to speak."""
+    """One piece of text to speak; ``timestamps``: also time each word (if the backend can)."""
 
     text: str
     voice: str
     speed: float = 1.0
+    timestamps: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A backend's front-end output for one item (``length`` drives bucketing)."""
+    """A backend's front-end output for one item (``length`` drives bucketing; ``words``: the
+    word plan, when the item asked for timestamps and the backend has durations)."""
 
     item: SynthItem
     payload: Any
     length: int
+    words: WordPlan | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Audio:
-    """Float32 mono samples in [-1, 1] and their sample rate."""
+    """Float32 mono samples in [-1, 1] and their sample rate; ``words``: each word's span in
+    them (None when not asked for, or the backend has no durations)."""
 
     samples: np.ndarray
     sample_rate: int
+    words: tuple[Word, ...] | None = None
 
     @property
     def duration_s(self) -> float:
@@ -78,6 +90,7 @@ class Backend(abc.ABC):
     voices: tuple[str, ...]
     default_voice: str
     native_batching: bool = False
+    timestamps: bool = False
 
     @abc.abstractmethod
     def prepare(self, item: SynthItem) -> Prepared: ...
@@ -87,6 +100,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray: ...
+
+    def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
+        """Each word of ``prepared.words`` timed by the model's durations in ``raw``; ``samples``
+        is the length of the audio ``postprocess`` made from ``raw``."""
+        raise NotImplementedError(f"{type(self).__name__} predicts no durations")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release sessions and threads."""

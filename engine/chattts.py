@@ -228,6 +228,7 @@ class ChatTTSBackend(Backend):
     """ChatTTS (2Noise), 24 kHz, one fixed speaker, batched on one padded ``generate``."""
 
     native_batching = True
+    timestamps = False  # autoregressive: no duration per token, so no word times (engine.voices.NO_TIMESTAMPS_REASON)
     voices = (VOICE,)
     default_voice = VOICE
     sample_rate = SAMPLE_RATE

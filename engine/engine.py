@@ -24,6 +24,7 @@ import numpy as np
 
 from engine.base import Audio, Backend, Failure, ModelInfo, Prepared, SynthItem
 from engine.errors import BackendError, EngineError, ItemError
+from engine.timing import trim_silent_ends
 
 __all__ = ["WARMUP_TEXT", "Engine", "pow2_bucket", "synthesize_planned"]
 
@@ -71,6 +72,11 @@ class Engine:
     def native_batching(self) -> bool:
         return bool(self.backend.native_batching)
 
+    @property
+    def timestamps(self) -> bool:
+        """Whether the voice times its words (duration-based models do; autoregressive ones cannot)."""
+        return bool(self.backend.timestamps)
+
     def resolve_voice(self, voice: str | None) -> str:
         """The voice to use for a request that names ``voice`` (empty: the default)."""
         return voice or self.default_voice
@@ -81,7 +87,7 @@ class Engine:
         out: list[Prepared | Failure] = []
         for item in items:
             if not item.voice:
-                item = SynthItem(item.text, self.default_voice, item.speed)
+                item = SynthItem(item.text, self.default_voice, item.speed, item.timestamps)
             try:
                 out.append(self.backend.prepare(item))
             except ItemError as e:
@@ -131,11 +137,14 @@ class Engine:
         out: list[Audio | Failure] = []
         for r, p in zip(raw, batch, strict=True):
             try:
-                samples = self.backend.postprocess(r, p)
+                samples = np.asarray(self.backend.postprocess(r, p), np.float32)
+                words = None
+                if p.words is not None:
+                    words = trim_silent_ends(self.backend.word_times(r, p, len(samples)), samples, self.sample_rate)
             except EngineError as e:
                 out.append(Failure.of(e))
                 continue
-            out.append(Audio(np.asarray(samples, np.float32), self.sample_rate))
+            out.append(Audio(samples, self.sample_rate, words))
         return out
 
     # -- all at once ----------------------------------------------------------------

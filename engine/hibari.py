@@ -27,15 +27,21 @@ from typing import Any
 import numpy as np
 
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
+from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
 from engine.providers import detect_precision, make_session
+from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["HibariBackend"]
 
 _log = logging.getLogger("ttsflow.engine")
 
 VOICE = "heart"
+# The decoder's audio runs this many duration units (25 ms) ahead of its durations: the offset
+# Kokoro's reference pipeline takes off the first pad (``KPipeline.join_timestamps``: pred_dur[0] - 3);
+# hibari is distilled from Kokoro and measured to lead by the same (``ttsflow bench align``).
+_LEAD_UNITS = 3
 _CLAUSE = re.compile(r"(?<=[,;:—])\s+")  # hibari's clause cut for over-long sentences
 
 
@@ -73,11 +79,19 @@ class HibariBackend(Backend):
         path = Path(model_path) if model_path is not None else _shipped_model()
         if not path.is_file():
             raise ModelLoadError(f"hibari: model file not found: {path}")
-        if precision is None:
-            import onnx
+        import onnx
 
-            precision = detect_precision(onnx.load(str(path), load_external_data=False))
-        self._session, provider = make_session(path, providers=providers or "auto", threads=threads, name="hibari")
+        graph = onnx.load(str(path))
+        if precision is None:
+            precision = detect_precision(graph)
+        durations = expose_durations(graph)  # the frames of each phoneme: word timings, at no extra cost
+        self._session, provider = make_session(graph.SerializeToString(), providers=providers or "auto",
+                                               threads=threads, name="hibari")
+        del graph
+        outputs = [o.name for o in self._session.get_outputs()]
+        self._out_frames = [i for i, n in enumerate(outputs) if n != durations][:6]
+        self._out_dur = outputs.index(durations) if durations in outputs else None
+        self.timestamps = self._out_dur is not None
         precision = getattr(self._session, "precision", precision)  # what runs: the torch provider runs an int8 graph as fp32
         self._input_names = {i.name for i in self._session.get_inputs()}
         if not {"ids", "speed"} <= self._input_names:
@@ -86,6 +100,7 @@ class HibariBackend(Backend):
         self._max_phonemes = MAX_PHONEMES
         self._split_sentences = hibari.Hibari.split_sentences
         self._g2p = G2P(british=False)
+        self._word_phonemes = WordPhonemes(lambda w: str(self._g2p(w)))  # one word alone, for timings
         with open(os.path.join(ASSETS, "vocab.json"), encoding="utf-8") as f:
             self._vocab: dict[str, int] = json.load(f)
         self.sample_rate = int(SAMPLE_RATE)
@@ -124,11 +139,16 @@ class HibariBackend(Backend):
             chunks = self._phonemize(item.text)
         except Exception as e:  # the G2P is third-party code; a crash there is this item's problem
             raise ItemError(f"hibari front end failed on this text: {type(e).__name__}: {e}") from e
+        chunks = [ps for ps in chunks if sum(c in self._vocab for c in ps) >= 1]
         ids = [np.asarray([0, *[self._vocab[c] for c in ps if c in self._vocab], 0], np.int64) for ps in chunks]
-        ids = [a for a in ids if len(a) >= 3]
         if not ids:
             raise ItemError("nothing speakable in the text")
-        return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)))
+        words = None
+        if item.timestamps and self.timestamps:
+            plan = plan_words(item.text, chunks, self._word_phonemes)
+            # model units: the pad, the chunk's phonemes the vocabulary knows, the pad
+            words = plan.kept(chunks, lambda c: c in self._vocab)  # model units: a pad, known phonemes, a pad
+        return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)), words=words)
 
     def bucket_of(self, prepared: Prepared) -> int:
         """Power-of-two length class (hibari runs items one by one, so this only orders work)."""
@@ -145,7 +165,10 @@ class HibariBackend(Backend):
                     res = self._session.run(None, {"ids": ids[None, :], "speed": speed})
                 except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails
                     raise BackendError(f"hibari model failed: {e}") from e
-                frames.append(tuple(np.asarray(o[0], np.float32) for o in res))
+                step: list[np.ndarray] = [np.asarray(res[k][0], np.float32) for k in self._out_frames]
+                if self._out_dur is not None:  # frames per phoneme, for word timings
+                    step.append(np.asarray(res[self._out_dur], np.int64).reshape(-1))
+                frames.append(step)
             out.append(frames)
         return out
 
@@ -154,11 +177,20 @@ class HibariBackend(Backend):
         seed = zlib.crc32(b"".join(a.tobytes() for a in prepared.payload)) ^ zlib.crc32(
             f"{prepared.item.speed:.4f}".encode())
         rng = np.random.default_rng(seed)
-        parts = [self._dsp.synth(lh, th, ln, lr, phi, f0, rng) for (lh, th, ln, lr, phi, f0) in raw]
+        parts = [self._dsp.synth(*step[:6], rng) for step in raw]
         wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if not np.all(np.isfinite(wav)):
             raise ItemError("hibari produced non-finite audio for this text")
         return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
+
+    def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
+        # one duration unit is two spectral frames of hop 300: 600 samples at 24 kHz
+        assert prepared.words is not None
+        hop = 2 * self._dsp.HOP
+        units = [step[6] * hop for step in raw]
+        starts = np.concatenate([[0], np.cumsum([int(u.sum()) for u in units])[:-1]]).astype(int).tolist()
+        return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples,
+                          lead_samples=_LEAD_UNITS * hop)
 
     def close(self) -> None:
         self._session = None

@@ -46,9 +46,11 @@ import numpy as np
 
 from engine import mix
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
+from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
 from engine.providers import detect_precision, make_session
+from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "voices_path"]
 
@@ -63,6 +65,10 @@ _GAP_S = 0.12
 _MAX_MIXES = 64
 _CJK = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
 _KANA = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
+_FRAME = 600  # samples per predicted duration unit (hop 300, upsampled twice)
+# the decoder's audio runs this many units ahead of its durations: Kokoro's reference pipeline
+# takes them off the first pad (``KPipeline.join_timestamps``: ``pred_dur[0] - 3``)
+_LEAD_UNITS = 3
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # Characters of everyday Mandarin that Japanese does not write: simplified forms (记, 门, 车 ...;
 # Japanese writes 記, 門, 車) and particles; none of them is also a Japanese shinjitai form
@@ -190,11 +196,19 @@ class KokoroBackend(Backend):
                 self._styles = {k: np.asarray(npz[k], np.float32).reshape(-1, 256) for k in npz.files}
         except (OSError, ValueError, KeyError) as e:
             raise ModelLoadError(f"kokoro: vocabulary {cfg} or voice styles {styles} unreadable: {e}") from e
-        if precision is None:
-            import onnx
+        import onnx
 
-            precision = detect_precision(onnx.load(str(path), load_external_data=False))
-        self._session, provider = make_session(path, providers=providers or "auto", threads=threads, name="kokoro")
+        graph = onnx.load(str(path))
+        if precision is None:
+            precision = detect_precision(graph)
+        durations = expose_durations(graph)  # pred_dur: frames of 600 samples per token, for word timings
+        self._session, provider = make_session(graph.SerializeToString(), providers=providers or "auto",
+                                               threads=threads, name="kokoro")
+        del graph
+        outputs = [o.name for o in self._session.get_outputs()]
+        self._out_audio = outputs.index("audio") if "audio" in outputs else 0
+        self._out_dur = outputs.index(durations) if durations in outputs else None
+        self.timestamps = self._out_dur is not None
         names = {i.name for i in self._session.get_inputs()}
         if not {"tokens", "style", "speed"} <= names:
             raise ModelLoadError(f"kokoro: {path} does not have Kokoro's inputs (tokens, style, speed): {sorted(names)}")
@@ -203,6 +217,7 @@ class KokoroBackend(Backend):
         self._en = G2P(british=False)
         self._zh = ZHG2P(version=None)  # the v1.0 phoneme set (version "1.1" is the zh-only model's)
         self._ja("準備")  # OpenJTalk loads its dictionary on first use: here, not in the first request
+        self._word_phonemes = WordPhonemes(self.phonemize)  # one word alone, for timings
         self.voices = tuple(v for v in VOICES if v in self._styles)
         if not self.voices:
             raise ModelLoadError(f"kokoro: {styles} holds none of the voices {', '.join(VOICES)}")
@@ -297,13 +312,16 @@ class KokoroBackend(Backend):
             phonemes = self.phonemize(item.text, voice)
         except Exception as e:  # third-party G2P: a crash there is this item's problem
             raise ItemError(f"kokoro front end failed on this text: {type(e).__name__}: {e}") from e
-        ids = [np.asarray([0, *[self._vocab[c] for c in ch if c in self._vocab], 0], np.int64)
-               for ch in self._chunks(phonemes)]
-        ids = [a for a in ids if len(a) >= 3]
+        chunks = [ch for ch in self._chunks(phonemes) if any(c in self._vocab for c in ch)]
+        ids = [np.asarray([0, *[self._vocab[c] for c in ch if c in self._vocab], 0], np.int64) for ch in chunks]
         if not ids:
             raise ItemError("nothing speakable in the text")
-        return Prepared(item=SynthItem(item.text, voice, item.speed), payload=ids,
-                        length=int(sum(len(a) for a in ids)))
+        words = None
+        if item.timestamps and self.timestamps:
+            plan = plan_words(item.text, chunks, self._word_phonemes)
+            words = plan.kept(chunks, lambda c: c in self._vocab)  # model units: a pad, known phonemes, a pad
+        return Prepared(item=SynthItem(item.text, voice, item.speed, item.timestamps), payload=ids,
+                        length=int(sum(len(a) for a in ids)), words=words)
 
     def bucket_of(self, prepared: Prepared) -> int:
         return pow2_bucket(prepared.length)
@@ -314,14 +332,16 @@ class KokoroBackend(Backend):
         for p in batch:
             style = self.style(p.item.voice)
             speed = np.asarray([p.item.speed], np.float32)
-            waves = []
+            waves: list[tuple[np.ndarray, np.ndarray | None]] = []
             for ids in p.payload:
                 ref = style[min(len(ids) - 2, len(style)) - 1].reshape(1, 256)
                 try:
                     res = self._session.run(None, {"tokens": ids[None, :], "style": ref, "speed": speed})
                 except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails
                     raise BackendError(f"kokoro model failed: {e}") from e
-                waves.append(np.asarray(res[0], np.float32).reshape(-1))
+                wave = np.asarray(res[self._out_audio], np.float32).reshape(-1)
+                dur = None if self._out_dur is None else np.asarray(res[self._out_dur], np.int64).reshape(-1)
+                waves.append((wave, dur))  # dur: frames per token, for word timings
             out.append(waves)
         return out
 
@@ -332,11 +352,22 @@ class KokoroBackend(Backend):
         for i, w in enumerate(raw):
             if i:
                 parts.append(gap)
-            parts.append(w)
+            parts.append(w[0])
         wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if not np.all(np.isfinite(wav)):
             raise ItemError("kokoro produced non-finite audio for this text")
         return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
+
+    def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
+        assert prepared.words is not None
+        gap = int(_GAP_S * SAMPLE_RATE)
+        units, starts, at = [], [], 0
+        for wave, dur in raw:
+            units.append(dur * _FRAME)
+            starts.append(at)
+            at += len(wave) + gap
+        return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples,
+                          lead_samples=_LEAD_UNITS * _FRAME)
 
     def close(self) -> None:
         self._session = None

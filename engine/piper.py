@@ -30,6 +30,7 @@ from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
 from engine.providers import detect_precision, make_session
+from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["MAX_IDS", "PiperBackend"]
 
@@ -50,6 +51,7 @@ class PiperBackend(Backend):
     """A Piper VITS voice (default ``joe``, American English, male, 22.05 kHz)."""
 
     native_batching = True
+    timestamps = True  # w_ceil (exposed to trim padded rows): frames of hop_length per phoneme id
 
     def __init__(self, model_path: Path | None = None, *, config_path: Path | None = None,
                  providers: Sequence[str] | str | None = None, threads: int = 0, precision: str | None = None,
@@ -95,6 +97,7 @@ class PiperBackend(Backend):
 
         # Piper's front end through its public dataclass; its session is ours (never run by it).
         self._voice = PiperVoice(session=self._session, config=config)
+        self._word_phonemes = WordPhonemes(self._word_phonemes_uncached)  # one word alone, for timings
         self._config = config
         self.hop_length = int(config.hop_length)
         self.noise_scale = float(config.noise_scale if noise_scale is None else noise_scale)
@@ -131,7 +134,35 @@ class PiperBackend(Backend):
         ids = np.asarray(self._voice.phonemes_to_ids(phonemes), np.int64)
         if len(ids) > MAX_IDS:
             raise ItemError(f"text too long for one piper item ({len(ids)} phoneme ids > {MAX_IDS}); split it")
-        return Prepared(item=item, payload=ids, length=len(ids))
+        words = None
+        if item.timestamps:
+            plan = plan_words(item.text, [phonemes], self._word_phonemes)
+            over_ids = plan.over_units(lambda _c, arr: self._id_owners(phonemes, arr))
+            if len(over_ids.owners[0]) == len(ids):
+                words = over_ids
+            else:  # an id map this code does not know how to walk: no timings rather than wrong ones
+                _log.warning("event=piper_ids_unaligned ids=%d owners=%d", len(ids), len(over_ids.owners[0]))
+        return Prepared(item=item, payload=ids, length=len(ids), words=words)
+
+    def _word_phonemes_uncached(self, word: str) -> list[str]:
+        out: list[str] = []
+        for s in self._voice.phonemize(word):
+            if s:
+                if out:
+                    out.append(" ")
+                out.extend(s)
+        return out
+
+    def _id_owners(self, phonemes: Sequence[str], owner: np.ndarray) -> np.ndarray:
+        """The word of each id ``phonemes_to_ids`` makes: BOS and its pad none, each phoneme's
+        ids and the pad after it the phoneme's word, EOS none (piper's own layout)."""
+        id_map = self._config.phoneme_id_map
+        out = [-1] * (len(id_map["^"]) + len(id_map["_"]))
+        for p, o in zip(phonemes, owner, strict=True):
+            if p in id_map:
+                out += [int(o)] * (len(id_map[p]) + len(id_map["_"]))
+        out += [-1] * len(id_map["$"])
+        return np.asarray(out, np.int64)
 
     def bucket_of(self, prepared: Prepared) -> int:
         """Power-of-two padded length; only items of one bucket share a model call."""
@@ -148,7 +179,7 @@ class PiperBackend(Backend):
                 out[i] = res
         return out
 
-    def _run(self, batch: Sequence[Prepared], speed: float) -> list[tuple[np.ndarray, int]]:
+    def _run(self, batch: Sequence[Prepared], speed: float) -> list[tuple[np.ndarray, int, np.ndarray]]:
         width = max(self.bucket_of(p) for p in batch)
         ids = np.zeros((len(batch), width), np.int64)
         for k, p in enumerate(batch):
@@ -164,11 +195,12 @@ class PiperBackend(Backend):
             raise BackendError(f"piper model failed on a batch of {len(batch)}: {e}") from e
         audio = res[self._out_audio].reshape(len(batch), -1)
         w_ceil = res[self._out_w].reshape(len(batch), -1)
-        return [(audio[k], int(w_ceil[k, :p.length].sum()) * self.hop_length) for k, p in enumerate(batch)]
+        return [(audio[k], int(w_ceil[k, :p.length].sum()) * self.hop_length, w_ceil[k, :p.length].astype(np.int64))
+                for k, p in enumerate(batch)]
 
     # -- 3. trim and level ----------------------------------------------------------
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
-        row, n = raw
+        row, n, _durations = raw
         wav = np.asarray(row[:n], np.float32)
         if not np.all(np.isfinite(wav)):
             raise ItemError("piper produced non-finite audio for this text")
@@ -176,6 +208,11 @@ class PiperBackend(Backend):
         if peak > 1e-4:  # Piper's own default: normalise each sentence to full scale (here 0.95)
             wav = wav * (0.95 / peak)
         return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
+
+    def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
+        assert prepared.words is not None
+        units = raw[2] * self.hop_length
+        return word_times(prepared.words, prepared.words.owners, [units], [0], self.sample_rate, samples)
 
     def close(self) -> None:
         self._session = None

@@ -135,14 +135,16 @@ def _shipped(model: str) -> tuple[Path, Path | None, str, str, str]:
 
 
 def _expose_for(model: str, onnx_path: Path) -> list[str]:
-    """Tensors a backend reads besides the graph outputs: Piper's durations (its one Ceil)."""
-    if model != "piper":
-        return []
+    """Tensors a backend reads besides the graph outputs: the voice's durations (Piper trims
+    padded rows with them; every duration-based voice times its words with them). Exposed
+    before a conversion so each precision's version carries them exact."""
     import onnx
 
+    from engine.convert.graph import duration_tensor
+
     m = onnx.load(str(onnx_path), load_external_data=False)
-    ceil = [o for n in m.graph.node if n.op_type == "Ceil" for o in n.output]
-    return ceil if len(ceil) == 1 else []
+    name = duration_tensor(m.graph)
+    return [name] if name is not None else []
 
 
 # Node names (regular expressions) that stay fp32 in a model's fp16 version. Kokoro's

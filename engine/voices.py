@@ -103,8 +103,9 @@ from typing import Any
 from engine import mix
 from engine.scripts import EMOJI, census, latin_only, strip
 
-__all__ = ["DEFAULT_MAX_CHARS_PER_S", "EMOJI", "FOREIGN_LIMIT", "JA_STYLES", "MIXABLE", "VOICES", "Judgement",
-           "VoiceInfo", "backend_voices", "choose", "installed_voices", "judge", "mix_info", "speakers", "voice_info"]
+__all__ = ["DEFAULT_MAX_CHARS_PER_S", "EMOJI", "FOREIGN_LIMIT", "JA_STYLES", "MIXABLE", "NO_TIMESTAMPS_REASON", "VOICES",
+           "Judgement", "VoiceInfo", "backend_voices", "choose", "installed_voices", "judge", "mix_info", "speakers",
+           "voice_info"]
 
 FOREIGN_LIMIT = 0.5  # this share of spoken units or more in scripts a voice lacks: it cannot speak the text
 
@@ -113,7 +114,8 @@ FOREIGN_LIMIT = 0.5  # this share of spoken units or more in scripts a voice lac
 class VoiceInfo:
     """One voice. ``chars_per_s``: median measured speaking rate (letters and digits per
     second of audio at speed 1), None if never measured; ``max_chars_per_s``: the fastest a
-    part of this voice may be before its audio is refused as far too short."""
+    part of this voice may be before its audio is refused as far too short; ``timestamps``:
+    whether the voice times each word (from its model's own durations)."""
 
     voice: str
     backend: str
@@ -122,6 +124,7 @@ class VoiceInfo:
     sample_rate: int
     chars_per_s: float | None
     max_chars_per_s: float
+    timestamps: bool = True
 
     def speaks(self, script: str) -> bool:
         return script in self.scripts
@@ -129,7 +132,8 @@ class VoiceInfo:
     def as_dict(self) -> dict[str, Any]:
         return {"voice": self.voice, "backend": self.backend, "languages": list(self.languages),
                 "scripts": list(self.scripts), "sample_rate": self.sample_rate, "chars_per_s": self.chars_per_s,
-                "max_chars_per_s": self.max_chars_per_s}
+                "max_chars_per_s": self.max_chars_per_s, "timestamps": self.timestamps,
+                **({} if self.timestamps else {"timestamps_reason": NO_TIMESTAMPS_REASON})}
 
 
 DEFAULT_MAX_CHARS_PER_S = 47.0
@@ -138,13 +142,15 @@ _KOKORO_SCRIPTS = ("Han", "Hiragana", "Katakana", "Latin")
 JA_STYLES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 # backends whose voices may be mixed (engine.mix): a mix is a weighted mean of style vectors
 MIXABLE = frozenset({"kokoro"})
+# why a voice has no word timings: said by ``ttsflow voices --json`` and wherever words are absent
+NO_TIMESTAMPS_REASON = "autoregressive model: it predicts no durations, so word times would be guesses"
 
 VOICES: tuple[VoiceInfo, ...] = (
     VoiceInfo("heart", "hibari", ("en-US",), ("Latin",), 24_000, chars_per_s=12.7, max_chars_per_s=45.0),
     VoiceInfo("joe", "piper", ("en-US",), ("Latin",), 22_050, chars_per_s=15.5, max_chars_per_s=47.0),
     # ChatTTS reads Mandarin and English; its weights are the user's, so its rate is unmeasured
     VoiceInfo("chattts", "chattts", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
-              max_chars_per_s=DEFAULT_MAX_CHARS_PER_S),
+              max_chars_per_s=DEFAULT_MAX_CHARS_PER_S, timestamps=False),
     # Kokoro-82M v1.0 (engine.kokoro): one model reading Mandarin, Japanese and English, every
     # style every language (a clause is read by its language's G2P, in the request's style).
     # Its Mandarin styles (ttsflow carries them), the default first, then the Japanese-trained
@@ -192,7 +198,8 @@ def mix_info(voice: str, served: tuple[str, ...] | None = None) -> VoiceInfo:
     first = infos[0]
     scripts = tuple(s for s in first.scripts if all(s in i.scripts for i in infos))
     return VoiceInfo(mix.canonical(voice), first.backend, first.languages, scripts, first.sample_rate,
-                     chars_per_s=None, max_chars_per_s=max(i.max_chars_per_s for i in infos))
+                     chars_per_s=None, max_chars_per_s=max(i.max_chars_per_s for i in infos),
+                     timestamps=all(i.timestamps for i in infos))
 
 
 def backend_voices(backend: str) -> tuple[str, ...] | None:

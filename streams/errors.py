@@ -100,6 +100,10 @@ _TRANSIENT_BROKER_NAMES = frozenset({
     "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION", "OFFSET_NOT_AVAILABLE", "KAFKA_STORAGE_ERROR",
     "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REPLICA_NOT_AVAILABLE",
     "UNSTABLE_OFFSET_COMMIT", "_WAIT_COORD", "_IN_PROGRESS", "_PREV_IN_PROGRESS",
+    # A broker that leaves the cluster's metadata (fenced by the controller after a SIGKILL, on a
+    # three-broker cluster) has its handle destroyed: requests queued on it fail with these, and the
+    # same call succeeds on the partition's new leader (the worker exited on it, chaos --kill-brokers).
+    "_DESTROY_BROKER", "_NODE_UPDATE",
 })
 
 

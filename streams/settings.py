@@ -328,11 +328,21 @@ class LocalStackSettings:
 
     kafka_port: int = _f(9092, "Local stack: Kafka broker port.", lo=1, hi=65535)
     kafka_controller_port: int = _f(9093, "Local stack: KRaft controller port.", lo=1, hi=65535)
+    kafka_brokers: int = _f(1, "Local stack: Kafka brokers, each also a KRaft controller voter (3: replication factor 3, min.insync.replicas 2); broker n listens on TTS_KAFKA_PORT + 10 * (n - 1). Above 1 it also sets TTS_BOOTSTRAP_SERVERS to every broker and TTS_REPLICATION_FACTOR to min(3, brokers) unless those are given.", lo=1, hi=5)
     s3_port: int = _f(9000, "Local stack: S3 server port.", lo=1, hi=65535)
     redis_port: int = _f(6379, "Local stack: Redis port.", lo=1, hi=65535)
 
     def __post_init__(self) -> None:
         _check(self)
+
+    def broker_ports(self) -> list[tuple[int, int]]:
+        """``(client port, controller port)`` of each local broker: broker n (1-based) on
+        ``kafka_port + 10 * (n - 1)`` and ``kafka_controller_port + 10 * (n - 1)``."""
+        return _broker_ports(self.kafka_port, self.kafka_controller_port, self.kafka_brokers)
+
+
+def _broker_ports(kafka_port: int, controller_port: int, brokers: int) -> list[tuple[int, int]]:
+    return [(kafka_port + 10 * i, controller_port + 10 * i) for i in range(brokers)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,6 +481,15 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     values: dict[str, Any] = {name: _coerce(name, env[_env_name(name)], f.type)
                               for name, (_, f) in _FIELDS.items() if _env_name(name) in env}
     values.update({k: v for k, v in overrides.items() if v is not None})
+    # Several local brokers: clients bootstrap from all of them (a restarted process must find the
+    # cluster while any one broker is down) and create topics replicated on them.
+    brokers = values.get("kafka_brokers", 1)
+    if brokers > 1:
+        if "bootstrap_servers" not in values:
+            kp = values.get("kafka_port", _FIELDS["kafka_port"][1].default)
+            cp = values.get("kafka_controller_port", _FIELDS["kafka_controller_port"][1].default)
+            values["bootstrap_servers"] = ",".join(f"127.0.0.1:{k}" for k, _ in _broker_ports(kp, cp, brokers))
+        values.setdefault("replication_factor", min(3, brokers))
     # A local-stack port given without its client address moves the address with it, so
     # TTS_KAFKA_PORT=19092 alone yields a second stack that clients actually reach.
     for port_name, addr_name, fmt in _PORT_ADDRESSES:

@@ -381,6 +381,24 @@ def _chaos(r: dict[str, Any]) -> list[Table]:
                r.get("seed"), _get(r, "timings", "total_s")]])]
 
 
+def _chaos_brokers(r: dict[str, Any]) -> list[Table]:
+    stall = r.get("broker_kill_stall", {})
+    kills = [[k.get("killed_at_s"), k.get("service"), k.get("kind"), ", ".join(k.get("why", [])),
+              ", ".join(str(x) for x in k.get("led_segments_partitions", [])),
+              len(k.get("coordinated_transactional_ids", [])), ", ".join(k.get("coordinated_groups", [])),
+              k.get("down_s"), _get(k, "answers", "window_requests"), _get(k, "answers", "p99_s"),
+              _get(k, "answers", "max_gap_s"), k.get("error")] for k in r.get("broker_kills", [])]
+    return [*_chaos(r),
+            ("Broker kills", ["killed at s", "broker", "kind", "why", "segments partitions led",
+                              "worker txn ids coordinated", "groups coordinated", "down s", "requests in window",
+                              "their p99 s", "longest stall s", "error"], kills),
+            ("Stall", ["worst p99 s in a kill window", "worst stall s", "p99 s outside kill windows"],
+             [[stall.get("worst_p99_s"), stall.get("worst_gap_s"), stall.get("outside_windows_p99_s")]]),
+            ("Stack memory after the run (RSS MiB)", [*r.get("stack_rss_mb", {}), "total"],
+             [[*r["stack_rss_mb"].values(), round(sum(v or 0 for v in r["stack_rss_mb"].values()), 1)]]
+             if r.get("stack_rss_mb") else [])]
+
+
 def _demo(r: dict[str, Any]) -> list[Table]:
     return [("Answers", ["records", "ok", "failed", "dead letters", "duplicate completions", "cache-hit requests",
                          "all checks passed"],
@@ -444,6 +462,8 @@ BENCHES: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[Table]]]] = {
     "gateway": ("gateway", "ttsflow bench gateway --json", _gateway),
     "chaos": ("chaos", "ttsflow chaos --requests 1000 --kill-workers 5 --kill-stage 2 --restart-broker 1 --json",
               _chaos),
+    "chaos-3brokers": ("chaos on three brokers", "ttsflow chaos --brokers 3 --requests 1000 --kill-workers 3 "
+                       "--kill-stage 1 --kill-brokers 3 --json", _chaos_brokers),
     "demo": ("demo", "ttsflow demo --json", _demo),
 }
 

@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from engine.convert.dequant import dequantize
 from engine.convert.fp16 import to_fp16
-from engine.convert.graph import QUANT_OPS, detect_precision, sha256_file
+from engine.convert.graph import QUANT_OPS, detect_precision, sha256_file, tensor_elem_type
 from engine.errors import ConversionError
 
-__all__ = ["PRECISIONS", "ConvertReport", "convert", "expose_outputs"]
+__all__ = ["PRECISIONS", "ConvertReport", "convert", "expose_durations", "expose_outputs"]
 
 Precision = Literal["fp32", "fp16", "int8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
@@ -67,12 +67,14 @@ def _save(model: Any, path: Path) -> None:
 
 
 def expose_outputs(model: Any, names: Sequence[str]) -> int:
-    """Make internal float tensors graph outputs (typed float32, so an fp16 graph casts them).
+    """Make internal tensors graph outputs: float ones typed float32 (so an fp16 graph casts
+    them), a ``Cast``'s output with the type it casts to.
 
-    Piper's duration tensor (the output of its one ``Ceil``) is needed to trim padded
-    rows; exposing it before the fp16 conversion keeps it float32 and exact.
+    The voices' duration tensors (:func:`engine.convert.graph.duration_tensor`) are needed
+    to trim padded rows (Piper) and to time every word; exposing them before the fp16
+    conversion keeps them exact.
     """
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     have = {o.name for o in model.graph.output}
     produced = {o for n in model.graph.node for o in n.output}
@@ -82,9 +84,21 @@ def expose_outputs(model: Any, names: Sequence[str]) -> int:
             continue
         if name not in produced:
             raise ConversionError(f"cannot expose {name!r}: no node produces it")
-        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+        model.graph.output.append(helper.make_tensor_value_info(name, tensor_elem_type(model.graph, name), None))
         added += 1
     return added
+
+
+def expose_durations(model: Any) -> str | None:
+    """Make the voice's duration tensor a graph output (in place) and return its name; None
+    when the graph predicts no durations. A graph that has it as an output already is
+    left as it is."""
+    from engine.convert.graph import duration_tensor
+
+    name = duration_tensor(model.graph)
+    if name is not None:
+        expose_outputs(model, [name])
+    return name
 
 
 def convert(src: Path, dst: Path, precision: str, *, expose: Sequence[str] = (),

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["QUANT_OPS", "consumers", "detect_precision", "name_nodes", "producers", "sha256_file"]
+__all__ = ["QUANT_OPS", "consumers", "detect_precision", "duration_tensor", "name_nodes", "producers", "sha256_file"]
 
 QUANT_OPS = frozenset({"MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QLinearMatMul",
                        "QLinearConv", "DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLSTM"})
@@ -62,3 +62,44 @@ def name_nodes(graph: Any) -> int:
             fixed += 1
         seen.add(node.name)
     return fixed
+
+
+def duration_tensor(graph: Any) -> str | None:
+    """The tensor holding each input token's length in output frames, or None if the graph has none.
+
+    Duration-based voices compute it in the same forward pass as the audio: Piper (VITS)
+    as the output of its one ``Ceil`` (``w_ceil``, float); Kokoro and hibari as
+    ``Round -> Clip -> Cast(int64)`` before the ``CumSum`` that lays frames out. The integer
+    ``Cast`` is preferred where it exists: its type does not change with the graph's
+    precision, so the same tensor is exact in fp32, fp16 and int8 versions.
+    """
+    prod = producers(graph)
+    cons = consumers(graph)
+    ceil = [n for n in graph.node if n.op_type == "Ceil"]
+    if len(ceil) == 1:
+        return str(ceil[0].output[0])
+    found: list[str] = []
+    for node in graph.node:
+        if node.op_type != "Round":
+            continue
+        t = node.output[0]
+        nxt = cons.get(t, [])
+        if len(nxt) == 1 and nxt[0].op_type == "Clip":
+            t = nxt[0].output[0]
+            nxt = cons.get(t, [])
+        casts = [n for n in nxt if n.op_type == "Cast"]
+        if len(casts) == 1 and prod.get(t) is not None:
+            found.append(str(casts[0].output[0]))
+    return found[0] if len(found) == 1 else None
+
+
+def tensor_elem_type(graph: Any, name: str) -> int:
+    """The ONNX element type of ``name``: a ``Cast``'s target, else float32."""
+    from onnx import TensorProto
+
+    node = producers(graph).get(name)
+    if node is not None and node.op_type == "Cast":
+        for a in node.attribute:
+            if a.name == "to":
+                return int(a.i)
+    return int(TensorProto.FLOAT)

@@ -24,6 +24,7 @@ _KINDS = {
     "gateway": "streams.bench.gateway",
     "latency": "streams.bench.latency",
     "soak": "streams.bench.soak",
+    "align": "streams.bench.align",
 }
 
 

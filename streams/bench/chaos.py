@@ -1,11 +1,15 @@
-"""``ttsflow chaos``: kill workers, the stage and the broker mid-run, then count what users would see.
+"""``ttsflow chaos``: kill workers, the stage and brokers mid-run, then count what users would see.
 
 The run: one stage and two workers (real subprocesses, :mod:`streams.devstack.procs`) on topics,
 groups and transactional ids of their own; ``--requests`` short requests published at an
 even pace over ``--publish-seconds``; at random moments in that window (seeded) a worker
 or the stage is SIGKILLed and started again at once, and the broker is stopped and
 started (``--restart-broker``; only ever on a private stack instance this command brings
-up with its own ``TTS_HOME`` and ports, never the shared one). A process that exits on its
+up with its own ``TTS_HOME`` and ports, never the shared one). With ``--brokers 3`` that
+private stack has three brokers (replication factor 3, ``min.insync.replicas`` 2) and
+``--kill-brokers N`` SIGKILLs a segments leader or a worker's transaction coordinator,
+alternating, each started again 10 s later (:mod:`streams.bench.brokerkill`; the report's
+``broker_kills`` says which broker, what it led or coordinated, and how answers stalled). A process that exits on its
 own (a fenced producer exits non-zero by design) is restarted, as an orchestrator would,
 and counted; so is one whose ``/healthz`` keeps failing for 30 s (a liveness probe). When every request is answered (or ``--timeout`` passes) everything is
 stopped and ``tts.completed`` is read again from the beginning with ``read_committed``.
@@ -39,13 +43,18 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from streams.bench.brokerkill import BrokerKiller, kill_window_stats
+
+if TYPE_CHECKING:
+    from streams.settings import Settings
+
 __all__ = ["Event", "Tally", "check_audio", "classify_lost", "main", "plan_events", "plausible_duration", "run_chaos", "tally"]
 
-Action = Literal["kill_worker", "kill_stage", "restart_broker"]
+Action = Literal["kill_worker", "kill_stage", "restart_broker", "kill_broker"]
 
 
 # --- pure logic ----------------------------------------------------------------------------
@@ -107,7 +116,7 @@ class Event:
 
 
 def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: int, restart_broker: int,
-                workers: int = 2, start: float = 0.1, end: float = 0.9) -> list[Event]:
+                workers: int = 2, start: float = 0.1, end: float = 0.9, kill_brokers: int = 0) -> list[Event]:
     """The disruptions of one run at seeded random moments, spread out (one per equal slice).
 
     The stage and the broker are disrupted while requests arrive (``[start, end] *
@@ -129,6 +138,7 @@ def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: in
               for at in moments(kill_workers, start, end)]
     events += [Event(at, "kill_stage") for at in moments(kill_stage, start * window_s, end * window_s)]
     events += [Event(at, "restart_broker") for at in moments(restart_broker, start * window_s, end * window_s)]
+    events += [Event(at, "kill_broker") for at in moments(kill_brokers, start * window_s, end * window_s)]
     return sorted(events, key=lambda e: (e.by, e.at))
 
 
@@ -224,16 +234,21 @@ class ChaosConfig:
     keep: bool = False  # keep the run's topics (and private stack) for inspection
     liveness_grace_s: float = 30.0  # restart a process whose /healthz fails this long
     bad_share: float = 0.2  # share of requests with a readable id and bad content (answered failed, once)
+    brokers: int = 1  # brokers of the stack; above 1 the run brings up a private stack of that many
+    kill_brokers: int = 0  # SIGKILLs of a broker (segments leader / transaction coordinator, alternating)
+    broker_down_s: float = 10.0  # how long a killed broker stays dead before it is started again
 
 
 @dataclass(slots=True)
 class _Progress:
     seen: dict[str, int] = field(default_factory=dict)
+    answered_at: dict[str, float] = field(default_factory=dict)  # first answer's time.time()
     first_at: float | None = None
     last_at: float | None = None
 
     def add(self, rid: str, t: float) -> None:
         self.seen[rid] = self.seen.get(rid, 0) + 1
+        self.answered_at.setdefault(rid, t)
         self.first_at = t if self.first_at is None else self.first_at
         self.last_at = t
 
@@ -242,19 +257,36 @@ def _say(msg: str) -> None:
     print(f"chaos: {msg}", file=sys.stderr, flush=True)
 
 
-def _private_stack(base: Any, run_id: str) -> Any:
-    """Settings of a fresh stack instance of this run's own (home, ports), jars shared."""
+def _broker_port_block(brokers: int) -> int:
+    """A port p with p, p+1, p+10, p+11... (each broker's client and controller port) all free."""
+    from streams.devstack.pidfiles import port_open
     from streams.devstack.procs import free_port
+
+    for _ in range(200):
+        p = free_port()
+        ports = [p + 10 * i + d for i in range(brokers) for d in (0, 1)]
+        if max(ports) < 65536 and not any(port_open(q) for q in ports[1:]):
+            return p
+    raise RuntimeError("no free block of ports for the private brokers")
+
+
+def _private_stack(base: Settings, run_id: str, brokers: int = 1) -> Settings:
+    """Settings of a fresh stack instance of this run's own (home, ports), jars shared; with
+    ``brokers`` 3, three brokers (replication factor 3, clients bootstrapping from all)."""
+    from streams.devstack.procs import free_port
+    from streams.devstack.stack import stack_settings
 
     home = Path(base.process.home).expanduser().resolve().parent / f"ttsflow-chaos-{run_id}"
     home.mkdir(parents=True)
     shared_jars = Path(base.process.home).expanduser().resolve() / "jars"
     if shared_jars.is_dir():
         (home / "jars").symlink_to(shared_jars)
-    kp, cp, sp, rp = (free_port() for _ in range(4))
-    return base.replace(home=str(home), kafka_port=kp, kafka_controller_port=cp, s3_port=sp, redis_port=rp,
-                        bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
-                        redis_url=f"redis://127.0.0.1:{rp}/0")
+    kp = _broker_port_block(brokers)
+    sp, rp = (free_port() for _ in range(2))
+    s = base.replace(home=str(home), kafka_port=kp, kafka_controller_port=kp + 1, s3_port=sp, redis_port=rp,
+                     bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
+                     redis_url=f"redis://127.0.0.1:{rp}/0", kafka_brokers=1, replication_factor=1)
+    return stack_settings(s, brokers) if brokers > 1 else s
 
 
 def _restart_broker(settings: Any, log: list[dict[str, Any]]) -> None:
@@ -299,13 +331,15 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     run_id = new_run_id()
     seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
     base = load_settings()
-    private = cfg.restart_broker > 0
+    private = cfg.restart_broker > 0 or cfg.brokers > 1 or cfg.kill_brokers > 0
+    if cfg.kill_brokers > 0 and cfg.brokers < 3:
+        raise ValueError("--kill-brokers needs --brokers 3 (with one broker, use --restart-broker)")
     run_dir = cfg.out_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     broker_log: list[dict[str, Any]] = []
     if private:
-        base = _private_stack(base, run_id)
+        base = _private_stack(base, run_id, cfg.brokers)
         _say(f"bringing up a private stack in {base.process.home} (kafka {base.kafka.bootstrap_servers})")
         t0 = time.monotonic()
         stack.stack_up(base, quiet=True)
@@ -322,9 +356,16 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     bad: dict[str, tuple[bytes, str]] = {
         r.request_id: bad_content_request(r.request_id, r.user_id, j)
         for j, r in enumerate(reqs[every - 1::every] if every else [])}
-    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 10.0)
+    # broker kills run one after another, each ~10 s down plus a JVM start (15-40 s on a loaded 2-core
+    # box): a minute of publishing per kill keeps every kill inside the traffic it is meant to disturb
+    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 10.0, 60.0 * cfg.kill_brokers)
     events = plan_events(seed, publish_s, kill_workers=cfg.kill_workers, kill_stage=cfg.kill_stage,
-                         restart_broker=cfg.restart_broker, workers=cfg.workers)
+                         restart_broker=cfg.restart_broker, workers=cfg.workers, kill_brokers=cfg.kill_brokers)
+    tids = [f"ttsflow-chaos-{run_id}-w{i}" for i in range(cfg.workers)]
+    killer = BrokerKiller(s, tids, [s.kafka.worker_group, s.stage.stage_app_id], down_s=cfg.broker_down_s)
+    published_at: dict[str, float] = {}
+    replication: dict[str, dict[str, int]] = {}
+    stack_rss: dict[str, float | None] = {}
     _say(f"run {run_id} seed {seed}: {cfg.requests} requests over {publish_s:.0f}s, events "
          + ", ".join(f"{e.action}{'#' + str(e.target) if e.action == 'kill_worker' else ''}@"
                      + (f"{e.at:.1f}s" if e.by == "time" else f"{e.at:.0%} answered") for e in events))
@@ -342,10 +383,14 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         t0 = time.monotonic()
         sup.stage("stage", s)
         for i in range(cfg.workers):
-            sup.worker(f"worker-{i}", s.replace(transactional_id=f"ttsflow-chaos-{run_id}-w{i}"))
+            sup.worker(f"worker-{i}", s.replace(transactional_id=tids[i]))
         for p in list(sup.procs.values()):
             sup.wait_ready(p, timeout=cfg.startup_timeout_s)
         timings["startup_s"] = round(time.monotonic() - t0, 1)
+        if cfg.brokers > 1:  # the shape the run tests: every topic, internal ones included, replicated
+            replication = stack.topic_replication(s, [s.kafka.topic_requests, s.kafka.topic_segments, s.kafka.topic_completed,
+                                                      s.kafka.topic_done, s.kafka.topic_chunks, s.kafka.topic_dlq,
+                                                      "__consumer_offsets", "__transaction_state"])
         _say(f"processes ready in {timings['startup_s']}s; publishing")
 
         # 2. publish at an even pace; fire each event when its moment comes; follow progress
@@ -362,6 +407,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                 r = reqs[i]
                 raw = bad[r.request_id][0] if r.request_id in bad else encode_request(r)
                 pub.publish(s.kafka.topic_requests, r.user_id.encode(), raw)
+                published_at[r.request_id] = time.time()
                 i += 1
             answered = len(progress.seen) / len(reqs)
             for ev in [e for e in pending if (e.at <= now if e.by == "time" else e.at <= answered)]:
@@ -374,6 +420,8 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                 elif ev.action == "kill_stage":
                     rec["target"] = "stage"
                     sup.restart("stage", sig=signal.SIGKILL)
+                elif ev.action == "kill_broker":
+                    killer.kill(rec)  # filled in on the killer's thread: which broker, why, when back
                 else:
                     if broker_thread is not None:
                         broker_thread.join()
@@ -414,6 +462,9 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                     break
         if broker_thread is not None:
             broker_thread.join()
+        killer.join()
+        if private:  # what the stack costs after a run under load (resident memory per server process)
+            stack_rss = {svc: e.get("rss_mb") for svc, e in stack.status(s).items()}
         timings["first_publish_to_last_answer_s"] = round((progress.last_at or time.time()) - wall_pub, 1)
         reader.close()
 
@@ -472,7 +523,11 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
             "valid_failed": valid_failed,
             "kills": {"worker": sum(1 for f in fired if f["action"] == "kill_worker"),
                       "stage": sum(1 for f in fired if f["action"] == "kill_stage"),
-                      "broker_restarts": len(broker_log)},
+                      "broker_restarts": len(broker_log),
+                      **({"broker": sum(1 for k in killer.log if "killed_at" in k)} if cfg.kill_brokers else {})},
+            **({"brokers": cfg.brokers, "replication": replication} if cfg.brokers > 1 else {}),
+            **({"stack_rss_mb": stack_rss} if stack_rss else {}),
+            **(_broker_kills(killer.log, published_at, progress.answered_at, wall_pub) if cfg.kill_brokers else {}),
             "crash_restarts": crash_restarts, "liveness_restarts": liveness_restarts, "events": fired, "broker": broker_log,
             "lost_ids": list(t.lost_ids), "lost_where": lost_where, "duplicate_ids": list(t.duplicate_ids),
             "bad_audio_sample": dict(list(bad_audio.items())[:5]),
@@ -483,6 +538,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         sup.stop_all()
         if broker_thread is not None:
             broker_thread.join(120)
+        killer.join(120)
         if not cfg.keep:
             try:
                 if private:
@@ -492,6 +548,34 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                     delete_run_topics(s)
             except Exception as e:  # cleanup must not hide the run's own error
                 _say(f"cleanup failed: {e}")
+
+
+def _broker_kills(log: list[dict[str, Any]], published: dict[str, float], answered: dict[str, float],
+                  t0: float) -> dict[str, Any]:
+    from streams.bench.harness import percentile
+
+    """The report's ``broker_kills`` (each kill: broker, why, what it led or coordinated, times
+    relative to the first publish, the answers around it) and ``broker_kill_stall``: the worst
+    p99 and gap over all kills."""
+    kills = []
+    for rec in log:
+        k = {key: v for key, v in rec.items() if key not in ("killed_at", "back_at")}
+        if "killed_at" in rec and "back_at" in rec:
+            k["killed_at_s"] = round(rec["killed_at"] - t0, 1)
+            k["back_at_s"] = round(rec["back_at"] - t0, 1)
+            k["answers"] = kill_window_stats(rec["killed_at"], rec["back_at"], published, answered)
+        kills.append(k)
+    p99s = [k["answers"]["p99_s"] for k in kills if "answers" in k and k["answers"]["p99_s"] is not None]
+    gaps = [k["answers"]["max_gap_s"] for k in kills if "answers" in k and k["answers"]["max_gap_s"] is not None]
+    # the same latency for requests published while every broker was up: what the kills add is the difference
+    windows = [(r["killed_at"], r["back_at"]) for r in log if "killed_at" in r and "back_at" in r]
+    calm = [answered[rid] - t for rid, t in published.items()
+            if rid in answered and not any(a <= t <= b for a, b in windows)]
+    calm_p99 = percentile(calm, 99)
+    return {"broker_kills": kills,
+            "broker_kill_stall": {"worst_p99_s": max(p99s) if p99s else None, "worst_gap_s": max(gaps) if gaps else None,
+                                  "outside_windows_requests": len(calm),
+                                  "outside_windows_p99_s": None if calm_p99 is None else round(calm_p99, 2)}}
 
 
 def _where_lost(s: Any, lost: set[str]) -> dict[str, int]:
@@ -519,6 +603,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-stage", type=int, default=1, help="SIGKILLs of the stage, each restarted at once")
     ap.add_argument("--restart-broker", type=int, default=0,
                     help="broker restarts (runs on a private stack instance when > 0)")
+    ap.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                    help="brokers of the stack (3: a private three-broker stack, replication factor 3)")
+    ap.add_argument("--kill-brokers", type=int, default=0,
+                    help="SIGKILLs of a broker (needs --brokers 3): the leader of the most segments partitions or a "
+                         "worker's transaction coordinator, alternating; each restarted --broker-down-seconds later")
+    ap.add_argument("--broker-down-seconds", type=float, default=10.0, help="how long a killed broker stays dead")
     ap.add_argument("--workers", type=int, default=2, help="worker processes")
     ap.add_argument("--seed", type=int, default=None, help="seed of texts and event moments (default: random)")
     ap.add_argument("--publish-seconds", type=float, default=None, help="spread publishing over this many seconds")
@@ -528,14 +618,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the run's topics / private stack")
     ap.add_argument("--json", action="store_true", help="print only the JSON report on stdout")
     ns = ap.parse_args(argv)
-    if ns.requests < 1 or ns.workers < 1 or min(ns.kill_workers, ns.kill_stage, ns.restart_broker) < 0 \
+    if ns.requests < 1 or ns.workers < 1 or min(ns.kill_workers, ns.kill_stage, ns.restart_broker, ns.kill_brokers) < 0 \
             or not 0 <= ns.bad_share <= 1:
         print("ttsflow chaos: --requests and --workers must be >= 1, counts >= 0, --bad-share in [0, 1]",
               file=sys.stderr)
         return 2
+    if ns.kill_brokers and ns.brokers < 3:
+        print("ttsflow chaos: --kill-brokers needs --brokers 3 (one broker: --restart-broker)", file=sys.stderr)
+        return 2
     cfg = ChaosConfig(requests=ns.requests, kill_workers=ns.kill_workers, kill_stage=ns.kill_stage,
                       restart_broker=ns.restart_broker, workers=ns.workers, seed=ns.seed,
-                      publish_s=ns.publish_seconds, timeout_s=ns.timeout, keep=ns.keep, bad_share=ns.bad_share)
+                      publish_s=ns.publish_seconds, timeout_s=ns.timeout, keep=ns.keep, bad_share=ns.bad_share,
+                      brokers=ns.brokers, kill_brokers=ns.kill_brokers, broker_down_s=ns.broker_down_seconds)
     try:
         report = run_chaos(cfg)
     except Exception as e:

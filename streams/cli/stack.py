@@ -1,6 +1,7 @@
 """``ttsflow stack up|down|status|fetch|kafka-tool``: the local Kafka, S3 and Redis, no Docker.
 
-``up`` is idempotent and waits until all three answer; ``down`` stops only what ``up``
+``up`` is idempotent and waits until every service answers (``--brokers 3``: a three-broker
+cluster at replication factor 3); ``down`` stops only what ``up``
 started; a problem a person has to fix is one line and exit 1 (:mod:`streams.devstack.stack`).
 Kafka's own command-line tools run against the stack with
 ``ttsflow stack kafka-tool ConsumerGroupCommand --describe --group G``.
@@ -29,6 +30,12 @@ def _print_status(st: dict[str, Any]) -> None:
         pid = f", pid {e['pid']}" if e.get("pid") else ""
         state = "ok" if e["ok"] else f"DOWN ({e.get('error', '')})"
         print(f"{svc:<6} {e['address']:<24} {state}{pid}{mem}")
+        if "cluster" in e:
+            c = e["cluster"]
+            under = f" ({', '.join(c['under_replicated_sample'])}{', ...' if c['under_replicated'] > 10 else ''})" \
+                if c["under_replicated"] else ""
+            print(f"       brokers {c['brokers']}, controller {c['controller_id']}; {c['partitions']} partitions, "
+                  f"{c['under_replicated']} under-replicated{under}, {c['offline']} offline")
         if "security" in e:
             sec = e["security"]
             print(f"       {sec['security_protocol']} {sec['sasl_mechanism']}, CA {sec['ca_file']}; principals "
@@ -41,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start Kafka, S3 and Redis (idempotent), create topics and bucket")
     up.add_argument("--json", action="store_true", help="print the final status as one JSON object")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the services")
+    up.add_argument("--brokers", type=int, choices=(1, 3), default=None,
+                    help="Kafka brokers (default TTS_KAFKA_BROKERS, or what the home was made with): 3 runs a "
+                         "three-node KRaft cluster, every topic at replication factor 3, min.insync.replicas 2")
     up.add_argument("--secure", action="store_true",
                     help="Kafka on SASL_SSL only, SCRAM users and ACLs for a user, stage and worker principal "
                          "(a new home only; the credentials' files are under kafka.security in status --json)")
@@ -57,12 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings()
         if ns.cmd == "up":
             t0 = time.monotonic()
-            result = stack_up(settings, timeout=ns.timeout, quiet=ns.json, secure_kafka=ns.secure)
+            result = stack_up(settings, timeout=ns.timeout, quiet=ns.json, secure_kafka=ns.secure, brokers=ns.brokers)
             if ns.json:
                 print(json.dumps(result))
             else:
                 _print_status(result)
                 print(f"stack: up in {time.monotonic() - t0:.1f}s (home {stack_paths(settings).home})")
+                n = sum(1 for svc in result if svc.startswith("kafka"))
+                if n > 1 and settings.local_stack.kafka_brokers != n:
+                    print(f"stack: {n} brokers; export TTS_KAFKA_BROKERS={n} so clients bootstrap from all of them")
             return 0 if all(e["ok"] for e in result.values()) else 1
         if ns.cmd == "down":
             stack_down(settings, wipe=ns.wipe)

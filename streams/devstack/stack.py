@@ -38,20 +38,45 @@ from streams.devstack.jars import fetch_jars
 from streams.devstack.paths import StackPaths, stack_paths
 from streams.devstack.pidfiles import owned_pid, port_open, rss_mb, wait_gone
 from streams.devstack.services import (
-    ADDRESSES,
-    LOGS,
-    PORTS,
-    PROBES,
-    SERVICES,
-    STARTERS,
-    kafka_address,
-    probe_kafka,
+    broker_node,
+    broker_services,
+    home_brokers,
+    probe_service,
     s3_client,
+    service_address,
+    service_log,
+    service_port,
     stack_admin,
+    stack_services,
+    start_service,
 )
 from streams.settings import Settings
 
-__all__ = ["delete_topics", "ensure_bucket", "ensure_topics", "stack_down", "stack_up", "status"]
+__all__ = [
+    "cluster_status",
+    "delete_topics",
+    "ensure_bucket",
+    "ensure_topics",
+    "stack_down",
+    "stack_settings",
+    "stack_up",
+    "status",
+    "topic_replication",
+]
+
+
+def stack_settings(settings: Settings, brokers: int | None = None) -> Settings:
+    """``settings`` shaped like this home's stack: its number of brokers (``brokers``, else what
+    the home was formatted with, else ``settings.local_stack.kafka_brokers``), clients bootstrapping from every
+    broker and topics created at the replication factor the brokers allow."""
+    from streams.devstack.services import replication_of
+
+    n = brokers or home_brokers(stack_paths(settings)) or settings.local_stack.kafka_brokers
+    if n == settings.local_stack.kafka_brokers and (n == 1 or "," in settings.kafka.bootstrap_servers):
+        return settings
+    ls = settings.replace(kafka_brokers=n).local_stack
+    return settings.replace(kafka_brokers=n, replication_factor=replication_of(n)[0],
+                            bootstrap_servers=",".join(f"127.0.0.1:{k}" for k, _ in ls.broker_ports()))
 
 
 def ensure_topics(settings: Settings, *, partitions: int | None = None, timeout: float = 30.0) -> list[str]:
@@ -113,10 +138,12 @@ def _as_admin(settings: Settings) -> Settings:
 
 
 def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False,
-             secure_kafka: bool = False) -> dict[str, Any]:
-    """Start what is not running, wait until all three answer, create topics and bucket.
+             secure_kafka: bool = False, brokers: int | None = None) -> dict[str, Any]:
+    """Start what is not running, wait until every service answers, create topics and bucket.
 
-    ``secure_kafka`` (``--secure``) makes a new home's broker SASL_SSL-only with ACLs
+    ``brokers`` (``--brokers``, else ``settings.local_stack.kafka_brokers``): 1, or 3 brokers with every
+    topic at replication factor 3 and ``min.insync.replicas`` 2; a home formatted with one
+    number keeps it (changing it needs ``down --wipe``). ``secure_kafka`` (``--secure``) makes a new home's broker SASL_SSL-only with ACLs
     (:mod:`streams.devstack.secure`); a home made so stays so. Returns :func:`status`.
     Raises :class:`StackError` with one line on failure.
     """
@@ -125,6 +152,14 @@ def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False,
     p.home.mkdir(parents=True, exist_ok=True)
     with _lock(p):
         fetch_jars(settings, quiet=quiet)
+        formatted = home_brokers(p)
+        want = brokers or (formatted if formatted is not None and settings.local_stack.kafka_brokers == 1 else settings.local_stack.kafka_brokers)
+        if formatted is not None and want != formatted:
+            raise StackError(f"the Kafka of {p.home} was formatted with {formatted} broker(s), not {want}: "
+                             "use another TTS_HOME, or `stack down --wipe` first")
+        settings = stack_settings(settings, want)
+        if secure_kafka and want > 1:
+            raise StackError("--secure runs one broker: a secured three-broker stack is not supported")
         if secure_kafka and not secure.is_secure(p.home):
             if (p.data / "kafka" / "meta.properties").is_file():
                 raise StackError(f"the broker of {p.home} was formatted without --secure (its SCRAM users are made "
@@ -133,33 +168,35 @@ def stack_up(settings: Settings, *, timeout: float = 180.0, quiet: bool = False,
             say(f"stack: secured Kafka (SASL_SSL, SCRAM, ACLs); CA and passwords in {secure.secure_paths(p.home).root}")
         settings = _as_admin(settings)
         started: dict[str, int] = {}
-        for svc in SERVICES:
+        services = stack_services(want)
+        for svc in services:
             pid = owned_pid(p, svc)
             if pid is not None:
                 say(f"stack: {svc} already running (pid {pid})")
                 continue
-            port = PORTS[svc](settings)
+            port = service_port(svc, settings)
             if port_open(port):
+                env_name = "KAFKA" if broker_node(svc) is not None else svc.upper()
                 raise StackError(f"port {port} ({svc}) is in use by a process this stack did not start "
-                                 f"(home {p.home}); stop it or choose another TTS_{svc.upper()}_PORT")
-            started[svc] = STARTERS[svc](settings, p)
+                                 f"(home {p.home}); stop it or choose another TTS_{env_name}_PORT")
+            started[svc] = start_service(svc, settings, p)
             say(f"stack: started {svc} (pid {started[svc]})")
         deadline = time.monotonic() + timeout
-        waiting = {svc: "not probed" for svc in SERVICES}
-        admin = stack_admin(settings, kafka_address(settings))
+        waiting = {svc: "not probed" for svc in services}
+        admins = {svc: stack_admin(settings, service_address(svc, settings)) for svc in broker_services(want)}
         while waiting:
             for svc in list(waiting):
-                why = probe_kafka(settings, admin) if svc == "kafka" else PROBES[svc](settings)
+                why = probe_service(svc, settings, admins.get(svc))
                 if why is None:
                     del waiting[svc]
                     continue
                 waiting[svc] = why
                 if svc in started and owned_pid(p, svc) is None:
-                    raise StackError(f"{svc} exited during start; last log lines of {LOGS[svc](p)}:\n"
-                                     + _log_tail(LOGS[svc](p)))
+                    raise StackError(f"{svc} exited during start; last log lines of {service_log(svc, p)}:\n"
+                                     + _log_tail(service_log(svc, p)))
             if waiting and time.monotonic() > deadline:
                 svc, why = next(iter(waiting.items()))
-                raise StackError(f"{svc} did not answer within {timeout:.0f}s ({why}); see {LOGS[svc](p)}")
+                raise StackError(f"{svc} did not answer within {timeout:.0f}s ({why}); see {service_log(svc, p)}")
             if waiting:
                 time.sleep(0.2)
         created = ensure_topics(settings, timeout=max(10.0, deadline - time.monotonic()))
@@ -185,10 +222,12 @@ def stack_down(settings: Settings, *, wipe: bool = False, timeout: float = 60.0,
         return []
     stopped = []
     with _lock(p):
-        pids = {svc: pid for svc in SERVICES if (pid := owned_pid(p, svc)) is not None}
+        services = stack_services(home_brokers(p) or settings.local_stack.kafka_brokers)
+        pids = {svc: pid for svc in services if (pid := owned_pid(p, svc)) is not None}
         # Kafka first and alone: it flushes and closes its logs cleanly while S3/Redis are still up
-        # for any client finishing; then the rest together.
-        for group in (["kafka"], ["s3", "redis"]):
+        # for any client finishing; then the rest together. Brokers stop together: one stopped
+        # alone would move its leaderships to the others only for them to stop too.
+        for group in (list(broker_services(home_brokers(p) or settings.local_stack.kafka_brokers)), ["s3", "redis"]):
             deadline = time.monotonic() + timeout
             for svc in group:
                 if svc in pids:
@@ -199,7 +238,7 @@ def stack_down(settings: Settings, *, wipe: bool = False, timeout: float = 60.0,
                     clean = wait_gone(pids[svc], deadline)
                     stopped.append(svc)
                     say(f"stack: stopped {svc} (pid {pids[svc]}{'' if clean else ', killed'})")
-        for svc in SERVICES:
+        for svc in services:
             p.pid_file(svc).unlink(missing_ok=True)
         if wipe:
             shutil.rmtree(p.data, ignore_errors=True)
@@ -210,17 +249,20 @@ def stack_down(settings: Settings, *, wipe: bool = False, timeout: float = 60.0,
 
 
 def status(settings: Settings) -> dict[str, Any]:
-    """``{"kafka": {...}, "s3": {...}, "redis": {...}}``, each with ``ok`` and ``address``.
+    """``{"kafka": {...}, "s3": {...}, "redis": {...}}``, each with ``ok`` and ``address``; on a
+    three-broker home also ``kafka-2`` and ``kafka-3``.
 
     Also ``pid`` and ``rss_mb`` when this home's ``up`` started it, ``error`` when not ok;
-    on a secured home ``kafka.security`` (:func:`streams.devstack.secure.security_status`).
+    ``kafka.cluster`` (:func:`cluster_status`: brokers, under-replicated partitions) when
+    any broker answers; on a secured home ``kafka.security``
+    (:func:`streams.devstack.secure.security_status`).
     """
     p = stack_paths(settings)
-    settings = _as_admin(settings)
+    settings = stack_settings(_as_admin(settings))
     out: dict[str, Any] = {}
-    for svc in SERVICES:
-        why = PROBES[svc](settings)
-        entry: dict[str, Any] = {"ok": why is None, "address": ADDRESSES[svc](settings)}
+    for svc in stack_services(settings.local_stack.kafka_brokers):
+        why = probe_service(svc, settings)
+        entry: dict[str, Any] = {"ok": why is None, "address": service_address(svc, settings)}
         pid = owned_pid(p, svc)
         entry["pid"] = pid
         if pid is not None:
@@ -228,7 +270,40 @@ def status(settings: Settings) -> dict[str, Any]:
         if why is not None:
             entry["error"] = why[:300]
         out[svc] = entry
+    if any(out[b]["ok"] for b in broker_services(settings.local_stack.kafka_brokers)):
+        with contextlib.suppress(Exception):  # a cluster that stops answering between probes: no summary
+            out["kafka"]["cluster"] = cluster_status(settings)
     sec = secure.security_status(settings, p.home)
     if sec is not None:
         out["kafka"]["security"] = sec
     return out
+
+
+def cluster_status(settings: Settings, *, timeout: float = 5.0) -> dict[str, Any]:
+    """What the cluster's metadata says now: the brokers registered, the partitions (internal
+    topics included) whose in-sync replicas are fewer than their replicas (under-replicated:
+    on three brokers, the state while one is down or catching up) and those without a leader
+    (offline)."""
+    md = stack_admin(settings).list_topics(timeout=timeout)
+    under: list[str] = []
+    offline: list[str] = []
+    partitions = 0
+    for name, t in md.topics.items():
+        for pid, pm in t.partitions.items():
+            partitions += 1
+            if pm.leader < 0:
+                offline.append(f"{name}-{pid}")
+            if len(pm.isrs) < len(pm.replicas):
+                under.append(f"{name}-{pid}")
+    return {"brokers": sorted(md.brokers), "controller_id": md.controller_id, "partitions": partitions,
+            "under_replicated": len(under), "under_replicated_sample": sorted(under)[:10],
+            "offline": len(offline), "offline_sample": sorted(offline)[:10]}
+
+
+
+def topic_replication(settings: Settings, names: Sequence[str], *, timeout: float = 10.0) -> dict[str, dict[str, int]]:
+    """``{topic: {"replication_factor": r, "min_insync_replicas": m}}`` of the named topics that
+    exist (:func:`streams.kafka.admin.topic_replication`)."""
+    from streams.kafka.admin import topic_replication as _replication
+
+    return _replication(stack_admin(_as_admin(settings)), names, timeout=timeout)

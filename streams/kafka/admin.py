@@ -24,7 +24,7 @@ from streams.kafka.topics import done_topic_config, topic_specs
 from streams.settings import KafkaSettings, StageSettings
 
 __all__ = ["admin_client", "create_acls", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
-           "kafka_exception", "topic_names", "wait_for_broker"]
+           "kafka_exception", "topic_names", "topic_replication", "wait_for_broker"]
 
 _log = logging.getLogger("ttsflow.kafka")
 
@@ -183,3 +183,19 @@ def group_members(kafka: KafkaSettings, group: str, timeout: float = 5.0) -> int
     state = str(getattr(desc, "state", "")).upper()
     return len(desc.members) if "STABLE" in state else 0
 
+
+
+def topic_replication(admin: Any, names: Sequence[str], *, timeout: float = 10.0) -> dict[str, dict[str, int]]:
+    """``{topic: {"replication_factor": r, "min_insync_replicas": m}}`` of the named topics that
+    exist (``r``: the fewest replicas of any of its partitions; ``m``: its effective config)."""
+    from confluent_kafka.admin import ConfigResource
+
+    md = admin.list_topics(timeout=timeout)
+    present = [n for n in names if n in md.topics and md.topics[n].error is None and md.topics[n].partitions]
+    out: dict[str, dict[str, int]] = {
+        n: {"replication_factor": min(len(pm.replicas) for pm in md.topics[n].partitions.values())} for n in present}
+    if present:
+        futs = admin.describe_configs([ConfigResource("topic", n) for n in present], request_timeout=timeout)
+        for res, fut in futs.items():
+            out[res.name]["min_insync_replicas"] = int(fut.result(timeout)["min.insync.replicas"].value)
+    return out

@@ -198,6 +198,10 @@ def test_status_json_fields(stack_settings: Settings) -> None:
     assert set(st) == {"kafka", "s3", "redis"}
     assert st["kafka"]["ok"] is True
     assert st["kafka"]["address"] == f"127.0.0.1:{stack_settings.local_stack.kafka_port}"
+    # the cluster as its metadata sees it: one broker, every partition fully replicated and led
+    cluster = st["kafka"]["cluster"]
+    assert cluster["brokers"] == [1] and cluster["partitions"] > 0
+    assert cluster["under_replicated"] == 0 and cluster["offline"] == 0
     assert st["s3"]["ok"] is True and st["s3"]["address"] == f"http://127.0.0.1:{stack_settings.local_stack.s3_port}"
     assert st["redis"]["ok"] is True and st["redis"]["address"] == f"127.0.0.1:{stack_settings.local_stack.redis_port}"
 

@@ -168,3 +168,37 @@ def test_a_voice_mix_is_the_weighted_mean_of_its_styles_and_a_bad_part_fails_onl
     out = engine.synthesize([SynthItem("你好。", "zf_xiaobei(3)+zm_yunjian(1)"), SynthItem("你好。", "zf_xiaobei+nobody")])
     assert isinstance(out[0], Audio) and out[0].duration_s > 0.3
     assert isinstance(out[1], Failure) and out[1].code == "unknown_voice" and "'nobody'" in out[1].message
+
+
+def test_mandarin_words_are_jiebas_and_each_character_has_its_span(engine) -> None:  # type: ignore[no-untyped-def]
+    from engine.timing import words_of
+
+    text = "您的订单已经发货，预计明天下午送达。"
+    a = engine.synthesize([SynthItem(text, "", 1.0, True)])[0]
+    assert isinstance(a, Audio) and a.words is not None
+    assert [(w.start, w.end) for w in a.words] == words_of(text)
+    assert [w.text for w in a.words][2:4] == ["订单", "已经"]
+    starts = [w.start_s for w in a.words]
+    assert starts == sorted(starts) and a.words[-1].end_s <= a.duration_s
+    for w in a.words:
+        assert w.end_s > w.start_s
+        if len(w.text) > 1:
+            assert "".join(c.text for c in w.chars) == w.text
+            assert w.chars[0].start_s == w.start_s and all(c.end_s > c.start_s for c in w.chars)
+            assert [c.start_s for c in w.chars] == sorted(c.start_s for c in w.chars)
+            assert all(w.start_s <= c.start_s <= c.end_s <= w.end_s for c in w.chars)
+
+
+def test_mandarin_word_starts_agree_with_whisper(engine) -> None:  # type: ignore[no-untyped-def]
+    from streams.bench import asr_zh
+    from streams.bench.align import _mandarin_errors
+
+    if not asr_zh.available():
+        pytest.skip("faster-whisper and the Whisper base wheels (extra asr-zh) are not installed")
+    errs: list[float] = []
+    for s in asr_zh.SENTENCES[:8]:
+        a = engine.synthesize([SynthItem(s, "", 1.0, True)])[0]
+        assert isinstance(a, Audio)
+        errs += _mandarin_errors(a, s)
+    assert len(errs) > 30
+    assert float(np.median(np.abs(errs))) < 0.100, sorted(np.abs(errs))

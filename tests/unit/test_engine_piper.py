@@ -59,11 +59,12 @@ def test_padded_rows_are_trimmed_to_their_own_duration(engine: Engine) -> None:
     short, long = "Yes, of course.", "There are seven days in a week and twelve months in a year, as everyone knows."
     backend = engine.backend
     p_short, p_long = backend.prepare(SynthItem(short, "joe")), backend.prepare(SynthItem(long, "joe"))
-    (row, n), _ = backend.infer([p_short, p_long])  # raw rows: (padded audio, samples to keep)
+    (row, n, durations), _ = backend.infer([p_short, p_long])  # raw rows: (padded audio, samples to keep, w_ceil)
+    assert int(durations.sum()) * backend.hop_length == n
     assert n < len(row) // 2  # the short item's row is mostly padding
     tail = row[n:]
     assert np.sqrt(np.mean(tail ** 2)) > 1e-3  # ...and that padding is not silent
-    trimmed = backend.postprocess((row, n), p_short)
+    trimmed = backend.postprocess((row, n, durations), p_short)
     single = _audio(engine.synthesize([SynthItem(short, "joe")])[0]).samples
     assert len(trimmed) == len(single) == n
     end = trimmed[-int(0.05 * engine.sample_rate):]

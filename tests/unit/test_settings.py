@@ -223,6 +223,9 @@ def test_docker_compose_config_is_valid() -> None:
     res = subprocess.run([*cmd, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
                          capture_output=True, text=True, check=False, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+    res = subprocess.run([*cmd, "-f", str(ROOT / "docker-compose.yml"), "-f", str(ROOT / "deploy/compose/cluster.yml"),
+                          "config", "-q"], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert res.returncode == 0, res.stderr  # the three-broker override merges
 
 
 def test_kraft_cluster_ids_never_look_like_options() -> None:
@@ -231,3 +234,29 @@ def test_kraft_cluster_ids_never_look_like_options() -> None:
     ids = [_cluster_id() for _ in range(3000)]  # ~47 of 3000 would start with '-' without the guard
     assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", i) for i in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_compose_cluster_override_is_three_replicated_brokers() -> None:
+    """deploy/compose/cluster.yml: three KRaft voters that exist, RF 3 / min ISR 2 everywhere, distinct
+    host ports, and clients bootstrapping from all three with known settings only."""
+    import yaml
+
+    base = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    over = yaml.safe_load((ROOT / "deploy" / "compose" / "cluster.yml").read_text())["services"]
+    brokers = ["kafka", "kafka-2", "kafka-3"]
+    envs = {b: over[b]["environment"] for b in brokers}
+    voters = {v.split("@")[1].split(":")[0] for v in envs["kafka"]["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")}
+    assert voters == set(brokers)
+    assert sorted(e["KAFKA_NODE_ID"] for e in envs.values()) == [1, 2, 3]
+    for e in envs.values():
+        assert e["KAFKA_CONTROLLER_QUORUM_VOTERS"] == envs["kafka"]["KAFKA_CONTROLLER_QUORUM_VOTERS"]
+        assert (e["KAFKA_DEFAULT_REPLICATION_FACTOR"], e["KAFKA_MIN_INSYNC_REPLICAS"]) == (3, 2)
+        assert (e["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"], e["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"],
+                e["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"]) == (3, 3, 2)
+    host_ports = [p for b in ("kafka-2", "kafka-3") for p in over[b]["ports"]] + base["kafka"]["ports"]
+    assert len(set(host_ports)) == 3
+    assert "--replication-factor 3" in over["kafka-init"]["command"][0]
+    for app in ("stage", "worker", "gateway"):
+        env = over[app]["environment"]
+        assert env["TTS_BOOTSTRAP_SERVERS"].split(",") == [f"{b}:19092" for b in brokers]
+        assert set(env) <= _known_env()

@@ -63,6 +63,15 @@ def test_coordinator_moving_and_timeouts_on_offset_calls_are_retriable() -> None
         assert type(exc) is RetriableError, (KafkaError(code).name(), exc)
 
 
+def test_a_broker_leaving_the_metadata_is_retriable_on_offset_calls() -> None:
+    """chaos --brokers 3 --kill-brokers: a worker's done-log ``offsets_for_times`` failed with
+    _DESTROY_BROKER (unflagged) while the killed broker left the metadata, and the worker exited."""
+    err = KafkaException(KafkaError(KafkaError._DESTROY_BROKER,
+                                    "Failed to get offsets: Local: Broker handle destroyed without termination"))
+    assert type(classify(err)) is RetriableError
+    assert type(classify(KafkaError(KafkaError._NODE_UPDATE, "Broker node update"))) is RetriableError
+
+
 def test_transient_names_do_not_override_librdkafka_flags() -> None:
     """A name on the transient list never hides a fatal or abortable flag."""
     fatal = KafkaError(KafkaError.NOT_COORDINATOR, "x", fatal=True)

@@ -1,0 +1,353 @@
+# ruff: noqa: RUF002 - full-width forms are the subject of a docstring here
+"""Word timings from a voice's own durations: when each word of the text as written is spoken.
+
+Duration-based voices (hibari, Piper, Kokoro) predict, in the same forward pass as the
+audio, how many output frames each input token lasts. This module turns those durations
+into one :class:`Word` per word of the item's text, with its character offsets into that
+text and its span in the item's audio.
+
+How a phoneme is traced back to a word (``plan_words``):
+
+1. The text is cut into words as the user wrote them (:func:`words_of`): runs of
+   non-space characters with their surrounding punctuation trimmed; text with Han
+   characters is cut by jieba's segmentation (so a Mandarin sentence gets its words).
+2. Each word is phonemized alone with the backend's own front end: ``42`` alone reads
+   "forty-two", so both spoken words belong to the one written word ``42``.
+3. Those per-word phonemes, in order, are aligned with the phonemes the model really saw
+   (``difflib``'s longest-matching-blocks, no junk heuristic). A phoneme inside a
+   replaced stretch goes to the word at the same relative place; phonemes with no
+   counterpart (pauses for punctuation, context-only changes) belong to no word.
+
+Guarantees (``word_times``): one ``Word`` per word of ``words_of(text)``, in order;
+``0 <= start_s <= end_s <= duration``; starts never decrease. A word the front end gave
+no phonemes (a symbol read as nothing) gets the empty span where it stands (its
+neighbour's end). Pauses for punctuation, between sentences and between the model's
+chunks fall between words, never inside one. Nothing is invented: every time is a sum
+of the model's own durations.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Word", "WordPhonemes", "WordPlan", "in_request", "plan_words", "source_offsets", "trim_silent_ends",
+           "word_times", "words_of"]
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_TOKEN = re.compile(r"\S+")
+_KEEP_AT_EDGES = frozenset("%‰#&@°'")  # punctuation that is read aloud; kept in a word's span
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One written word: ``text[start:end]`` is spoken from ``start_s`` to ``end_s`` (seconds)."""
+
+    text: str
+    start: int
+    end: int
+    start_s: float
+    end_s: float
+    chars: tuple[Word, ...] = ()  # a Mandarin word's characters, each with its own span
+
+    def shifted(self, chars: int, seconds: float) -> Word:
+        """The same word in a longer text and audio that start ``chars`` and ``seconds`` earlier."""
+        return Word(self.text, self.start + chars, self.end + chars,
+                    round(self.start_s + seconds, 4), round(self.end_s + seconds, 4),
+                    tuple(c.shifted(chars, seconds) for c in self.chars))
+
+
+@dataclass(frozen=True, slots=True)
+class WordPlan:
+    """Which word each phoneme of each model chunk belongs to (``owners``, ``-1``: none) and, in a
+    word of several Han characters, which of its characters (``chars``, ``-1``: none)."""
+
+    words: tuple[tuple[int, int], ...]
+    text: str
+    owners: tuple[np.ndarray, ...]
+    chars: tuple[np.ndarray, ...]
+
+    def over_units(self, unit_map: Callable[[int, np.ndarray], np.ndarray]) -> WordPlan:
+        """The same plan over the model's input units: ``unit_map(chunk, per_symbol)`` turns one
+        chunk's per-symbol array into its per-unit array (pads, dropped symbols, id layouts)."""
+        return WordPlan(self.words, self.text, tuple(unit_map(c, o) for c, o in enumerate(self.owners)),
+                        tuple(unit_map(c, o) for c, o in enumerate(self.chars)))
+
+    def kept(self, chunks: Sequence[Sequence[str]], keep: Callable[[str], bool]) -> WordPlan:
+        """Over units laid out as a pad, each symbol ``keep`` accepts, a pad (hibari, kokoro)."""
+        return self.over_units(lambda c, arr: np.asarray(
+            [-1, *[int(o) for ch, o in zip(chunks[c], arr, strict=True) if keep(ch)], -1], np.int64))
+
+
+class WordPhonemes:
+    """A backend's front end on one word alone, remembered (bounded, least recently used first
+    out): words repeat (Zipf), so timing costs one G2P per new word, not per word spoken."""
+
+    def __init__(self, phonemize: Callable[[str], Sequence[str]], size: int = 16384) -> None:
+        from collections import OrderedDict
+
+        self._fn = phonemize
+        self._size = size
+        self._memo: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def __call__(self, word: str) -> tuple[str, ...]:
+        got = self._memo.get(word)
+        if got is not None:
+            self._memo.move_to_end(word)
+            return got
+        got = tuple(self._fn(word))
+        self._memo[word] = got
+        if len(self._memo) > self._size:
+            self._memo.popitem(last=False)
+        return got
+
+
+def _spoken(c: str) -> bool:
+    return c in _KEEP_AT_EDGES or unicodedata.category(c)[0] not in "PZC"
+
+
+def words_of(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` character spans of the words of ``text`` as written, in order.
+
+    Runs of non-space characters with punctuation trimmed from both ends (``"Hello,"``
+    is ``Hello``; ``$9.99``, ``42%`` and ``don't`` stay whole); tokens of punctuation
+    alone are not words. Text with Han characters is cut by jieba (its default
+    dictionary, the one the Mandarin G2P uses).
+    """
+    spans: list[tuple[int, int]] = []
+    if _HAN.search(text):
+        import jieba
+
+        pieces = [(s, e) for _w, s, e in jieba.tokenize(text)]
+        # jieba splits "iPhone15" or "3.5" on its own terms; a Latin/digit run glued without space is one word
+        merged: list[tuple[int, int]] = []
+        for s, e in pieces:
+            prev = text[merged[-1][0]:merged[-1][1]] if merged else ""
+            sign = prev in ("-", "+", "\u2212") and text[s].isdigit()  # "-5℃" is one word
+            if (merged and merged[-1][1] == s and not _HAN.search(text[s:e]) and not text[s:e].isspace()
+                    and not _HAN.search(prev) and not text[s - 1].isspace()
+                    and _spoken(text[s]) and (_spoken(text[s - 1]) or sign)):
+                merged[-1] = (merged[-1][0], e)
+            else:
+                merged.append((s, e))
+        candidates = merged
+    else:
+        candidates = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    for s, e in candidates:
+        while s < e and not _spoken(text[s]) and not (text[s] in "-+\u2212" and s + 1 < e and text[s + 1].isdigit()):
+            s += 1
+        while e > s and not _spoken(text[e - 1]):
+            e -= 1
+        if s < e:
+            spans.append((s, e))
+    return spans
+
+
+def _owners_by_alignment(ref: Sequence[str], ref_owner: Sequence[int], actual: Sequence[str]) -> np.ndarray:
+    out = np.full(len(actual), -1, np.int64)
+    sm = difflib.SequenceMatcher(None, ref, actual, autojunk=False)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            out[j1:j2] = ref_owner[i1:i2]
+        elif op == "replace":
+            for j in range(j1, j2):
+                out[j] = ref_owner[i1 + (j - j1) * (i2 - i1) // (j2 - j1)]
+    return out
+
+
+def plan_words(text: str, chunks: Sequence[Sequence[str]], phonemize: Callable[[str], Sequence[str]]) -> WordPlan:
+    """Map every phoneme of ``chunks`` (the model's input, chunk by chunk) to a word of ``text``.
+
+    ``phonemize(word)`` is the backend's front end applied to one word alone; it returns
+    the phoneme symbols (a string is a sequence of one-character symbols).
+    """
+    words = words_of(text)
+    ref: list[str] = []
+    ref_owner: list[int] = []
+    for k, (s, e) in enumerate(words):
+        try:
+            ps = list(phonemize(text[s:e]))
+        except Exception:  # a word its front end cannot read alone gets the empty span
+            ps = []
+        if ref:
+            ref.append(" ")
+            ref_owner.append(-1)
+        ref += ps
+        ref_owner += [k] * len(ps)
+    actual: list[str] = []
+    bounds: list[tuple[int, int]] = []
+    for ch in chunks:
+        if actual:
+            actual.append(" ")
+        bounds.append((len(actual), len(actual) + len(ch)))
+        actual += list(ch)
+    own = _owners_by_alignment(ref, ref_owner, actual)
+    chars = np.full(len(actual), -1, np.int64)
+    for k, (s, e) in enumerate(words):
+        if e - s > 1 and all(_HAN.match(c) for c in text[s:e]):  # a Mandarin word: where each character is
+            idx = np.nonzero(own == k)[0]
+            char_ref: list[str] = []
+            char_owner: list[int] = []
+            for i, c in enumerate(text[s:e]):
+                try:
+                    ps = list(phonemize(c))
+                except Exception:  # a character its front end cannot read alone
+                    ps = []
+                char_ref += ps
+                char_owner += [i] * len(ps)
+            if len(idx) and char_ref:
+                chars[idx] = _owners_by_alignment(char_ref, char_owner, [actual[i] for i in idx])
+    return WordPlan(tuple(words), text, tuple(own[a:b].copy() for a, b in bounds),
+                    tuple(chars[a:b].copy() for a, b in bounds))
+
+
+def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: Sequence[np.ndarray],
+               chunk_starts: Sequence[int], sample_rate: int, total_samples: int, *,
+               lead_samples: int = 0) -> tuple[Word, ...]:
+    """The words of ``plan`` timed by the model's durations.
+
+    Per model chunk ``c``: ``unit_owners[c][u]`` is the word of input unit ``u`` (``-1`` for
+    pads and pauses), ``unit_samples[c][u]`` how many samples the model gave it, and
+    ``chunk_starts[c]`` where the chunk's audio begins in the item's audio. ``lead_samples``:
+    how far a chunk's audio runs ahead of its durations (a property of the decoder; see the
+    backends), subtracted from every time in that chunk.
+    """
+    n = len(plan.words)
+    first = np.full(n, np.iinfo(np.int64).max, np.int64)
+    last = np.full(n, -1, np.int64)
+    char_spans: dict[tuple[int, int], tuple[int, int]] = {}
+    for c, (own, dur, base) in enumerate(zip(unit_owners, unit_samples, chunk_starts, strict=True)):
+        own = np.asarray(own, np.int64)
+        sub = plan.chars[c] if c < len(plan.chars) and len(plan.chars[c]) == len(own) else np.full(len(own), -1)
+        ends = np.maximum(base, base + np.cumsum(np.asarray(dur, np.int64)) - lead_samples)
+        starts = np.maximum(base, ends - np.asarray(dur, np.int64))
+        for w in np.unique(own[own >= 0]):
+            sel = own == w
+            first[w] = min(first[w], int(starts[sel].min()))
+            last[w] = max(last[w], int(ends[sel].max()))
+            for ci in np.unique(sub[sel & (sub >= 0)]):
+                cs = sel & (sub == ci)
+                a0, b0 = char_spans.get((int(w), int(ci)), (int(starts[cs].min()), int(ends[cs].max())))
+                char_spans[(int(w), int(ci))] = (min(a0, int(starts[cs].min())), max(b0, int(ends[cs].max())))
+    out: list[Word] = []
+    prev_start = prev_end = 0
+    for k, (s, e) in enumerate(plan.words):
+        a, b = (prev_end, prev_end) if last[k] < 0 else (int(first[k]), int(last[k]))
+        a = min(max(a, prev_start), total_samples)  # starts never decrease
+        b = min(max(b, a), total_samples)
+        out.append(Word(plan.text[s:e], s, e, round(a / sample_rate, 4), round(b / sample_rate, 4),
+                        _chars_of(plan.text, s, e, k, a, b, char_spans, sample_rate)))
+        prev_start, prev_end = a, max(prev_end, b)
+    return tuple(out)
+
+
+def _chars_of(text: str, s: int, e: int, k: int, a: int, b: int, spans: dict[tuple[int, int], tuple[int, int]],
+              sample_rate: int) -> tuple[Word, ...]:
+    """Each character of word ``k`` (``text[s:e]``, spoken in samples ``a..b``) with its span: its
+    own phonemes' where it has them, else the empty span where the previous character ended."""
+    if not any(key[0] == k for key in spans):
+        return ()
+    out: list[Word] = []
+    at = prev_start = a
+    for i in range(e - s):
+        ca, cb = spans.get((k, i), (at, at))
+        ca = min(max(ca, prev_start), b)  # starts never decrease, and stay inside the word
+        cb = min(max(cb, ca), b)
+        out.append(Word(text[s + i], s + i, s + i + 1, round(ca / sample_rate, 4), round(cb / sample_rate, 4)))
+        at, prev_start = max(at, cb), ca
+    return tuple(out)
+
+
+def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: int,
+                     floor_db: float = -40.0) -> tuple[Word, ...]:
+    """``words`` with each end moved back over trailing silence inside its own span.
+
+    A voice lengthens the last phoneme before a pause, and part of that duration is
+    silence (hibari's "dog." lasts 300 ms past its sound). A word ends where its sound
+    ends: 10 ms frames more than ``floor_db`` below the item's loudest frame are silence.
+    Starts are not moved; an end never moves before its start.
+    """
+    hop = max(1, sample_rate // 100)
+    n = len(samples) // hop
+    if n == 0 or not words:
+        return tuple(words)
+    x = np.asarray(samples[: n * hop], np.float64).reshape(n, hop)
+    rms = np.sqrt(np.mean(x * x, axis=1)) + 1e-12
+    loud = 20 * np.log10(rms / rms.max()) > floor_db
+    out = []
+    for w in words:
+        a, b = int(w.start_s * sample_rate) // hop, min(n, -(-round(w.end_s * sample_rate) // hop))
+        k = b
+        while k > a and not loud[k - 1]:
+            k -= 1
+        end_s = w.end_s if k == b else max(w.start_s, round(k * hop / sample_rate, 4))
+        if end_s == w.end_s:
+            out.append(w)
+            continue
+        chars = tuple(c if c.end_s <= end_s else Word(c.text, c.start, c.end, min(c.start_s, end_s), end_s)
+                      for c in w.chars)
+        out.append(Word(w.text, w.start, w.end, w.start_s, end_s, chars))
+    return tuple(out)
+
+
+def source_offsets(original: str, normalized: str) -> np.ndarray:
+    """For each character of ``normalized`` (and one past its end), the offset in ``original``
+    it came from. ``normalized`` is ``original`` after the stage's normalization (NFKC,
+    invisible characters removed, whitespace folded): identical stretches map one to one;
+    in a rewritten stretch each character maps to the source character whose NFKC form
+    holds it (``Ｈ`` for ``H``, ``…`` for each of ``...``, a run of spaces for its one space).
+    """
+    out = np.zeros(len(normalized) + 1, np.int64)
+    if original == normalized:
+        return np.arange(len(normalized) + 1, dtype=np.int64)
+    sm = difflib.SequenceMatcher(None, original, normalized, autojunk=False)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            out[j1:j2] = np.arange(i1, i2)
+        elif op == "replace":  # each character to the source character whose NFKC form holds it
+            i = i1
+            for j in range(j1, j2):
+                c, k = normalized[j], i
+                while k < i2 and not (c in unicodedata.normalize("NFKC", original[k]) or
+                                      (c.isspace() and original[k].isspace())):
+                    k += 1
+                i = k if k < i2 else i
+                out[j] = i
+        elif op == "insert":
+            out[j1:j2] = i1
+    out[len(normalized)] = len(original)
+    return out
+
+
+def in_request(original: str, normalized: str, segments: Sequence[str], parts: Sequence[Sequence[Word]],
+               starts_s: Sequence[float]) -> list[Word]:
+    """The words of every part placed in the request: times moved by the part's start in the
+    joined audio (``engine.audio.part_starts``: the pauses between parts counted), character
+    offsets moved to the segment's place in ``normalized`` and mapped back into ``original``
+    (the text as the user sent it), so a caption points at what the user wrote.
+
+    ``segments`` are the stage's segments of ``normalized``, in order (substrings of it, as
+    ``split_segments`` makes them); ``parts[k]`` the words of segment ``k``'s audio.
+    """
+    src = source_offsets(original, normalized)
+    out: list[Word] = []
+    at = 0
+    for seg, words, t0 in zip(segments, parts, starts_s, strict=True):
+        base = normalized.find(seg, at)
+        if base < 0:
+            raise ValueError(f"segment not found in the normalized text after offset {at}: {seg[:40]!r}")
+        at = base + len(seg)
+        for w in words:
+            out.append(_placed(original, src, base, t0, w))
+    return out
+
+
+def _placed(original: str, src: np.ndarray, base: int, t0: float, w: Word) -> Word:
+    s, e = int(src[base + w.start]), int(src[base + w.end - 1]) + 1
+    return Word(original[s:e], s, e, round(w.start_s + t0, 4), round(w.end_s + t0, 4),
+                tuple(_placed(original, src, base, t0, c) for c in w.chars))
