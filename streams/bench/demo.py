@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.voices import JA_STYLES
+
 __all__ = ["main", "run_demo"]
 
 
@@ -199,6 +201,8 @@ def run_demo(*, out_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S, stack_up: b
         spoken_by = c.model.name if c.model is not None else None
         if it.backend and spoken_by != it.backend:
             problems.append(f"{it.label}: spoken by {spoken_by}, expected {it.backend}")
+        if it.label == "ja-hello" and (c.model is None or c.model.voice not in JA_STYLES):
+            problems.append(f"ja-hello: spoken by voice {c.model.voice if c.model else None}, expected a Japanese style")
         if c.segments < it.min_segments:
             problems.append(f"{it.label}: {c.segments} segment(s), expected a text split into >= {it.min_segments}")
         if it.label.startswith("zh-"):

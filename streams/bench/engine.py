@@ -314,9 +314,26 @@ def main(argv: list[str]) -> int:
                    help="add word error per backend/precision (pocketsphinx; kokoro: character error, Whisper base)")
     p.add_argument("--quick", action="store_true", help="hibari, shipped model, 1 thread: a smoke run for tests")
     p.add_argument("--model-dir", default=None, help="model store (default: TTS_MODEL_DIR or <home>/models)")
+    p.add_argument("--mixed", action="store_true",
+                   help="kokoro only: the cost of a language switch (zh/ja/en every clause) against the same runs "
+                        "synthesized apart, p50/p99 (streams/bench/mixed.py)")
+    p.add_argument("--voice", default="zf_xiaobei", help="--mixed: the kokoro voice (default zf_xiaobei)")
+    p.add_argument("--texts", type=int, default=8, help="--mixed: how many of its 8 texts (default all)")
+    p.add_argument("--front-only", action="store_true", help="--mixed: time the front end (text -> phonemes) only")
+    p.add_argument("--mix-cost", default=None, metavar="MIX",
+                   help="--mixed: instead, what the kokoro voice mix MIX costs against its first part")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be >= 1")
+    if args.mixed:
+        if args.backend not in ("all", "kokoro"):
+            p.error("--mixed times the kokoro backend only")
+        from streams.bench import mixed
+        from streams.settings import load_settings
+
+        return mixed.main(runs=args.runs, threads=args.threads[0], voice=args.voice,
+                          model_dir=str(load_settings(model_dir=args.model_dir).effective_model_dir), as_json=args.json,
+                          texts=args.texts, front_only=args.front_only, mix=args.mix_cost)
     backends = ["hibari", "piper"] if args.backend == "all" else [args.backend]
     if any(b not in _BACKENDS for b in backends):
         p.error(f"unknown backend {args.backend!r}; expected hibari, piper, kokoro, chattts or all")

@@ -34,6 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
+from engine import mix as engine_mix
 from engine import voices as engine_voices
 from schemas import Chunk, Completion
 from streams.gateway.audio import CONTENT_TYPES, StreamEncoder, to_rate, transcode
@@ -71,6 +72,7 @@ class Voices:
 
     def __init__(self, settings: Settings) -> None:
         self.names = engine_voices.backend_voices(settings.engine.backend) or ()
+        self.served = tuple(v for b in settings.engine.served_backends for v in engine_voices.backend_voices(b) or ())
         self.default = settings.engine.voice or (self.names[0] if self.names else "")
         self.aliases = {a: (v or self.default) for a, v in settings.gateway.aliases.items()}
 
@@ -80,6 +82,11 @@ class Voices:
             raise ApiError(400, "voice must be a voice name.", param="voice", code="invalid_value")
         if name in self.names:
             return name
+        if engine_mix.is_mix(name):  # "zf_xiaobei(2)+zm_yunjian(1)": checked here, spelled one way
+            try:
+                return engine_voices.mix_info(name, served=self.served).voice
+            except engine_mix.MixError as e:
+                raise ApiError(400, f"{e}.", param="voice", code="unknown_voice") from e
         target = self.aliases.get(name.lower())
         if target:
             return target

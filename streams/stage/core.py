@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
+import msgspec
+
+from engine import mix as engine_mix
 from engine import voices as engine_voices
 from engine.voices import VoiceInfo
 from schemas import (
@@ -195,6 +198,18 @@ class StageCore:
         rec = Record(self.kafka.topic_segments, out_key, encode(r), partition=None if out_key else partition)
         return Outcome("failed", (rec,), request_id=rid, code=code, remember=rid)
 
+    def _mix(self, voice: str | None) -> str | None:
+        """A voice mix (``"zf_xiaobei(2)+zm_yunjian(1)"``, :mod:`engine.mix`) in its one spelling,
+        checked against the served voices; a plain name is returned as it is (checked later).
+        Raises ``ContentError`` ``unknown_voice`` naming the bad part."""
+        if not engine_mix.is_mix(voice):
+            return voice
+        assert voice is not None
+        try:
+            return engine_voices.mix_info(voice, served=self.voices).voice
+        except engine_mix.MixError as e:
+            raise ContentError(str(e), field="voice", code="unknown_voice") from e
+
     def _speakable(self, rid: str, requested: str | None, text: str) -> tuple[str, str]:
         """The voice that speaks ``text`` and what it will say (:func:`engine.voices.choose`).
 
@@ -221,8 +236,10 @@ class StageCore:
         try:
             req = decode_request(value)
             text = normalize(req.text)
-            check_content(req, max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
-            voice, text = self._speakable(rid, req.voice, text)
+            requested = self._mix(req.voice)
+            check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
+                          max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
+            voice, text = self._speakable(rid, requested, text)
         except SchemaError as e:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)

@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001 - Chinese text and IPA are the subject here
+# ruff: noqa: RUF001 - Chinese and Japanese text and IPA are the subject here
 """The kokoro backend with its real model (joined from the wheels into a temporary model store)."""
 
 from __future__ import annotations
@@ -147,6 +147,27 @@ def test_a_mandarin_style_that_is_not_the_pinned_one_is_refused(tmp_path: Path, 
     monkeypatch.setattr(kokoro_wheels, "_ZH_STYLES", tmp_path / "tampered.npz")
     with pytest.raises(StoreError, match="zf_xiaobei"):
         kokoro_wheels.zh_styles()
+
+
+def test_japanese_and_a_mixed_request_are_read_by_their_g2p_in_one_voice(engine) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("pyopenjtalk")
+    b = engine.backend
+    ps = b.phonemize("我喜欢寿司。今日は3月15日です。Thank you.", "zf_xiaobei")
+    assert "ʂou↘sɨ" in ps  # 寿司 read as Mandarin in the Mandarin clause
+    assert "saŋɡaʦɨ ʥɨːɡo ɲiʨi" in ps  # 3月15日 read as Japanese, with its counters
+    assert "θˈæŋk" in ps  # English clause
+    out = engine.synthesize([SynthItem("今日はいい天気ですね。", "jf_alpha"), SynthItem("今日は晴れ。Hello.", "zm_yunjian")])
+    assert all(isinstance(a, Audio) and a.duration_s > 0.5 for a in out), out
+
+
+def test_a_voice_mix_is_the_weighted_mean_of_its_styles_and_a_bad_part_fails_only_its_item(engine) -> None:  # type: ignore[no-untyped-def]
+    b = engine.backend
+    mixed = b.style("zf_xiaobei(3)+zm_yunjian(1)")
+    assert np.allclose(mixed, 0.75 * b.style("zf_xiaobei") + 0.25 * b.style("zm_yunjian"), atol=1e-6)
+    assert b.style("zf_xiaobei(3)+zm_yunjian(1)") is mixed  # built once, kept
+    out = engine.synthesize([SynthItem("你好。", "zf_xiaobei(3)+zm_yunjian(1)"), SynthItem("你好。", "zf_xiaobei+nobody")])
+    assert isinstance(out[0], Audio) and out[0].duration_s > 0.3
+    assert isinstance(out[1], Failure) and out[1].code == "unknown_voice" and "'nobody'" in out[1].message
 
 
 def test_mandarin_words_are_jiebas_and_each_character_has_its_span(engine) -> None:  # type: ignore[no-untyped-def]

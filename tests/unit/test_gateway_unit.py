@@ -241,3 +241,16 @@ def test_partition_for_spreads_and_is_stable() -> None:
     parts = [partition_for(f"user-{i}".encode(), 4) for i in range(200)]
     assert parts == [partition_for(f"user-{i}".encode(), 4) for i in range(200)]
     assert set(parts) == {0, 1, 2, 3}
+
+
+def test_a_voice_mix_passes_in_its_one_spelling_and_a_bad_part_is_unknown_voice(tmp_path: Path) -> None:
+    c, stub = _client(tmp_path, TTS_BACKEND="kokoro", TTS_BACKENDS="kokoro,hibari")
+    with c:
+        ok = c.post("/v1/audio/speech", json={**BODY, "voice": "zf_xiaobei (2)+zm_yunjian"})
+        bad = [c.post("/v1/audio/speech", json={**BODY, "voice": v}) for v in
+               ("zf_xiaobei+nobody", "zf_xiaobei+heart", "zf_xiaobei(0)+zm_yunjian")]
+    assert ok.status_code == 200, ok.text
+    assert [call["voice"] for call in stub.calls] == ["zf_xiaobei(2)+zm_yunjian(1)"]
+    for r, part in zip(bad, ("'nobody'", "'heart'", "'zf_xiaobei(0)'"), strict=True):
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["code"] == "unknown_voice" and err["param"] == "voice" and part in err["message"]

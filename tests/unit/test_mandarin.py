@@ -29,11 +29,13 @@ def _handle(c: StageCore, text: str, **fields: Any) -> Any:
     return c.handle(b"alice", raw, partition=0, offset=0, timestamp_ms=None, seen={})
 
 
-def test_kokoro_voices_speak_chinese_and_english_and_heart_does_not_speak_chinese() -> None:
+def test_kokoro_voices_speak_chinese_japanese_and_english_and_heart_does_not_speak_chinese() -> None:
     v = voice_info("jf_alpha")
     assert v is not None and v.backend == "kokoro" and v.sample_rate == 24_000
-    assert set(v.languages) == {"zh-CN", "en-US"} and set(v.scripts) == {"Han", "Latin"}
-    assert judge(ZH, v).speakable and judge("您的iPhone订单", v).speakable
+    assert v.languages == ("ja-JP", "zh-CN", "en-US") and set(v.scripts) == {"Han", "Hiragana", "Katakana", "Latin"}
+    assert judge(ZH, v).speakable and judge("您的iPhone订单", v).speakable and judge("今日はいい天気です。", v).speakable
+    zm = voice_info("zm_yunjian")
+    assert zm is not None and zm.languages[0] == "zh-CN" and "ja-JP" in zm.languages
     heart = voice_info("heart")
     assert heart is not None and not judge(ZH, heart).speakable
 
