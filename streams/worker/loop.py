@@ -353,7 +353,7 @@ class Worker:
     # -- in flight -------------------------------------------------------------------
     def _idle(self) -> bool:
         """Nothing batched, synthesizing, joining or waiting for more segments: a swap splits nothing."""
-        return not (len(self.parts.batcher) or self.parts.busy() or self.joiner.busy()) and self.core.ledger.idle()
+        return not (len(self.parts.batcher) or self.parts.busy() or self.joiner.busy()) and self.ledger.idle()
 
     def _settle(self) -> None:
         """Finish, with the serving model, everything batched, synthesizing or joining (before a forced swap)."""
