@@ -270,8 +270,9 @@ class StageCore:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
         pieces = split_segments(text, stage.max_segment_chars)
-        if req.stream:  # fast first audio: a short first segment (streams/stage/cut.py)
-            pieces = shorten_first(pieces, budget_for(text))
+        budget = budget_for(text, stage.first_budgets) if req.stream else None
+        if budget is not None:  # fast first audio: a short first segment (streams/stage/cut.py)
+            pieces = shorten_first(pieces, budget)
         model = self.model_for(voice)
         hashes = [segment_hash(p, voice=voice, model=model, model_version=engine.model_version, speed=req.speed,
                                sample_rate=req.sample_rate, format=req.format) for p in pieces]

@@ -33,7 +33,7 @@ __all__ = ["FIRST_BUDGET", "budget_for", "cut_open", "first_end", "shorten_first
 # Characters of the first segment of a streaming request, by script. Chosen so the first
 # segment's audio is ~2-4 s: kokoro speaks Mandarin at ~4-5 characters a second and runs at
 # a real-time factor of ~0.6 on this CPU (docs/using/streaming-input.md has the measurements).
-FIRST_BUDGET: dict[str, int] = {"han": 10, "kana": 10, "hangul": 24, "other": 60}
+FIRST_BUDGET: dict[str, int] = {"han": 10, "kana": 10, "hangul": 24, "other": 60}  # TTS_FIRST_SEGMENT_CHARS
 
 _FINAL_ENDS = "!?。！？；…｡"
 _FINAL_CLAUSE = "，、；：､"
@@ -59,9 +59,11 @@ def _script(text: str) -> str:
     return "other"
 
 
-def budget_for(text: str) -> int:
-    """The first segment's character budget for ``text`` (:data:`FIRST_BUDGET` by its first script)."""
-    return FIRST_BUDGET[_script(text)]
+def budget_for(text: str, budgets: dict[str, int] | None = None) -> int | None:
+    """The first segment's character budget for ``text`` by its first script (``budgets``: the stage's
+    ``TTS_FIRST_SEGMENT_CHARS``, default :data:`FIRST_BUDGET`; a script it leaves out: None, no cut)."""
+    b = FIRST_BUDGET if budgets is None else budgets
+    return b.get(_script(text), b.get("other"))
 
 
 def _jieba_ends(text: str) -> list[int]:

@@ -288,12 +288,12 @@ class PieceHandler:
 
     def _cut(self, st: OpenRequest, rid: str, key: bytes | None, force: Literal["idle", "all"] | None,
              now: float) -> list[Any]:
-        budget = budget_for(st.held.lstrip()) if st.stream and not st.hashes else None
+        budget = budget_for(st.held.lstrip(), self.s.first_budgets) if st.stream and not st.hashes else None
         texts, st.held = cut_open(_fold(st.held), max_chars=self.s.max_segment_chars, budget=budget, force=force)
         return self._emit(st, rid, key, texts, final=False, now=now)
 
     def _close(self, st: OpenRequest, rid: str, key: bytes | None, now: float) -> list[Any]:
-        budget = budget_for(st.held.lstrip()) if st.stream and not st.hashes else None
+        budget = budget_for(st.held.lstrip(), self.s.first_budgets) if st.stream and not st.hashes else None
         texts, st.held = cut_open(_fold(st.held), max_chars=self.s.max_segment_chars, budget=budget, force="all")
         texts = [t for t in texts if speakable(t)]
         return self._emit(st, rid, key, texts, final=True, now=now)
