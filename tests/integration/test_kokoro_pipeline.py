@@ -84,8 +84,9 @@ def run(stack_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> I
 
     s = isolated(stack_settings, unique).replace(partitions=TEST_PARTITIONS)
     ensure_topics(s, partitions=TEST_PARTITIONS)
+    # first_segment_chars="": one segment (one chunk) per language span, as the span check reads them
     s = s.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, backend="hibari", backends="hibari,kokoro",
-                  voice="", model_dir=str(tmp / "models"), threads=2)
+                  first_segment_chars="", voice="", model_dir=str(tmp / "models"), threads=2)
     reqs: list[dict[str, Any]] = [{"request_id": f"zh-{i:02d}", "user_id": f"user-{i % 4}", "text": t}
                                   for i, t in enumerate(ZH)]
     reqs += [{"request_id": "en", "user_id": "user-1", "text": "Please call me back as soon as you get this message."},
