@@ -221,6 +221,9 @@ class StageSettings:
     max_text_chars: int = _f(100_000, "Longest accepted request text, in characters after normalization.", lo=1, hi=10_000_000)
     max_segment_chars: int = _f(300, "Longest segment the stage emits, in characters.", lo=16, hi=10_000)
     dedup_window_s: int = _f(24 * 3600, "Window in which a repeated request_id is dropped by the stage.", lo=1, hi=30 * 24 * 3600)
+    ssml_max_chars: int = _f(200_000, "Longest accepted SSML document (text_type ssml), in characters of markup and text; a longer one fails with invalid_ssml before it is parsed.", lo=16, hi=10_000_000)
+    ssml_max_depth: int = _f(32, "Deepest element nesting accepted in an SSML document (invalid_ssml beyond).", lo=2, hi=1_000)
+    ssml_max_elements: int = _f(10_000, "Most elements accepted in one SSML document (invalid_ssml beyond).", lo=1, hi=1_000_000)
 
     def __post_init__(self) -> None:
         if self.stage_guarantee == "exactly_once":
