@@ -30,8 +30,10 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.timing import Word, WordPlan
-from schemas.events import ModelInfo  # the one model-info type: what a backend reports is what a completion names
-from schemas.events import Span
+from schemas.events import (
+    ModelInfo,  # the one model-info type: what a backend reports is what a completion names
+    Span,
+)
 
 __all__ = ["Audio", "Backend", "Failure", "ModelInfo", "Prepared", "SynthItem", "Word"]
 

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001, RUF002 - IPA symbols are the subject here
 """A span item's pronunciation as model runs and the pauses between them. Pure (numpy only).
 
 An SSML segment reaches a backend as :class:`schemas.Span` runs (:attr:`engine.base.SynthItem.spans`).

@@ -170,7 +170,7 @@ def _date(s: str, fmt: str, lang: str) -> str | None:
         return None
     f = dict(zip(fmt, (int(n) for n in nums), strict=True))
     raw = dict(zip(fmt, nums, strict=True))
-    if "m" in f and not 1 <= f["m"] <= 12 or "d" in f and not 1 <= f["d"] <= 31:
+    if ("m" in f and not 1 <= f["m"] <= 12) or ("d" in f and not 1 <= f["d"] <= 31):
         return None
     if lang == "zh":
         from engine.zh_text import digits, number

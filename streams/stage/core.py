@@ -31,12 +31,12 @@ from schemas import (
     Request,
     SchemaError,
     Segment,
+    Span,
     check_content,
     decode_request,
     encode,
     peek_request_id,
     request_hash,
-    Span,
     segment_hash,
     spans_key,
 )

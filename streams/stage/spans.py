@@ -21,6 +21,7 @@ Guarantees (``tests/unit/test_ssml.py``, hypothesis included):
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from engine.ssml import BOUNDARY
@@ -86,7 +87,7 @@ def cut_spans(spans: list[Span], max_chars: int) -> list[Piece]:
     cuts = [c for c in cuts if not _glued(text, c, breaks) and _inside_phoneme(c, placed) is None]
     bounds = [0, *cuts, len(text)]
     ranges: list[tuple[int, int]] = []
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         if len(text[a:b].strip()) <= max_chars:
             ranges.append((a, b))
             continue
@@ -129,6 +130,13 @@ def _piece(text: str, placed: list[tuple[int, int, Span]], a: int, b: int, first
 
 
 def _strip(spans: list[Span]) -> list[Span]:
+    """Whitespace at the segment's ends removed, and folded to one space where two runs meet."""
+    prev_space = True
+    for i, s in enumerate(spans):
+        if s.text and s.ph is None and prev_space and s.text[:1].isspace():
+            spans[i] = s = _with_text(s, s.text.lstrip())
+        if s.text:
+            prev_space = s.text[-1:].isspace()
     texts = [i for i, s in enumerate(spans) if s.text]
     if texts:
         i, j = texts[0], texts[-1]
