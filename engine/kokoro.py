@@ -21,11 +21,15 @@ Front end, per item (``prepare``):
    G2P whole.
 2. Each clause is normalized for its language (:func:`engine.zh_text.normalize_zh`,
    :func:`engine.ja_text.normalize_ja`) and read by its G2P: Mandarin through misaki's (``misaki.zh``,
-   the v1.0 "legacy" path: jieba + pypinyin), Japanese through OpenJTalk readings and misaki
+   the v1.0 "legacy" path: jieba + pypinyin, taught the polyphone phrases of
+   :mod:`engine.polyphones` at load), Japanese through OpenJTalk readings and misaki
    0.7.4's romanizer (:class:`engine.ja_text.JapaneseG2P`), and Latin words inside any clause
    (``iPhone``) through the English G2P (``hibari.g2p.G2P``, misaki 0.9.4's English G2P ported
    without spaCy). One voice speaks every clause: a switch of language is a G2P change, never
    another model or another model call.
+   An SSML segment's spans (:mod:`engine.pron`) are read span by span: ``phoneme`` IPA or
+   x-pinyin replaces a span's reading, ``lang`` picks its G2P, and breaks and rate changes
+   start new chunks joined with measured pauses.
 3. Phonemes are cut at punctuation into chunks of at most ``MAX_TOKENS`` (the model's
    style table has 510 rows, one per input length).
 
@@ -45,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import mix, pron
+from engine import mix, polyphones, pron
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
@@ -218,6 +222,7 @@ class KokoroBackend(Backend):
             use_jieba_cache(path.parent)
         self._en = G2P(british=False)
         self._zh = ZHG2P(version=None)  # the v1.0 phoneme set (version "1.1" is the zh-only model's)
+        polyphones.install()  # the polyphone phrases jieba and pypinyin read wrong (engine.polyphones)
         self._ja("準備")  # OpenJTalk loads its dictionary on first use: here, not in the first request
         self._word_phonemes = WordPhonemes(self.phonemize)  # one word alone, for timings
         self.voices = tuple(v for v in VOICES if v in self._styles)

@@ -47,7 +47,8 @@ def pinyin_to_kokoro(pinyin: str) -> str:
     """Tone-numbered pinyin (``chong2 qing4``) as Kokoro's Mandarin phonemes, one word."""
     from misaki.zh import ZHG2P
 
-    return "".join(ZHG2P.py2ipa(s.replace("ü", "v").replace("u:", "v")) for s in _SYLLABLE.split(pinyin.strip()) if s)
+    out = "".join(ZHG2P.py2ipa(s.replace("ü", "v").replace("u:", "v")) for s in _SYLLABLE.split(pinyin.strip()) if s)
+    return out.replace(chr(815), "")  # as misaki's own reading drops the non-syllabic mark
 
 
 @dataclass(frozen=True, slots=True)
