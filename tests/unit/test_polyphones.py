@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001 - Chinese text is the subject here
 """Mandarin polyphones read by kokoro's own Mandarin front end (misaki's legacy G2P: jieba words,
 pypinyin per word, after :func:`engine.zh_text.normalize_zh`), checked phrase by phrase against
 the phonemes of the right reading (:data:`engine.polyphones.TABLE`).
@@ -13,9 +12,9 @@ import pytest
 
 pytest.importorskip("misaki.zh")
 
-from engine import polyphones  # noqa: E402
-from engine.pron import pinyin_to_kokoro  # noqa: E402
-from engine.zh_text import normalize_zh  # noqa: E402
+from engine import polyphones
+from engine.pron import pinyin_to_kokoro
+from engine.zh_text import normalize_zh
 
 
 def _read(sentence: str) -> str:
