@@ -31,6 +31,7 @@ paragraph edge):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from xml.parsers import expat
@@ -39,7 +40,7 @@ from engine.sayas import expand
 from schemas.errors import InvalidSSML
 from schemas.events import Span
 
-__all__ = ["BOUNDARY", "Limits", "parse", "plain_text"]
+__all__ = ["BOUNDARY", "Limits", "Refused", "parse", "plain_text", "safe_parse"]
 
 BOUNDARY = Span(mark="\x00")  # a sentence or paragraph edge (never on the wire: the stage cuts there)
 MAX_BREAK_MS = 10_000
@@ -229,21 +230,18 @@ def _rate(value: str) -> float:
 
 
 def _refuse(*_: Any) -> None:
-    raise _Refused("DTDs, entity declarations and external references are not allowed in SSML")
+    raise _Refused("DTDs, entity declarations and external references are not allowed")
 
 
-def parse(document: str, *, lang: str = "en", limits: Limits = Limits()) -> list[Span]:
-    """``document`` as spans in order (text runs, breaks, marks, :data:`BOUNDARY`); ``lang`` is
-    the voice's language (what ``say-as`` reads in outside any ``xml:lang``). Raises
-    :class:`InvalidSSML` with line, column and reason."""
-    if len(document) > limits.max_chars:
-        raise InvalidSSML(f"the document has {len(document)} characters; the limit is {limits.max_chars}",
-                          line=1, column=1)
+def safe_parse(document: str, start: Callable[[str, dict[str, str]], None], end: Callable[[str], None],
+               data: Callable[[str], None]) -> None:
+    """Run expat over ``document`` with the guard (no DTD, no entity declarations, no external
+    references; a handler's :class:`_Refused` and every parse error become :class:`InvalidSSML`
+    at the handler's line and column). Shared by SSML and PLS lexicons."""
     try:
-        data = document.encode("utf-8")
+        raw = document.encode("utf-8")
     except UnicodeEncodeError as e:
         raise InvalidSSML(f"not encodable as UTF-8 ({e.reason})", line=1, column=1) from None
-    b = _Builder(lang.lower(), limits)
     p = expat.ParserCreate(encoding="utf-8")
     where: list[tuple[int, int]] = []  # the position of the handler that refused
 
@@ -263,19 +261,31 @@ def parse(document: str, *, lang: str = "en", limits: Limits = Limits()) -> list
     p.NotationDeclHandler = guarded(_refuse)
     p.ExternalEntityRefHandler = guarded(_refuse)
     p.SkippedEntityHandler = guarded(lambda name, is_param: _raise(f"entity &{name}; is not allowed"))
-    p.StartElementHandler = guarded(b.start)
-    p.EndElementHandler = guarded(b.end)
-    p.CharacterDataHandler = b.data
+    p.StartElementHandler = guarded(start)
+    p.EndElementHandler = guarded(end)
+    p.CharacterDataHandler = data
     p.buffer_text = True
     try:
-        p.Parse(data, True)
+        p.Parse(raw, True)
     except _Refused as e:
         line, column = where[-1] if where else (p.CurrentLineNumber, p.CurrentColumnNumber + 1)
         raise InvalidSSML(str(e), line=line, column=column) from None
     except expat.ExpatError as e:
         raise InvalidSSML(expat.ErrorString(e.code), line=e.lineno, column=e.offset + 1) from None
-    except RecursionError:  # not expected (expat and the builder are iterative); a bound, not a crash
+    except RecursionError:  # not expected (expat and the builders are iterative); a bound, not a crash
         raise InvalidSSML("nested too deeply", line=p.CurrentLineNumber, column=p.CurrentColumnNumber + 1) from None
+
+
+def parse(document: str, *, lang: str = "en", limits: Limits = Limits()) -> list[Span]:
+    """``document`` as spans in order (text runs, breaks, marks, :data:`BOUNDARY`); ``lang`` is
+    the voice's language (what ``say-as`` reads in outside any ``xml:lang``). Raises
+    :class:`InvalidSSML` with line, column and reason."""
+    if len(document) > limits.max_chars:
+        raise InvalidSSML(f"the document has {len(document)} characters; the limit is {limits.max_chars}",
+                          line=1, column=1)
+    data = document
+    b = _Builder(lang.lower(), limits)
+    safe_parse(data, b.start, b.end, b.data)
     if not b.root_seen:
         raise InvalidSSML("no <speak> element", line=1, column=1)
     return _merge(b.out)
@@ -283,6 +293,9 @@ def parse(document: str, *, lang: str = "en", limits: Limits = Limits()) -> list
 
 def _raise(reason: str) -> None:
     raise _Refused(reason)
+
+
+Refused = _Refused  # what a builder raises to refuse a document (its reason; safe_parse adds the position)
 
 
 def _merge(spans: list[Span]) -> list[Span]:
