@@ -177,6 +177,11 @@ def test_bad_settings_on_piece_zero_fail_the_request() -> None:
     assert isinstance(rej, Rejection) and rej.error.code == "unknown_voice"
 
 
+def test_ssml_cannot_come_in_pieces() -> None:
+    [rej] = events(Stage().piece(0, "<speak>Hi</speak>", text_type="ssml"))
+    assert isinstance(rej, Rejection) and rej.error.code == "invalid_field"
+
+
 def test_a_whole_request_under_an_open_id_is_dropped() -> None:
     s = Stage()
     s.piece(0, "Hi")
