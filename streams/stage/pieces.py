@@ -16,8 +16,9 @@ its own. Guarantees:
 * **Segments as soon as text is complete** (:func:`streams.stage.cut.cut_open`): a sentence, the
   first clause (a short first segment for a streaming request), everything on ``flush``, the
   whole words held after ``stream_idle_cut_ms`` without a piece. They go out with ``more`` set
-  and numbered in order; the final piece's last segment carries ``total`` and ``parts``, or an
-  :class:`~schemas.End` record does when no text was left.
+  and numbered in order; after the final piece an :class:`~schemas.End` record carries ``total``
+  and ``parts`` (a last segment would be done only with its completion, after the join, so its
+  chunk would wait for the join).
 * **Deterministic replay.** Every change is a function of the partition's records in order:
   the pieces, and the stage's own timer records (:func:`tick_value`), which carry the number of
   changes the request had when the timer decided and do nothing if it has had more since. A
@@ -323,7 +324,7 @@ class PieceHandler:
         enqueued = datetime.fromtimestamp(now, UTC)
         out: list[Any] = []
         for i, text in enumerate(spoken):
-            more = not (final and i == len(spoken) - 1)
+            more = True  # even the last: an End record closes the request (below)
             h = segment_hash(text, voice=st.voice, model=st.model, model_version=eng.model_version, speed=st.speed,
                              sample_rate=st.sample_rate, format=st.format)
             st.hashes.append(h)
@@ -334,7 +335,10 @@ class PieceHandler:
                 speed=st.speed, sample_rate=st.sample_rate, model=st.model, model_version=eng.model_version,
                 created_at=st.created_at, enqueued_at=enqueued, parts=None if more else list(st.hashes),
                 stream=st.stream, priority=st.priority, more=more)), partition=None))  # type: ignore[arg-type]
-        if final and not spoken:
+        # The request ends with an End record, never with a last segment: a last segment is done only with
+        # its completion (after the join), so its chunk would wait for the join; a segment with ``more`` is
+        # done, and chunked, as soon as it is made (the tail sentence is heard ~1 s sooner)
+        if final:
             out.append(Record(kafka.topic_segments, key, encode(End(
                 request_id=rid, user_id=st.user_id, total=len(st.hashes), parts=list(st.hashes),
                 request_hash=request_hash(st.hashes, format=st.format), voice=st.voice, format=st.format,
