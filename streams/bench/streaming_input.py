@@ -175,17 +175,25 @@ def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: st
     from schemas import Request, encode
 
     xs: list[float] = []
-    segs = []
+    segs: list[int] = []
+    failed: list[str] = []
     for text in texts:
         rid = f"fc-{uuid.uuid4().hex[:12]}"
         req = Request(request_id=rid, user_id=user, text=text, voice=voice, stream=True)
         t = time.monotonic()
         producer.produce(s.kafka.topic_requests, key=user.encode(), value=encode(req))
         producer.flush(10)
-        if seen.wait(lambda rid=rid: (rid, 0) in seen.chunks and rid in seen.done, timeout):  # type: ignore[misc]
-            xs.append(seen.chunks[(rid, 0)] - t)
-            segs.append(seen.done[rid][1].segments)
-    return {**_ms(xs), "segments": segs, "first_sentence_chars": [len(x.split("。")[0].split(". ")[0]) for x in texts]}
+        # its completion, and its first chunk unless it failed
+        if not seen.wait(lambda rid=rid: rid in seen.done and ((rid, 0) in seen.chunks  # type: ignore[misc]
+                                                             or seen.done[rid][1].status != "ok"), timeout):
+            continue
+        c = seen.done[rid][1]
+        if c.status != "ok":
+            failed.append(c.error.code if c.error else "?")
+            continue
+        xs.append(seen.chunks[(rid, 0)] - t)
+        segs.append(c.segments)
+    return {**_ms(xs), "segments": segs, "failed": failed, "first_sentence_chars": [len(x.split("。")[0].split(". ")[0]) for x in texts]}
 
 
 def _zh_first(rng: random.Random) -> str:
@@ -211,7 +219,7 @@ def _en_first(texts: Any) -> str:
 
 def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: float | None = None,
               n_sent: int = 3, wps: float = 20.0, first_runs: int = 5, zh: bool = True,
-              seed: int | None = None) -> dict[str, Any]:
+              seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0) -> dict[str, Any]:
     from confluent_kafka import Producer
 
     from schemas import Request, encode
@@ -249,7 +257,9 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
         for p in ("stage", "worker"):
             sup.wait_ready(p, timeout=300)
         seen = _Seen(s)
-        burst_n = 10 if quick else 40
+        if zh_only:
+            loads = []
+        burst_n = 0 if zh_only else 10 if quick else 40
         warm = [next(texts) for _ in range(3)]
         ids = []
         for t in warm + [next(texts) for _ in range(burst_n)]:
@@ -263,7 +273,7 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
                 t_burst = time.monotonic()
         producer.flush(10)
         seen.wait(lambda: all(r in seen.done for r in ids), 300)
-        cap = burst_n / max(1e-3, max(seen.done[r][0] for r in ids[len(warm):]) - t_burst)
+        cap = burst_n / max(1e-3, max((seen.done[r][0] for r in ids[len(warm):]), default=t_burst) - t_burst)
         report["capacity_sentences_per_s"] = round(cap, 2)
         _say(f"capacity {cap:.2f} sentences/s")
         report["loads"] = []
@@ -276,11 +286,12 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
             report["loads"].append(ph)
             _say(f"  -> sentence to audio {ph['sentence_to_audio']}, tail {ph['tail_after_final']}")
 
-        def first_phase(label: str, make: Any, voice: str | None) -> dict[str, Any]:
+        def first_phase(label: str, make: Any, voice: str | None, ss: Any) -> dict[str, Any]:
+            """``ss``: the stage's settings (its backends name the voices it accepts)."""
             res: dict[str, Any] = {}
             for when, budgets in (("before", ""), ("after", s.stage.first_segment_chars)):
                 sup.remove("stage")
-                sup.add("stage", "stage", s.replace(first_segment_chars=budgets))
+                sup.add("stage", "stage", ss.replace(first_segment_chars=budgets))
                 sup.wait_ready("stage", timeout=120)
                 res[when] = _first_chunks(s, seen, producer, [make() for _ in range(first_runs)], f"fc-{label}",
                                           voice, timeout=300)
@@ -288,14 +299,17 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
             return res
 
         all_en = sentences(seed + 2)
-        report["first_chunk_en"] = first_phase("en", lambda: _en_first(all_en), None)
+        if not zh_only:
+            report["first_chunk_en"] = first_phase("en", lambda: _en_first(all_en), None, s)
         if zh:
             sup.remove("worker")
-            zs = s.replace(backend="kokoro", backends="kokoro", voice="zf_xiaobei")
+            # zh_lanes: model calls at once (TTS_MODEL_LANES; 0 auto = 2 one-thread lanes on 2 cores)
+            zs = s.replace(backend="kokoro", backends="kokoro", voice="zf_xiaobei", model_lanes=zh_lanes)
+            report["zh_model_lanes"] = zh_lanes
             sup.add("worker-zh", "worker", zs)
             sup.wait_ready("worker-zh", timeout=600)
             zrng = random.Random(seed + 3)
-            report["first_chunk_zh"] = first_phase("zh", lambda: _zh_first(zrng), "zf_xiaobei")
+            report["first_chunk_zh"] = first_phase("zh", lambda: _zh_first(zrng), "zf_xiaobei", zs)
     finally:
         if seen is not None:
             seen.close()
@@ -320,9 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--words-per-s", type=float, default=20.0)
     ap.add_argument("--first-runs", type=int, default=5, help="first-chunk requests per phase")
     ap.add_argument("--no-zh", action="store_true", help="skip the Mandarin (kokoro) first-chunk phase")
+    ap.add_argument("--zh-only", action="store_true", help="only the Mandarin first-chunk phase")
+    ap.add_argument("--zh-lanes", type=int, default=0, help="TTS_MODEL_LANES of the kokoro worker (0: auto)")
     ap.add_argument("--seed", type=int, default=None)
     a = ap.parse_args(argv)
     r = run_bench(quick=a.quick, loads=[float(x) for x in a.loads.split(",")], run_s=a.run_s, n_sent=a.sentences,
-                  wps=a.words_per_s, first_runs=a.first_runs, zh=not a.no_zh, seed=a.seed)
+                  wps=a.words_per_s, first_runs=a.first_runs, zh=not a.no_zh, seed=a.seed,
+                  zh_only=a.zh_only, zh_lanes=a.zh_lanes)
     print(json.dumps(r))
     return 0
