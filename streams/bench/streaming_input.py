@@ -196,6 +196,82 @@ def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: st
     return {**_ms(xs), "segments": segs, "failed": failed, "first_sentence_chars": [len(x.split("。")[0].split(". ")[0]) for x in texts]}
 
 
+def _others(s: Any, seen: _Seen, producer: Any, texts: Any, seconds: float, tag: str) -> list[tuple[str, int, float]]:
+    """Other users' one-sentence requests at 1/s (16 users, every partition): (request id, partition, publish time)."""
+    from schemas import Request, encode
+    from streams.kafka.partitioner import partition_for
+
+    out = []
+    for i in range(int(seconds)):
+        user = f"other-{i % 16}"
+        rid = f"{tag}-{uuid.uuid4().hex[:10]}"
+        producer.produce(s.kafka.topic_requests, key=user.encode(), value=encode(Request(
+            request_id=rid, user_id=user, text=next(texts))))
+        producer.poll(0)
+        out.append((rid, partition_for(user.encode(), s.kafka.partitions), time.monotonic()))
+        time.sleep(1.0)
+    return out
+
+
+def _latency_of(seen: _Seen, sent: list[tuple[str, int, float]], partitions: set[int]) -> dict[str, Any]:
+    seen.wait(lambda: all(r in seen.done for r, _, _ in sent), 300)
+    xs = {"hostile_partitions": [seen.done[r][0] - t for r, p, t in sent if r in seen.done and p in partitions],
+          "other_partitions": [seen.done[r][0] - t for r, p, t in sent if r in seen.done and p not in partitions]}
+    from streams.bench.harness import percentile
+
+    return {k: {"n": len(v), "p50_s": _r(percentile(v, 50)), "p95_s": _r(percentile(v, 95)),
+                "max_s": _r(max(v) if v else None)} for k, v in xs.items()} | {
+        "unanswered": sum(1 for r, _, _ in sent if r not in seen.done)}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def _hostile(s: Any, seen: _Seen, producer: Any, texts: Any, *, tiny: int, streams: int) -> dict[str, Any]:
+    """A request of ``tiny`` one-character pieces and one user opening ``streams`` streams, while other
+    users send one sentence a second; each hostile request answered once with its documented code."""
+    from collections import Counter
+
+    from schemas import Request, encode
+    from streams.kafka.partitioner import partition_for
+
+    before = _latency_of(seen, _others(s, seen, producer, texts, 15, "calm"), set())
+    big, flood = f"tiny-{uuid.uuid4().hex[:8]}", f"flood-{uuid.uuid4().hex[:6]}"
+    hostile = {partition_for(b"mallory", s.kafka.partitions), partition_for(b"trudy", s.kafka.partitions)}
+    done = threading.Event()
+
+    def attack() -> None:
+        for seq in range(tiny):
+            producer.produce(s.kafka.topic_requests, key=b"mallory", value=encode(Request(
+                request_id=big, user_id="mallory", text="a", seq=seq)))
+            if seq % 10_000 == 0:
+                producer.poll(0)
+        for i in range(streams):
+            producer.produce(s.kafka.topic_requests, key=b"trudy", value=encode(Request(
+                request_id=f"{flood}-{i}", user_id="trudy", text="Hello", seq=0)))
+        producer.flush(60)
+        done.set()
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=attack, daemon=True)
+    th.start()
+    during = _others(s, seen, producer, texts, 30, "busy")
+    th.join(120)
+    publish_s = time.monotonic() - t0
+    floods = {f"{flood}-{i}" for i in range(streams)}
+    seen.wait(lambda: big in seen.done and floods <= set(seen.done), 300 + s.stage.stream_timeout_s)
+    codes = Counter((seen.done[r][1].error.code if seen.done[r][1].error else seen.done[r][1].status)
+                    for r in floods if r in seen.done)
+    c = seen.done.get(big)
+    return {"tiny_pieces": tiny, "streams_opened": streams, "publish_s": round(publish_s, 1),
+            "hostile_partitions": sorted(hostile),
+            "tiny_request": (c[1].error.code if c[1].error else c[1].status) if c else None,
+            "tiny_request_answered_after_s": round(c[0] - t0, 1) if c else None,
+            "flood_codes": dict(codes), "flood_unanswered": len(floods - set(seen.done)),
+            "others_before": before, "others_during": _latency_of(seen, during, hostile)}
+
+
 def _zh_first(rng: random.Random) -> str:
     """A Mandarin text whose first sentence is ~60 characters (clauses joined by commas), then a second."""
     from streams.bench.corpus import _zh_sentence
@@ -219,7 +295,8 @@ def _en_first(texts: Any) -> str:
 
 def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: float | None = None,
               n_sent: int = 3, wps: float = 20.0, first_runs: int = 5, zh: bool = True,
-              seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0) -> dict[str, Any]:
+              seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0,
+              hostile: tuple[int, int] | None = None) -> dict[str, Any]:
     from confluent_kafka import Producer
 
     from schemas import Request, encode
@@ -257,9 +334,13 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
         for p in ("stage", "worker"):
             sup.wait_ready(p, timeout=300)
         seen = _Seen(s)
-        if zh_only:
+        if hostile is not None:  # only the hostile phase
+            report["hostile"] = _hostile(s, seen, producer, texts, tiny=hostile[0], streams=hostile[1])
+        only_zh = zh_only or hostile is not None
+        zh = zh and hostile is None
+        if only_zh:
             loads = []
-        burst_n = 0 if zh_only else 10 if quick else 40
+        burst_n = 0 if only_zh else 10 if quick else 40
         warm = [next(texts) for _ in range(3)]
         ids = []
         for t in warm + [next(texts) for _ in range(burst_n)]:
@@ -299,7 +380,7 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
             return res
 
         all_en = sentences(seed + 2)
-        if not zh_only:
+        if not only_zh:
             report["first_chunk_en"] = first_phase("en", lambda: _en_first(all_en), None, s)
         if zh:
             sup.remove("worker")
@@ -336,10 +417,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-zh", action="store_true", help="skip the Mandarin (kokoro) first-chunk phase")
     ap.add_argument("--zh-only", action="store_true", help="only the Mandarin first-chunk phase")
     ap.add_argument("--zh-lanes", type=int, default=0, help="TTS_MODEL_LANES of the kokoro worker (0: auto)")
+    ap.add_argument("--hostile", default=None, metavar="TINY,STREAMS",
+                    help="only the hostile phase: a request of TINY one-character pieces and one user opening "
+                         "STREAMS streams while other users send a sentence a second (e.g. 1000000,10000)")
     ap.add_argument("--seed", type=int, default=None)
     a = ap.parse_args(argv)
     r = run_bench(quick=a.quick, loads=[float(x) for x in a.loads.split(",")], run_s=a.run_s, n_sent=a.sentences,
                   wps=a.words_per_s, first_runs=a.first_runs, zh=not a.no_zh, seed=a.seed,
-                  zh_only=a.zh_only, zh_lanes=a.zh_lanes)
+                  zh_only=a.zh_only, zh_lanes=a.zh_lanes,
+                  hostile=tuple(int(x) for x in a.hostile.split(",")) if a.hostile else None)  # type: ignore[arg-type]
     print(json.dumps(r))
     return 0
