@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Word", "WordPhonemes", "WordPlan", "in_request", "plan_words", "source_offsets", "trim_silent_ends",
-           "word_times", "words_of"]
+__all__ = ["Word", "WordPhonemes", "WordPlan", "in_request", "plan_words", "segment_sources", "source_offsets",
+           "trim_silent_ends", "word_times", "words_of"]
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _TOKEN = re.compile(r"\S+")
@@ -310,13 +310,20 @@ def source_offsets(original: str, normalized: str) -> np.ndarray:
         if op == "equal":
             out[j1:j2] = np.arange(i1, i2)
         elif op == "replace":  # each character to the source character whose NFKC form holds it
-            i = i1
+            i, pos = i1, 0  # the source character, and how much of its NFKC form is used up
             for j in range(j1, j2):
-                c, k = normalized[j], i
-                while k < i2 and not (c in unicodedata.normalize("NFKC", original[k]) or
-                                      (c.isspace() and original[k].isspace())):
-                    k += 1
-                i = k if k < i2 else i
+                c, k, p = normalized[j], i, pos
+                while k < i2:
+                    if c.isspace() and original[k].isspace():
+                        p = len(original[k])
+                        break
+                    at = unicodedata.normalize("NFKC", original[k]).find(c, p)
+                    if at >= 0:
+                        p = at + 1
+                        break
+                    k, p = k + 1, 0
+                if k < i2:
+                    i, pos = k, p
                 out[j] = i
         elif op == "insert":
             out[j1:j2] = i1
@@ -351,3 +358,23 @@ def _placed(original: str, src: np.ndarray, base: int, t0: float, w: Word) -> Wo
     s, e = int(src[base + w.start]), int(src[base + w.end - 1]) + 1
     return Word(original[s:e], s, e, round(w.start_s + t0, 4), round(w.end_s + t0, 4),
                 tuple(_placed(original, src, base, t0, c) for c in w.chars))
+
+
+def segment_sources(original: str, text: str, segments: Sequence[str]) -> list[tuple[int, list[tuple[int, int]]]]:
+    """Where each segment of ``text`` (the stage's normalized text, ``segments`` its pieces in
+    order, as ``split_segments`` makes them) came from in ``original``: per segment, the offset of
+    its first character and the breakpoints ``(i, d)`` after which character ``k`` maps to
+    ``start + d + (k - i)`` (none when the segment is a verbatim copy). Compact: only changes of
+    length make a breakpoint, so a segment carries a few numbers, never its original slice."""
+    src = source_offsets(original, text)
+    out: list[tuple[int, list[tuple[int, int]]]] = []
+    at = 0
+    for seg in segments:
+        base = text.find(seg, at)
+        if base < 0:
+            raise ValueError(f"segment not found in the normalized text after offset {at}: {seg[:40]!r}")
+        at = base + len(seg)
+        rel = src[base:base + len(seg)] - src[base]
+        jumps = np.nonzero(np.diff(rel) != 1)[0] + 1
+        out.append((int(src[base]), [(int(i), int(rel[i])) for i in jumps]))
+    return out

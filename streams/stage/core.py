@@ -22,6 +22,7 @@ import msgspec
 
 from engine import mix as engine_mix
 from engine import voices as engine_voices
+from engine.timing import segment_sources
 from engine.voices import VoiceInfo
 from schemas import (
     DeadLetter,
@@ -29,6 +30,7 @@ from schemas import (
     Rejection,
     SchemaError,
     Segment,
+    SegmentSource,
     check_content,
     decode_request,
     encode,
@@ -252,12 +254,19 @@ class StageCore:
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
         out_key = key if key else req.user_id.encode()
         n = len(pieces)
+        # timestamps: each segment says where it came from in the text as sent (a word's offsets point
+        # there), and the last one where all of them did (for the request's word timings)
+        sources: list[SegmentSource | None] = [None] * n
+        if req.timestamps:
+            sources = [SegmentSource(start=a, map=m or None) for a, m in segment_sources(req.text, text, pieces)]
         records = tuple(
             Record(self.kafka.topic_segments, out_key, encode(Segment(
                 request_id=rid, user_id=req.user_id, seq=i, total=n, text=p, hash=h, request_hash=rh, voice=voice,
                 format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=model,
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
-                parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority)))
+                parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority,
+                timestamps=req.timestamps, source=sources[i],
+                sources=sources if req.timestamps and i == n - 1 else None)))  # type: ignore[arg-type]
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
         return Outcome("segments", records, request_id=rid, remember=rid)
 

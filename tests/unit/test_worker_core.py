@@ -109,7 +109,7 @@ def test_a_join_finished_after_its_partition_moved_on_answers_nothing() -> None:
     c.parts_done([made(segs[0])])
     (job,) = c.to_join()
     c.ledger.forget({1})  # revoked while the join ran
-    c.joined([(job.req, ref("r"))])
+    c.joined([(job.req, ref("r"), None)])
     assert c.ledger.answers == []
 
 
@@ -118,7 +118,7 @@ def test_a_join_that_failed_answers_failed_with_its_reason() -> None:
     (s,) = admit(c, 0, "r", 1)
     c.parts_done([made(s)])
     (job,) = c.to_join()
-    c.joined([(job.req, ErrorInfo(code="audio_too_long", message="too long"))])
+    c.joined([(job.req, ErrorInfo(code="audio_too_long", message="too long"), None)])
     (a,) = c.ledger.answers
     assert a.completion.status == "failed" and a.completion.error is not None
     assert a.completion.error.code == "audio_too_long"
@@ -129,7 +129,7 @@ def test_a_transaction_carries_chunks_before_their_completion_and_is_durable_onl
     segs = admit(c, 0, "s", 2, stream=True)
     c.parts_done([made(s) for s in segs])
     (job,) = c.to_join()
-    c.joined([(job.req, ref("s"))])
+    c.joined([(job.req, ref("s"), None)])
     plan = c.take_commit({0})
     assert [r[0] for r in plan.records] == ["chunks", "chunks", "completed", "done"]
     assert plan.offsets == {0: 2} and [a.request_id for a in plan.answers] == ["s"]
@@ -156,6 +156,6 @@ def test_answers_name_the_voice_that_spoke() -> None:
     (s,) = admit(c, 0, "r", 1)
     c.parts_done([made(s)])
     (job,) = c.to_join()
-    c.joined([(job.req, ref("r"))])
+    c.joined([(job.req, ref("r"), None)])
     completion: Completion = c.ledger.answers[0].completion
     assert completion.status == "ok" and completion.model is not None and completion.model.voice == "heart"
