@@ -295,38 +295,47 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
     return tuple(out)
 
 
-def source_offsets(original: str, normalized: str) -> np.ndarray:
+def source_offsets(original: str, normalized: str, lookahead: int = 4096) -> np.ndarray:
     """For each character of ``normalized`` (and one past its end), the offset in ``original``
     it came from. ``normalized`` is ``original`` after the stage's normalization (NFKC,
-    invisible characters removed, whitespace folded): identical stretches map one to one;
-    in a rewritten stretch each character maps to the source character whose NFKC form
-    holds it (``Ｈ`` for ``H``, ``…`` for each of ``...``, a run of spaces for its one space).
+    invisible characters removed, whitespace folded, a few foreign words dropped): each
+    character maps to the next source character whose NFKC form holds it (``Ｈ`` for ``H``,
+    ``…`` for each of ``...``, the first of a run of spaces for its one space), walking both
+    texts forward once, so offsets never decrease. A character found nowhere within
+    ``lookahead`` source characters (a composition NFKC made of two) maps where the walk stands.
     """
-    out = np.zeros(len(normalized) + 1, np.int64)
     if original == normalized:
         return np.arange(len(normalized) + 1, dtype=np.int64)
-    sm = difflib.SequenceMatcher(None, original, normalized, autojunk=False)
-    for op, i1, i2, j1, j2 in sm.get_opcodes():
-        if op == "equal":
-            out[j1:j2] = np.arange(i1, i2)
-        elif op == "replace":  # each character to the source character whose NFKC form holds it
-            i, pos = i1, 0  # the source character, and how much of its NFKC form is used up
-            for j in range(j1, j2):
-                c, k, p = normalized[j], i, pos
-                while k < i2:
-                    if c.isspace() and original[k].isspace():
-                        p = len(original[k])
-                        break
-                    at = unicodedata.normalize("NFKC", original[k]).find(c, p)
-                    if at >= 0:
-                        p = at + 1
-                        break
-                    k, p = k + 1, 0
-                if k < i2:
-                    i, pos = k, p
-                out[j] = i
-        elif op == "insert":
-            out[j1:j2] = i1
+    out = np.zeros(len(normalized) + 1, np.int64)
+    n = len(original)
+    i, pos = 0, 0  # the source character, and how much of its NFKC form is used up
+    forms: dict[str, str] = {}
+    for j, c in enumerate(normalized):
+        k, p = i, pos
+        limit = min(n, i + lookahead)
+        while k < limit:
+            o = original[k]
+            if o == c and p == 0:
+                p = 1
+                break
+            if c.isspace() and o.isspace():
+                p = len(o)
+                break
+            form = forms.get(o)
+            if form is None:
+                form = forms[o] = unicodedata.normalize("NFKC", o)
+            at = form.find(c, p)
+            if at >= 0:
+                p = at + 1
+                break
+            k, p = k + 1, 0
+        if k < limit:
+            i, pos = k, p
+            if pos >= len(forms.get(original[k], original[k])):  # used up: the next character is next
+                i, pos = k + 1, 0
+            out[j] = k
+        else:
+            out[j] = min(i, max(n - 1, 0))
     out[len(normalized)] = len(original)
     return out
 
