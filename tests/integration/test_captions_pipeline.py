@@ -137,6 +137,26 @@ def test_chunks_and_completion_carry_the_same_words_and_a_cache_hit_keeps_them(r
     _check_words(plain, client.words(timed), timed.audio.duration_s)
 
 
+@pytest.mark.timeout(600)
+def test_say_writes_captions_and_prints_words_with_json(rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from streams.client.cli import main_say
+    from streams.devstack.procs import settings_env
+
+    for k, v in settings_env(rig.settings).items():  # the CLI reads its settings from the environment
+        monkeypatch.setenv(k, v)
+    text = "The command line writes captions. And prints every word as JSON."
+    out, vtt = tmp_path / "say.wav", tmp_path / "say.vtt"
+    capsys.readouterr()
+    assert main_say([text, "-o", str(out), "--user", "dave", "--captions", str(vtt), "--json", "--timeout", "240"]) == 0
+    c = json.loads(capsys.readouterr().out)
+    assert c["status"] == "ok" and c["words_count"] == len(c["words"]) == len(words_of(text))
+    assert [text[w["start"]:w["end"]] for w in c["words"]] == [text[a:b] for a, b in words_of(text)]
+    cap = vtt.read_text(encoding="utf-8")
+    assert cap.startswith("WEBVTT\n\n") and "The command line writes captions." in cap
+    assert main_say([text, "-o", str(out), "--captions", str(tmp_path / "x.txt")]) == 1  # .vtt or .srt only
+
+
 def _sentences(chars: int) -> str:
     out: list[str] = []
     while sum(len(s) + 1 for s in out) < chars:
