@@ -159,3 +159,63 @@ def test_answers_name_the_voice_that_spoke() -> None:
     c.joined([(job.req, ref("r"), None)])
     completion: Completion = c.ledger.answers[0].completion
     assert completion.status == "ok" and completion.model is not None and completion.model.voice == "heart"
+
+
+def test_a_timed_streaming_request_has_its_words_on_each_chunk_and_on_the_completion() -> None:
+    import dataclasses
+
+    import msgspec
+
+    from schemas import SegmentSource, WordSpan
+    from streams.worker.timings import PartWords, RequestTimings
+
+    c = core()
+    n = 2
+    hashes = [f"t{i:063x}" for i in range(n)]
+    sources = [SegmentSource(start=0), SegmentSource(start=7)]
+    works = []
+    for i, voice in enumerate(("heart", "heart")):
+        seg = Segment(request_id="t", user_id="u", seq=i, total=n, text=f"part {i}", hash=hashes[i],
+                      request_hash="0" * 64, voice=voice, stream=True, timestamps=True, source=sources[i],
+                      sources=sources if i == n - 1 else None, parts=hashes if i == n - 1 else None)
+        c.ledger.consumed(0, i)
+        w, _ = c.ledger.admit(0, i, seg, f"pid-t-{i}", 0.0)
+        assert w is not None and w.work_id == f"pid-t-{i}+words"  # made apart from an untimed copy of its audio
+        c.ledger.start_waiting(w)
+        works.append(w)
+    pw = PartWords(text="part x", samples=SR // 10, sample_rate=SR,
+                   words=[WordSpan(word="part", start=0, end=4, start_s=0.01, end_s=0.05)])
+    c.parts_done([(s, dataclasses.replace(made(s)[1], words=pw), 0.05, 0.01) for s in works])
+    jobs = c.to_join()
+    first = c.take_commit({0})
+    c.committed(first)
+    words = RequestTimings(reason="because")
+    c.joined([(jobs[0].req, ref("t"), words)])
+    done = c.take_commit({0})  # the last chunk commits with the completion
+    chunks = [msgspec.json.decode(v) for t, _, v, _ in first.records + done.records if t == "chunks"]
+    assert [ch["words"] for ch in chunks] == [[{"word": "part", "start": 0, "end": 4, "start_s": 0.01,
+                                                "end_s": 0.05, "chars": None}],
+                                              [{"word": "part", "start": 7, "end": 11, "start_s": 0.01,
+                                                "end_s": 0.05, "chars": None}]]
+    assert [ch["offset_s"] for ch in chunks] == [0.0, 0.25]  # 0.1 s of the first part and the 0.15 s pause
+    comp = msgspec.json.decode(next(v for t, _, v, _ in done.records if t == "completed"))
+    assert comp["status"] == "ok" and comp["words"] is None and comp["words_reason"] == "because"
+
+
+def test_a_chunk_of_a_voice_without_durations_says_why_it_has_no_words() -> None:
+    from engine.voices import NO_TIMESTAMPS_REASON
+
+    c = core()
+    seg = Segment(request_id="z", user_id="u", seq=0, total=2, text="你好", hash="e" * 64, request_hash="0" * 64,
+                  voice="chattts", stream=True, timestamps=True)
+    c.ledger.consumed(0, 0)
+    w, _ = c.ledger.admit(0, 0, seg, "pid-z-0", 0.0)
+    assert w is not None
+    c.ledger.start_waiting(w)
+    c.parts_done([made(w)])
+    plan = c.take_commit({0})
+    chunk = next(v for t, _, v, _ in plan.records if t == "chunks")
+    import json
+
+    d = json.loads(chunk)
+    assert d["words"] is None and d["words_reason"] == NO_TIMESTAMPS_REASON and d["offset_s"] == 0.0
