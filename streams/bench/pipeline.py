@@ -22,8 +22,9 @@ line printed is one JSON object.
 rounds of fresh texts (nothing cached) alternate between requests without and with
 ``"timestamps": true`` (ABBA order, so a drift of the machine's load falls on both), each round
 published at once and waited for. Per side: audio seconds per wall second and the worker's own
-synthesis milliseconds per audio second (the completions' ``synth_ms``: model, DSP, words); the
-ratios with/without. Then one long request with timestamps (``--long-chars``, its sentences
+synthesis milliseconds per audio second (the completions' ``synth_ms``: model, DSP, words) and the
+worker process's CPU milliseconds per audio second (all its threads: front end, model, words,
+uploads); the ratios with/without. Then one long request with timestamps (``--long-chars``, its sentences
 repeating so most parts come from the cache) gives the size of its word-timing object.
 """
 
@@ -238,6 +239,17 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
     return report
 
 
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads; 0 if unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int = 100_000, seed: int | None = None,
                         out_dir: Path = Path("out/bench-pipeline"), timeout_s: float = 900.0) -> dict[str, Any]:
     """Throughput with and without word timings, side by side in one run (see the module docstring)."""
@@ -261,7 +273,8 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                               "backend": s.engine.backend, "rounds": rounds, "per_round": per_round,
                               "loadavg_start": list(os.getloadavg())}
     sides: dict[str, dict[str, float]] = {k: {"audio_s": 0.0, "wall_s": 0.0, "synth_ms": 0.0, "requests": 0.0,
-                                              "words": 0.0} for k in ("without", "with")}
+                                              "words": 0.0, "worker_cpu_s": 0.0} for k in ("without", "with")}
+    spread: dict[str, list[float]] = {"without": [], "with": []}  # audio s per s of each round (the spread)
     sup = Supervisor(out_dir / run_id / "logs")
     driver: _Driver | None = None
     try:
@@ -282,14 +295,19 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                 batch = [Request(request_id=f"bench-{run_id}-{side}-{k + i:05d}", user_id=rng.choice(users),
                                  text=texts[k + i], timestamps=side == "with") for i in range(per_round)]
                 k += per_round
+                cpu0 = _cpu_s(sup.procs["worker"].pid)
                 t0 = time.time()
                 for r in batch:
                     driver.publish(r)
                 driver.wait([r.request_id for r in batch], timeout_s, sup)
                 cs = [driver.got[r.request_id][0] for r in batch]
                 acc = sides[side]
-                acc["wall_s"] += max(driver.got[r.request_id][1] for r in batch) - t0
-                acc["audio_s"] += sum(c.audio.duration_s for c in cs if c.audio is not None)
+                acc["worker_cpu_s"] += _cpu_s(sup.procs["worker"].pid) - cpu0
+                wall = max(driver.got[r.request_id][1] for r in batch) - t0
+                audio = sum(c.audio.duration_s for c in cs if c.audio is not None)
+                spread[side].append(round(audio / wall, 2))
+                acc["wall_s"] += wall
+                acc["audio_s"] += audio
                 acc["synth_ms"] += sum(c.timings.synth_ms for c in cs if c.timings is not None)
                 acc["requests"] += len(cs)
                 acc["words"] += sum(c.words_count or 0 for c in cs)
@@ -301,10 +319,14 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
             report[side] = {"requests": int(acc["requests"]), "audio_s": round(acc["audio_s"], 2),
                             "wall_s": round(acc["wall_s"], 2), "audio_s_per_s": round(acc["audio_s"] / acc["wall_s"], 3),
                             "synth_ms_per_audio_s": round(acc["synth_ms"] / acc["audio_s"], 2),
-                            "words": int(acc["words"])}
+                            "worker_cpu_ms_per_audio_s": round(acc["worker_cpu_s"] * 1000 / acc["audio_s"], 2),
+                            "words": int(acc["words"]), "rounds_audio_s_per_s": spread[side]}
         w, wo = report["with"], report["without"]
         report["throughput_ratio"] = round(w["audio_s_per_s"] / wo["audio_s_per_s"], 4)  # < 1: timings cost
         report["synth_ratio"] = round(w["synth_ms_per_audio_s"] / wo["synth_ms_per_audio_s"], 4)  # > 1: timings cost
+        # the worker process's own CPU seconds (all its threads) per audio second: what the timings cost the
+        # worker, less swayed by other processes on a shared machine than wall time is
+        report["worker_cpu_ratio"] = round(w["worker_cpu_ms_per_audio_s"] / wo["worker_cpu_ms_per_audio_s"], 4)
         if long_chars > 0:
             sents: list[str] = []
             while sum(len(x) + 1 for x in sents) < long_chars:
@@ -360,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if not ns.json:
             print(f"throughput with/without timestamps {t['throughput_ratio']}, synth ms per audio s "
-                  f"{t['synth_ratio']}; longest request's word-timing object "
+                  f"{t['synth_ratio']}, worker CPU per audio s {t['worker_cpu_ratio']}; longest request's word-timing object "
                   f"{(t.get('longest') or {}).get('words_object_bytes')} bytes")
         print(json.dumps(t))
         return 0
