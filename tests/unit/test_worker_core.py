@@ -264,7 +264,7 @@ def test_pieces_chunk_with_their_own_done_record_and_the_end_record_answers_once
     assert c.ledger.admit_end(0, 7, end) is None
     (job,) = c.to_join()
     assert job.hashes == hashes  # part 0 comes from S3
-    c.joined([(job.req, ref("p"))])
+    c.joined([(job.req, ref("p"), None)])
     plan = c.take_commit({0})
     kinds = [(r[0], r[1], r[2] is None) for r in plan.records]
     assert kinds[:2] == [("chunks", b"u", False), ("done", b"p/1", False)]
