@@ -33,7 +33,7 @@ from engine.ssml import ALPHABETS, Refused, safe_parse
 from schemas.errors import InvalidSSML
 from schemas.events import Span
 
-__all__ = ["Entry", "Lexicon", "LexiconError", "LexiconLimits", "apply", "parse_pls", "version_of"]
+__all__ = ["Applier", "Entry", "Lexicon", "LexiconError", "LexiconLimits", "apply", "parse_pls", "version_of"]
 
 _W = r"[^\W_\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"  # letters and digits, not Han or kana
 _WORD = re.compile(rf"{_W}(?:['’.-]{_W})*")
@@ -73,11 +73,7 @@ class Lexicon:
     _words: dict[tuple[str, ...], Entry] = field(default_factory=dict, repr=False)
     _longest: int = 1
     _cjk: re.Pattern[str] | None = None
-
-    @property
-    def ref(self) -> str:
-        """``owner/name@version``: what a completion names."""
-        return f"{self.key}@{self.version}"
+    ref: str = ""  # owner/name@version: what a completion names (set by build)
 
 
 def version_of(document: str) -> str:
@@ -179,7 +175,7 @@ def build(key: str, version: str, alphabet: str, lang: str | None, entries: dict
                 words.setdefault(toks, e)
     longest = max((len(t) for t in words), default=1)
     pattern = re.compile("|".join(re.escape(g) for g in sorted(cjk, key=len, reverse=True))) if cjk else None
-    return Lexicon(key, version, alphabet, lang, entries, words, longest, pattern)
+    return Lexicon(key, version, alphabet, lang, entries, words, longest, pattern, f"{key}@{version}")
 
 
 def _replacement(lex: Lexicon, e: Entry, written: str, base: Span) -> Span:
@@ -188,42 +184,85 @@ def _replacement(lex: Lexicon, e: Entry, written: str, base: Span) -> Span:
     return Span(text=e.alias or "", rate=base.rate, lang=base.lang)
 
 
+_Candidate = tuple[int, int, tuple[str, ...], "Lexicon", Entry]  # (lexicon rank, -words, words, lexicon, entry)
+_MATCHERS: dict[tuple[str, ...], tuple[dict[str, list[_Candidate]], tuple[Lexicon, ...]]] = {}
+_MATCHERS_MAX = 256
+
+
+def _matcher(lexicons: tuple[Lexicon, ...]) -> dict[str, list[_Candidate]]:
+    """The lexicons' word entries by first word, each list in the order a match is tried (lexicon
+    order first, then the longest grapheme); built once per set of lexicon versions, then cached."""
+    key = tuple(lex.ref for lex in lexicons)
+    hit = _MATCHERS.get(key)
+    if hit is not None:
+        return hit[0]
+    by_first: dict[str, list[_Candidate]] = {}
+    for rank, lex in enumerate(lexicons):
+        for toks, e in lex._words.items():
+            by_first.setdefault(toks[0], []).append((rank, -len(toks), toks, lex, e))
+    for cands in by_first.values():
+        cands.sort(key=lambda c: (c[0], c[1]))
+    if len(_MATCHERS) >= _MATCHERS_MAX:
+        _MATCHERS.pop(next(iter(_MATCHERS)))
+    _MATCHERS[key] = (by_first, lexicons)
+    return by_first
+
+
 def apply(span: Span, lexicons: tuple[Lexicon, ...] | list[Lexicon], used: set[str] | None = None) -> list[Span]:
     """A plain text span with the lexicons' entries applied (see the module's rules); ``used``
     collects the ``ref`` of every lexicon that matched."""
+    return Applier(tuple(lexicons))(span, used)
+
+
+class Applier:
+    """:func:`apply` for one request's lexicons, their matcher looked up once."""
+
+    __slots__ = ("by_first", "cjk", "lexicons")
+
+    def __init__(self, lexicons: tuple[Lexicon, ...]) -> None:
+        self.lexicons = lexicons
+        self.by_first = _matcher(lexicons) if lexicons else {}
+        self.cjk = [lex for lex in lexicons if lex._cjk is not None]
+
+    def __call__(self, span: Span, used: set[str] | None = None) -> list[Span]:
+        return _apply(span, self, used)
+
+
+def _apply(span: Span, ap: Applier, used: set[str] | None) -> list[Span]:
     text = span.text
-    if not lexicons or not text.strip():
+    if not ap.lexicons or not text.strip():
         return [span]
     hits: list[tuple[int, int, Lexicon, Entry]] = []
-    taken = bytearray(len(text))
-    for lex in lexicons:  # Han/kana graphemes: wherever they stand, first lexicon first
-        if lex._cjk is None:
-            continue
+    taken: bytearray | None = None
+    for lex in ap.cjk:  # Han/kana graphemes: wherever they stand, first lexicon first
+        assert lex._cjk is not None
         for m in lex._cjk.finditer(text):
+            if taken is None:
+                taken = bytearray(len(text))
             if not any(taken[m.start():m.end()]):
                 hits.append((m.start(), m.end(), lex, lex.entries[m.group(0)]))
                 taken[m.start():m.end()] = b"\1" * (m.end() - m.start())
-    words = [m for m in _WORD.finditer(text)]
-    if any(lex._words for lex in lexicons):
+    by_first = ap.by_first
+    if by_first:
+        words = list(_WORD.finditer(text))
+        toks = [w.group(0) for w in words]
         i = 0
         while i < len(words):
+            cands = by_first.get(toks[i])
             found = None
-            for lex in lexicons:
-                for n in range(min(lex._longest, len(words) - i), 0, -1):
-                    e = lex._words.get(tuple(w.group(0) for w in words[i:i + n]))
-                    if e is not None and _spaced(text, words[i:i + n]):
+            if cands is not None:
+                for _, neg, gtoks, lex, e in cands:
+                    n = -neg
+                    if tuple(toks[i:i + n]) == gtoks and (n == 1 or _spaced(text, words[i:i + n])):
                         found = (n, lex, e)
                         break
-                if found:
-                    break
             if found is None:
                 i += 1
                 continue
             n, lex, e = found
             a, b = words[i].start(), words[i + n - 1].end()
-            if not any(taken[a:b]):
+            if taken is None or not any(taken[a:b]):
                 hits.append((a, b, lex, e))
-                taken[a:b] = b"\1" * (b - a)
             i += n
     if not hits:
         return [span]

@@ -292,9 +292,10 @@ class StageCore:
             requested = self._mix(req.voice)
             lexicons = self.lexicons.resolve(req.user_id, req.lexicons)
             used: set[str] = set()
+            applier = engine_lexicon.Applier(lexicons)
 
             def rewrite(span: Span) -> list[Span]:
-                return engine_lexicon.apply(span, lexicons, used)
+                return applier(span, used)
 
             if req.text_type == "ssml":
                 voice, pieces = self._ssml(req, requested, rewrite if lexicons else None)
