@@ -203,7 +203,7 @@ def _pronunciation(settings: Settings, *, requests: int, lexicons: int, entries:
         names.append(name)
     load_s = time.perf_counter() - t0
     core = StageCore(settings.stage, settings.kafka, settings.engine, voices=("heart",), lexicons=store)
-    configs = {"plain": {}, "ssml": {"text_type": "ssml"}, "lexicons": {"lexicons": names},
+    configs: dict[str, dict[str, Any]] = {"plain": {}, "ssml": {"text_type": "ssml"}, "lexicons": {"lexicons": names},
                "ssml_lexicons": {"text_type": "ssml", "lexicons": names}}
     times: dict[str, list[float]] = {c: [] for c in configs}
     cpu: dict[str, list[float]] = {c: [] for c in configs}  # this thread's CPU time: what preemption does not inflate

@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
             print(f"[{i}] {row['voice']}: {row['text']}")
             for k, ph in enumerate(row.get("phonemes", [])):
                 pause = (row.get("pauses_ms") or [None] * (k + 1))[k]
-                print(f"    {'(pause %d ms) ' % pause if pause is not None else ''}{ph}")
+                print(f"    {f'(pause {pause} ms) ' if pause is not None else ''}{ph}")
             if "error" in row:
                 print(f"    error {row['error']['code']}: {row['error']['message']}")
         if res["lexicons"]:
