@@ -228,9 +228,9 @@ def _pronunciation(settings: Settings, *, requests: int, lexicons: int, entries:
             res[f"{c}_{kind}_p50_ms"] = round(percentile(xs, 50) or 0, 4)
             res[f"{c}_{kind}_p99_ms"] = round(percentile(xs, 99) or 0, 4)
         for c in ("ssml", "lexicons", "ssml_lexicons"):
-            extra = [a - b for a, b in zip(table[c], table["plain"], strict=True)]
-            res[f"{c}_added_{kind}_p50_ms"] = round(percentile(extra, 50) or 0, 4)
-            res[f"{c}_added_{kind}_p99_ms"] = round(percentile(extra, 99) or 0, 4)
+            added = [a - b for a, b in zip(table[c], table["plain"], strict=True)]
+            res[f"{c}_added_{kind}_p50_ms"] = round(percentile(added, 50) or 0, 4)
+            res[f"{c}_added_{kind}_p99_ms"] = round(percentile(added, 99) or 0, 4)
     return res
 
 
