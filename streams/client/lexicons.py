@@ -21,7 +21,7 @@ from typing import Any
 from engine.lexicon import LexiconError, parse_pls, version_of
 from schemas import LexiconRecord, decode_lexicon, encode
 from streams.settings import Settings
-from streams.stage.lexicons import GLOBAL, lexicon_limits
+from streams.stage.lexicons import GLOBAL, lexicon_limits, watermarks
 
 __all__ = ["LexiconError", "delete_lexicon", "get_lexicon", "list_lexicons", "put_lexicon"]
 
@@ -55,7 +55,7 @@ def _read_all(settings: Settings, topic: str) -> dict[str, bytes | None]:
         ends: dict[int, int] = {}
         parts = []
         for p in meta.partitions:
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            lo, hi = watermarks(c, TopicPartition(topic, p))
             if hi > lo:
                 ends[p] = hi
                 parts.append(TopicPartition(topic, p, OFFSET_BEGINNING))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ from schemas import SchemaError, decode_lexicon
 from schemas.errors import ContentError
 from streams.settings import KafkaSettings
 
-__all__ = ["LexiconReader", "LexiconStore", "lexicon_key", "lexicon_limits"]
+__all__ = ["LexiconReader", "LexiconStore", "lexicon_key", "lexicon_limits", "watermarks"]
 
 _log = logging.getLogger("ttsflow.stage")
 GLOBAL = "global"
@@ -42,6 +43,21 @@ GLOBAL = "global"
 def lexicon_key(user_id: str, name: str) -> str:
     """The topic key a request's lexicon name refers to: ``global/x`` as is, else ``<user>/<name>``."""
     return name if name.startswith(f"{GLOBAL}/") else f"{user_id}/{name}"
+
+
+def watermarks(consumer: Any, tp: Any, *, attempts: int = 20) -> tuple[int, int]:
+    """(low, high) offsets of ``tp``, retried while the broker is still electing a new topic's leader."""
+    from confluent_kafka import KafkaException
+
+    for i in range(attempts):
+        try:
+            lo, hi = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(lo), int(hi)
+        except KafkaException:  # NOT_LEADER / LEADER_NOT_AVAILABLE right after a topic is made
+            if i == attempts - 1:
+                raise
+            time.sleep(0.25)
+    raise AssertionError("unreachable")
 
 
 def lexicon_limits(stage: Any) -> LexiconLimits:
@@ -146,7 +162,7 @@ class LexiconReader:
                 t = meta.topics.get(topic)
                 for p in (t.partitions if t is not None and t.error is None else {}):
                     parts.append(TopicPartition(topic, p, OFFSET_BEGINNING))
-                    lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                    lo, hi = watermarks(c, TopicPartition(topic, p))
                     if hi > lo:
                         ends[(topic, p)] = hi
             c.assign(parts)
