@@ -147,7 +147,9 @@ class LexiconReader:
             return self._factory(self._conf)
         from confluent_kafka import Consumer
 
-        return Consumer(self._conf)
+        from streams.kafka.config import reader_config
+
+        return Consumer(reader_config(self.kafka, **{"client.id": "ttsflow-stage-lexicons"}))
 
     def _run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
