@@ -56,6 +56,13 @@ class Seg:
     part_id: str
     received: float
     prepared: Prepared | None = None
+    size: int = 0              # bytes of its record (what the read-ahead is bounded by)
+    # where its time went (epoch seconds; Timings of the completion whose last part it is)
+    written_at: float = 0.0    # the stage wrote it (its record's timestamp)
+    read_at: float = 0.0       # this worker read it
+    started_at: float = 0.0    # its model call began
+    model_s: float = 0.0       # its share of the model call and DSP
+    uploaded_at: float = 0.0   # its part was in S3
 
 
 @dataclass(slots=True)
@@ -106,6 +113,8 @@ class Request:
     queue_s: float = 0.0
     held_bytes: int = 0    # part samples kept in memory for the join (bounded by join_memory_mb)
     audio_s: float = 0.0   # audio of the parts synthesized here so far (max_request_audio_s stops it early)
+    last_made: Seg | None = None  # the segment whose part was ready last, and when (its completion's Timings)
+    made_at: float = 0.0
 
     @property
     def key(self) -> tuple[int, str]:
@@ -269,6 +278,7 @@ class Ledger:
             self.tracker.mark_done(s.partition, s.offset)
             return
         req.parts[s.seg.seq] = self._hold(req, part)
+        req.last_made, req.made_at = s, self.wall()
         if s.seg.stream and req.failure is None:
             self.chunks.setdefault(s.partition, []).append(ChunkDue(
                 s.partition, s.offset, req.request_id, req.user_id, s.seg.seq, s.seg.total, s.seg.voice, part))
