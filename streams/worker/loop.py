@@ -177,7 +177,8 @@ class Worker:
         self.rebalance = Rebalance(ledger=self.ledger, done_log=self.done_log, consumer=self.consumer,
                                    parts=self.parts, metrics=metrics, segments_topic=kafka.topic_segments)
         self._producer = producer_
-        self._cap = 4 * batching.max_batch
+        self._cap = 4 * batching.max_batch  # records taken per poll: the front end runs on this thread
+        self._read_ahead = batching.read_ahead_kb * 1024
         self.cache.on_error = metrics.redis_error
 
     @property
@@ -267,7 +268,7 @@ class Worker:
         #    (a rewind that could not finish is retried first; its partitions admit nothing until it does)
         if self.consumer.rewind_pending & self.consumer.assigned:
             self.consumer.rewind(self.consumer.rewind_pending & self.consumer.assigned)
-        self.consumer.apply_backpressure(self.parts.backlog(), self._cap, self.parts.held_by_partition())
+        self.consumer.apply_backpressure(self.parts.held_by_partition(), self._read_ahead)
         timeout = 0.2
         deadline = self.parts.next_deadline()  # None while every lane is taken: nothing to start before one frees
         if deadline is not None:
