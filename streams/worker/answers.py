@@ -36,7 +36,7 @@ def _path(req: Request, now: float) -> dict[str, float]:
     s = req.last_made
     if s is None or not s.read_at:
         return {}
-    enq = req.first.enqueued_at if req.first is not None else None
+    enq = (req.first.enqueued_at or req.first.created_at) if req.first is not None else None
 
     def ms(a: float, b: float) -> float:
         return round(max(0.0, b - a) * 1000, 3)
