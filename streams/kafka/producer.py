@@ -38,7 +38,7 @@ _T = TypeVar("_T")
 OP_TIMEOUT_S = 5.0  # librdkafka's own timeout for each transactional call (a timeout is retried)
 WEDGE_GRACE_S = 5.0  # a call still running this long past OP_TIMEOUT_S is wedged: given up after 10 s
 
-Record = tuple[str, bytes, bytes, "int | None"]  # topic, key, value, partition (None: the partitioner's)
+Record = tuple[str, bytes, "bytes | None", "int | None"]  # topic, key, value (None: a tombstone), partition
 
 
 def transaction_error(e: Exception) -> StreamError:

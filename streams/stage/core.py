@@ -38,13 +38,15 @@ from schemas import (
 )
 from schemas.errors import ContentError
 from streams.settings import EngineSettings, KafkaSettings, StageSettings
+from streams.stage.cut import budget_for, shorten_first
+from streams.stage.pieces import OpenView, PieceHandler
 from streams.stage.text import normalize, split_segments
 
 __all__ = ["DEAD_LETTER_ID_HEADER", "Outcome", "Record", "SeenIds", "StageCore", "backend_voices", "served_voices"]
 
 _log = logging.getLogger("ttsflow.stage")
 
-Kind = Literal["segments", "failed", "dead_letter", "duplicate"]
+Kind = Literal["segments", "failed", "dead_letter", "duplicate", "piece", "closed"]
 DEAD_LETTER_ID_HEADER = "ttsflow-dead-letter-id"
 DLQ_VALUE_KEEP = 256 * 1024  # raw bytes of a dead letter kept whole up to this; a prefix beyond
 DLQ_KEY_KEEP = 16 * 1024
@@ -96,6 +98,8 @@ class Outcome:
     request_id: str | None = None
     code: str | None = None
     remember: str | None = None
+    # a request sent in pieces (streams/stage/pieces.py): (request id, its new open state; None: closed)
+    open: tuple[str, bytes | None] | None = None
 
 
 def _peek_user_id(raw: bytes | None) -> str | None:
@@ -135,6 +139,7 @@ class StageCore:
         self.served: tuple[VoiceInfo, ...] = tuple(
             i for i in (engine_voices.voice_info(v) for v in voices or ()) if i is not None)
         self.on_dropped = on_dropped  # (script, spoken units cut from an accepted request)
+        self.pieces = PieceHandler(self, clock)
 
     def is_duplicate(self, request_id: str, seen: SeenIds, now: float) -> bool:
         """``seen`` maps the user's request ids to when they were first seen (epoch seconds)."""
@@ -142,17 +147,23 @@ class StageCore:
         return t is not None and now - t < self.stage.dedup_window_s
 
     def handle(self, key: bytes | None, value: bytes | None, *, partition: int, offset: int,
-               timestamp_ms: int | None, seen: SeenIds) -> Outcome:
-        """Everything the stage does with one record, as data. Never raises."""
+               timestamp_ms: int | None, seen: SeenIds, opened: OpenView | None = None, tick: bool = False) -> Outcome:
+        """Everything the stage does with one record, as data. Never raises. ``opened``: the record
+        key's open requests sent in pieces (None: pieces are refused); ``tick``: one of the stage's own
+        timer records (:mod:`streams.stage.pieces`)."""
         now = self.clock()
         rid = peek_request_id(value)
         try:
+            if tick and opened is not None and value is not None:
+                return self.pieces.tick(key, value, partition=partition, offset=offset, timestamp_ms=timestamp_ms,
+                                        opened=opened)
             if rid is None:
                 return self._dead_letter(key, value, partition, offset, timestamp_ms)
-            if self.is_duplicate(rid, seen, now):
-                return Outcome("duplicate", request_id=rid)
+            if self.is_duplicate(rid, seen, now):  # (a piece after its request closed: counted, not logged)
+                return Outcome("duplicate", request_id=rid, code="piece_repeated" if value and b'"seq"' in value
+                               else None)
             assert value is not None
-            return self._request(key, value, rid, now, timestamp_ms, partition, offset)
+            return self._request(key, value, rid, now, timestamp_ms, partition, offset, opened)
         except Exception as e:  # a bug must not stop the partition: answer it visibly
             _log.error("event=stage_error request_id=%s partition=%d offset=%d error=%r\n%s", rid, partition,
                        offset, e, traceback.format_exc())
@@ -230,9 +241,24 @@ class StageCore:
                       ",".join(f"{sc}:{n}" for sc, n in sorted(j.dropped.items())))
         return j.voice.voice, j.text
 
+    def model_for(self, voice: str) -> str:
+        """The backend that speaks ``voice`` (several backends: the voice's own names the model)."""
+        info = engine_voices.voice_info(voice)
+        return info.backend if info is not None and info.backend in self.engine.served_backends else self.engine.backend
+
     def _request(self, key: bytes | None, value: bytes, rid: str, now: float,
-                 timestamp_ms: int | None, partition: int, offset: int) -> Outcome:
+                 timestamp_ms: int | None, partition: int, offset: int, opened: OpenView | None = None) -> Outcome:
         stage, engine = self.stage, self.engine
+        if opened is not None:
+            try:
+                piece = decode_request(value)
+            except SchemaError:
+                piece = None
+            if piece is not None and piece.is_piece:
+                return self.pieces.piece(key, value, piece, partition=partition, offset=offset,
+                                         timestamp_ms=timestamp_ms, opened=opened)
+            if opened.get(rid) is not None:  # a whole request under the id of one open in pieces
+                return Outcome("duplicate", request_id=rid, code="open_in_pieces")
         try:
             req = decode_request(value)
             text = normalize(req.text)
@@ -244,8 +270,10 @@ class StageCore:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
         pieces = split_segments(text, stage.max_segment_chars)
-        info = engine_voices.voice_info(voice)  # several backends: the voice's own names the model
-        model = info.backend if info is not None and info.backend in engine.served_backends else engine.backend
+        budget = budget_for(text, stage.first_budgets) if req.stream else None
+        if budget is not None:  # fast first audio: a short first segment (streams/stage/cut.py)
+            pieces = shorten_first(pieces, budget)
+        model = self.model_for(voice)
         hashes = [segment_hash(p, voice=voice, model=model, model_version=engine.model_version, speed=req.speed,
                                sample_rate=req.sample_rate, format=req.format) for p in pieces]
         rh = request_hash(hashes, format=req.format)

@@ -55,7 +55,9 @@ SPANS = (("zh", "您的订单已经发货，预计明天下午送达。"), ("ja"
 
 @pytest.fixture
 def settings(settings: Settings, unique: str, tmp_path: Path) -> Settings:
+    # first_segment_chars="": one segment (one chunk) per language span, as the span check reads them
     return settings.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, backend="hibari", backends="hibari,kokoro",
+                            first_segment_chars="",
                             voice="", model_dir=str(tmp_path / "models"), threads=2)
 
 
