@@ -161,11 +161,11 @@ class WorkerCore:
         answers = self.ledger.take_answers()
         began = datetime.now(UTC)
         for a in answers:  # the completion says how long it waited for this transaction
-            c = a.completion
-            if c.timings is not None and c.completed_at is not None:
-                wait_ms = round(max(0.0, (began - c.completed_at).total_seconds()) * 1000, 3)
-                a.completion = msgspec.structs.replace(c, timings=msgspec.structs.replace(c.timings,
-                                                                                           commit_wait_ms=wait_ms))
+            done = a.completion
+            if done.timings is not None and done.completed_at is not None:
+                wait_ms = round(max(0.0, (began - done.completed_at).total_seconds()) * 1000, 3)
+                a.completion = msgspec.structs.replace(done, timings=msgspec.structs.replace(done.timings,
+                                                                                              commit_wait_ms=wait_ms))
         offsets = self.ledger.to_commit(assigned)
         chunks = self.ledger.take_chunks(offsets, answers)
         # chunks before their request's completion, the done record with it; a piece's chunk with its
