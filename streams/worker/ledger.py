@@ -170,6 +170,7 @@ class Ledger:
         self._done: dict[int, dict[str, float]] = {}       # durable: request id -> answered at (epoch s)
         self._answering: set[tuple[int, str]] = set()      # answered, its transaction not yet committed
         self._gen: dict[int, int] = {}                     # partition -> generation of its in-memory work
+        self._failed_since = False                          # a request failed since unwanted() last looked
 
     # -- partitions ---------------------------------------------------------------------
     def gen(self, partition: int) -> int:
@@ -388,6 +389,7 @@ class Ledger:
                                    pieces=req.total if req.pieces else 0))
         self.requests.pop(req.key, None)
         self._answering.add(req.key)
+        self._failed_since = self._failed_since or completion.status == "failed"
         self._seen.difference_update({(req.partition, req.request_id, s) for s in (*req.seqs, _END_SEQ)})
 
     # -- 8) the committed-offset rule -------------------------------------------------------------
@@ -444,6 +446,19 @@ class Ledger:
             self._answering.discard((a.partition, a.request_id))
 
     # -- dropping work ------------------------------------------------------------------------------
+    def unwanted(self) -> set[str]:
+        """Parts no request waits for any more (every segment waiting for them is of a request that was
+        answered failed meanwhile): forgotten here; the caller drops them from its queue, so a failed
+        request's read-ahead is not synthesized."""
+        if not self._failed_since:
+            return set()
+        self._failed_since = False
+        gone = {pid for pid, segs in self.waiting.items()
+                if all((s.partition, s.seg.request_id) not in self.requests for s in segs)}
+        for pid in gone:
+            del self.waiting[pid]
+        return gone
+
     def idle(self) -> bool:
         return not (self.requests or self.waiting)
 

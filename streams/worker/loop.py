@@ -328,6 +328,10 @@ class Worker:
         for job in self.core.to_join():
             self.joiner.submit(job.req, job.hashes, job.identities)
         self.core.joined(self.joiner.collect())
+        # a request answered failed (audio_too_long, a failed part) may have much of itself read ahead
+        unwanted = self.ledger.unwanted()
+        if unwanted:
+            self.parts.batcher.remove_if(lambda s: s.part_id in unwanted)
 
     # -- rebalance callbacks (inside consume(), on the loop's thread) -----------------
     def on_assign(self, consumer: Any, partitions: list[Any]) -> None:
