@@ -3,7 +3,7 @@
 Imports nothing else of ttsflow. See ``schemas/asyncapi.yaml`` for the topics.
 """
 
-from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError, TtsflowError
+from schemas.errors import ContentError, InvalidField, InvalidJSON, InvalidSSML, SchemaError, TtsflowError
 from schemas.events import (
     FORMATS,
     PRIORITIES,
@@ -18,6 +18,7 @@ from schemas.events import (
     Rejection,
     Request,
     Segment,
+    Span,
     Timings,
     check_content,
     decode_chunk,
@@ -30,6 +31,7 @@ from schemas.events import (
     peek_request_id,
     request_hash,
     segment_hash,
+    spans_key,
 )
 
 __all__ = [
@@ -45,11 +47,13 @@ __all__ = [
     "ErrorInfo",
     "InvalidField",
     "InvalidJSON",
+    "InvalidSSML",
     "ModelInfo",
     "Rejection",
     "Request",
     "SchemaError",
     "Segment",
+    "Span",
     "Timings",
     "TtsflowError",
     "check_content",
@@ -63,4 +67,5 @@ __all__ = [
     "peek_request_id",
     "request_hash",
     "segment_hash",
+    "spans_key",
 ]

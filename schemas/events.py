@@ -44,6 +44,7 @@ __all__ = [
     "Rejection",
     "Request",
     "Segment",
+    "Span",
     "Timings",
     "check_content",
     "decode_chunk",
@@ -56,6 +57,7 @@ __all__ = [
     "peek_request_id",
     "request_hash",
     "segment_hash",
+    "spans_key",
 ]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -78,6 +80,9 @@ NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(description="RFC 3339 timestamp; no offset means UTC")]
 Stream = Annotated[bool, msgspec.Meta(description="Also send each segment's audio as a chunk event on tts.chunks as soon "
                                                   "as it is stored; the completion still follows with the joined audio")]
+TextType = Annotated[Literal["text", "ssml"], msgspec.Meta(
+    description="text (default): the text is read as it is, tags included; ssml: the text is an SSML document "
+                "(<speak>...</speak>, the subset in docs/using/pronunciation.md)")]
 Priority = Annotated[Literal["interactive", "bulk"], msgspec.Meta(
     description="interactive (default): served first; bulk (audiobooks, backfills): served when interactive work "
                 "leaves room, never starved")]
@@ -100,6 +105,7 @@ class Request(_Event, frozen=True, kw_only=True):
     created_at: AwareDatetime | None = None
     stream: Stream = False
     priority: Priority = "interactive"
+    text_type: TextType = "text"
     seq: Annotated[int, msgspec.Meta(ge=0, description=(
         "Delta number of a request sent in pieces while its text is still being written (0, 1, 2, ...; "
         "every piece has the same request_id and key). Absent: the whole request in one record. The piece "
@@ -115,6 +121,23 @@ class Request(_Event, frozen=True, kw_only=True):
     def is_piece(self) -> bool:
         """A delta of a request whose text arrives in pieces (docs/using/streaming-input.md)."""
         return self.seq is not None
+
+
+class Span(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One run of a segment's resolved pronunciation (from SSML): text to read, or phonemes for
+    that text, or a pause, or a mark. A segment's ``text`` is the concatenation of its spans'
+    ``text``; its hash covers every span (what is spoken is what is keyed)."""
+
+    text: str = ""
+    ph: Annotated[str, msgspec.Meta(max_length=2048, description=(
+        "Phonemes that replace the reading of text, in alphabet"))] | None = None
+    alphabet: Literal["ipa", "x-pinyin"] | None = None
+    rate: Annotated[float, msgspec.Meta(gt=0, le=16, description="Speaking rate multiplier of this run "
+                                                                 "(on top of the request's speed)")] | None = None
+    lang: Annotated[str, msgspec.Meta(max_length=35, description="BCP 47 language of this run (xml:lang)")] | None = None
+    break_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000, description=(
+        "A pause of this many milliseconds here (the voice's own edge silences counted in)"))] | None = None
+    mark: Annotated[str, msgspec.Meta(max_length=256, description="An SSML mark's name at this place")] | None = None
 
 
 class Segment(_Event, frozen=True, kw_only=True):
@@ -149,6 +172,9 @@ class Segment(_Event, frozen=True, kw_only=True):
     parts: list[Sha256Hex] | None = None
     stream: bool = False
     priority: Priority = "interactive"
+    spans: Annotated[list[Span], msgspec.Meta(description=(
+        "Resolved pronunciation of an SSML request's segment (breaks, phonemes, rate, language, marks); "
+        "absent for plain text"))] | None = None
     more: Annotated[bool, msgspec.Meta(description=(
         "More segments of this request may follow (its text is still arriving): total is a lower bound"))] = False
     schema_version: Literal[1] = 1
@@ -250,6 +276,8 @@ class Timings(_Event, frozen=True, kw_only=True):
 ErrorCode = Annotated[str, msgspec.Meta(description=(
     "Stable code. From the stage: invalid_json, invalid_field, empty_text, text_too_long, unknown_voice, "
     "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak), "
+    "invalid_ssml (text_type ssml and the document is not valid or not allowed SSML: the message gives line, "
+    "column and reason), "
     "internal_error (a stage bug, answered instead of stopping the partition); for a request sent in pieces: "
     "stream_timeout (no piece for TTS_STREAM_TIMEOUT_S before the final one), too_many_streams (the user has "
     "TTS_MAX_OPEN_STREAMS_PER_USER open), stage_busy (the stage holds TTS_MAX_OPEN_STREAMS open), "
@@ -490,12 +518,22 @@ def check_content(req: Request, *, max_text_chars: int, voices: tuple[str, ...] 
                            field="voice", code="unknown_voice")
 
 
+def spans_key(spans: list[Span] | tuple[Span, ...] | None) -> str:
+    """The canonical bytes (as text) of a segment's resolved pronunciation; empty for plain text."""
+    return _encoder.encode(list(spans)).decode() if spans else ""
+
+
 def segment_hash(text: str, *, voice: str, model: str, model_version: str, speed: float,
-                 sample_rate: int | None, format: str) -> str:
-    """SHA-256 cache key of one segment's audio: same inputs, same key, same bytes."""
+                 sample_rate: int | None, format: str, pronunciation: str = "") -> str:
+    """SHA-256 cache key of one segment's audio: same inputs, same key, same bytes.
+
+    ``pronunciation`` is what else decides the sound (:func:`spans_key` of an SSML segment's spans,
+    lexicon versions); empty for plain text, whose keys are unchanged by it."""
     h = hashlib.sha256()
-    for part in ("ttsflow-seg-v1", text, voice, model, model_version, f"{speed:.4f}",
-                 str(sample_rate or 0), format):
+    parts = ["ttsflow-seg-v1", text, voice, model, model_version, f"{speed:.4f}", str(sample_rate or 0), format]
+    if pronunciation:
+        parts.append(pronunciation)
+    for part in parts:
         b = part.encode("utf-8")
         h.update(len(b).to_bytes(8, "big"))
         h.update(b)
