@@ -258,9 +258,29 @@ class ModelInfo(_Event, frozen=True, kw_only=True):
 
 
 class Timings(_Event, frozen=True, kw_only=True):
+    """Where a request's time went, in milliseconds. ``e2e_ms``, ``synth_ms`` (model time of all its
+    parts) and ``queue_ms`` (longest wait of a part before its model call) always; the rest (absent
+    in older events) follow the request's *last part made*, the one its answer waited for, so that
+    ``stage + read + wait + model + upload + collect + join + commit_wait`` is the time from its
+    publish to the transaction that commits its completion: ``stage`` (published to its segments
+    written by the stage), ``read`` (to the worker reading the last part's segment: topic, fetch,
+    read-ahead), ``wait`` (to the model starting on it: front end, batcher queue, fair order,
+    lanes), ``model`` (its share of the model call and DSP), ``upload`` (encode and S3 PUT),
+    ``collect`` (to the worker's loop taking it in), ``join`` (every part made to the answer
+    built: join and upload of the request's audio), ``commit_wait`` (answer built to the
+    transaction that commits it beginning)."""
+
     e2e_ms: NonNegFloat
     synth_ms: NonNegFloat
     queue_ms: NonNegFloat | None = None
+    stage_ms: NonNegFloat | None = None
+    read_ms: NonNegFloat | None = None
+    wait_ms: NonNegFloat | None = None
+    model_ms: NonNegFloat | None = None
+    upload_ms: NonNegFloat | None = None
+    collect_ms: NonNegFloat | None = None
+    join_ms: NonNegFloat | None = None
+    commit_wait_ms: NonNegFloat | None = None
 
 
 ErrorCode = Annotated[str, msgspec.Meta(description=(
