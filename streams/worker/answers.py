@@ -26,7 +26,7 @@ def build_completion(req: Request, *, status: str, model_info: ModelInfo, now: d
         audio=audio, segments=req.total, cached_segments=cached, model=model,
         timings=Timings(e2e_ms=round(max(0.0, e2e_s or 0.0) * 1000, 3), synth_ms=round(req.synth_s * 1000, 3),
                         queue_ms=round(req.queue_s * 1000, 3), **_path(req, now.timestamp())),
-        error=error, completed_at=now)
+        error=error, completed_at=now, lexicons=req.last.lexicons if req.last is not None else None)
     return c, e2e_s
 
 
