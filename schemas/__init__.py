@@ -3,7 +3,7 @@
 Imports nothing else of ttsflow. See ``schemas/asyncapi.yaml`` for the topics.
 """
 
-from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError, TtsflowError
+from schemas.errors import ContentError, InvalidField, InvalidJSON, InvalidSSML, SchemaError, TtsflowError
 from schemas.events import (
     FORMATS,
     PRIORITIES,
@@ -14,12 +14,14 @@ from schemas.events import (
     Done,
     End,
     ErrorInfo,
+    LexiconRecord,
     ModelInfo,
     ObjectRef,
     Rejection,
     Request,
     Segment,
     SegmentSource,
+    Span,
     Timings,
     WordSpan,
     WordTimings,
@@ -27,6 +29,7 @@ from schemas.events import (
     decode_chunk,
     decode_completion,
     decode_dead_letter,
+    decode_lexicon,
     decode_request,
     decode_segment,
     decode_segment_event,
@@ -35,6 +38,7 @@ from schemas.events import (
     peek_request_id,
     request_hash,
     segment_hash,
+    spans_key,
 )
 
 __all__ = [
@@ -50,6 +54,8 @@ __all__ = [
     "ErrorInfo",
     "InvalidField",
     "InvalidJSON",
+    "InvalidSSML",
+    "LexiconRecord",
     "ModelInfo",
     "ObjectRef",
     "Rejection",
@@ -57,6 +63,7 @@ __all__ = [
     "SchemaError",
     "Segment",
     "SegmentSource",
+    "Span",
     "Timings",
     "TtsflowError",
     "WordSpan",
@@ -65,6 +72,7 @@ __all__ = [
     "decode_chunk",
     "decode_completion",
     "decode_dead_letter",
+    "decode_lexicon",
     "decode_request",
     "decode_segment",
     "decode_segment_event",
@@ -73,4 +81,5 @@ __all__ = [
     "peek_request_id",
     "request_hash",
     "segment_hash",
+    "spans_key",
 ]

@@ -32,6 +32,7 @@ from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError
 
 __all__ = [
     "FORMATS",
+    "LEXICON_NAME_PATTERN",
     "PRIORITIES",
     "REQUEST_ID_PATTERN",
     "AudioRef",
@@ -40,12 +41,14 @@ __all__ = [
     "DeadLetter",
     "End",
     "ErrorInfo",
+    "LexiconRecord",
     "ModelInfo",
     "ObjectRef",
     "Rejection",
     "Request",
     "Segment",
     "SegmentSource",
+    "Span",
     "Timings",
     "WordSpan",
     "WordTimings",
@@ -53,6 +56,7 @@ __all__ = [
     "decode_chunk",
     "decode_completion",
     "decode_dead_letter",
+    "decode_lexicon",
     "decode_request",
     "decode_segment",
     "decode_segment_event",
@@ -61,9 +65,11 @@ __all__ = [
     "peek_request_id",
     "request_hash",
     "segment_hash",
+    "spans_key",
 ]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+LEXICON_NAME_PATTERN = r"^(?:global/)?[A-Za-z0-9._-]{1,64}$"
 FORMATS: tuple[str, ...] = ("wav", "flac", "ogg")
 PRIORITIES: tuple[str, ...] = ("interactive", "bulk")
 _REQUEST_ID_RE = re.compile(REQUEST_ID_PATTERN)
@@ -87,6 +93,9 @@ Timestamps = Annotated[bool, msgspec.Meta(description=(
     "Also time every word: chunks carry their words inline, the completion references a word-timing "
     "JSON object and WebVTT/SRT captions in S3. A voice that predicts no durations (chattts) answers "
     "ok audio without words and says why in words_reason"))]
+TextType = Annotated[Literal["text", "ssml"], msgspec.Meta(
+    description="text (default): the text is read as it is, tags included; ssml: the text is an SSML document "
+                "(<speak>...</speak>, the subset in docs/using/pronunciation.md)")]
 Priority = Annotated[Literal["interactive", "bulk"], msgspec.Meta(
     description="interactive (default): served first; bulk (audiobooks, backfills): served when interactive work "
                 "leaves room, never starved")]
@@ -110,6 +119,11 @@ class Request(_Event, frozen=True, kw_only=True):
     stream: Stream = False
     priority: Priority = "interactive"
     timestamps: Timestamps = False
+    text_type: TextType = "text"
+    lexicons: Annotated[list[Annotated[str, msgspec.Meta(pattern=LEXICON_NAME_PATTERN)]], msgspec.Meta(
+        max_length=5, description=(
+            "Pronunciation lexicons to apply, in order (the first that has a word wins): the user's own by name, "
+            "global ones as global/<name>. At most 5"))] | None = None
     seq: Annotated[int, msgspec.Meta(ge=0, description=(
         "Delta number of a request sent in pieces while its text is still being written (0, 1, 2, ...; "
         "every piece has the same request_id and key). Absent: the whole request in one record. The piece "
@@ -147,6 +161,23 @@ class SegmentSource(_Event, frozen=True, kw_only=True):
         return self.start + d + (k - i)
 
 
+class Span(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One run of a segment's resolved pronunciation (from SSML): text to read, or phonemes for
+    that text, or a pause, or a mark. A segment's ``text`` is the concatenation of its spans'
+    ``text``; its hash covers every span (what is spoken is what is keyed)."""
+
+    text: str = ""
+    ph: Annotated[str, msgspec.Meta(max_length=2048, description=(
+        "Phonemes that replace the reading of text, in alphabet"))] | None = None
+    alphabet: Literal["ipa", "x-pinyin"] | None = None
+    rate: Annotated[float, msgspec.Meta(gt=0, le=16, description="Speaking rate multiplier of this run "
+                                                                 "(on top of the request's speed)")] | None = None
+    lang: Annotated[str, msgspec.Meta(max_length=35, description="BCP 47 language of this run (xml:lang)")] | None = None
+    break_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000, description=(
+        "A pause of this many milliseconds here (the voice's own edge silences counted in)"))] | None = None
+    mark: Annotated[str, msgspec.Meta(max_length=256, description="An SSML mark's name at this place")] | None = None
+
+
 class Segment(_Event, frozen=True, kw_only=True):
     """One unit of synthesis work on ``tts.segments`` (key: ``user_id``).
 
@@ -182,6 +213,11 @@ class Segment(_Event, frozen=True, kw_only=True):
     timestamps: bool = False
     source: SegmentSource | None = None
     sources: list[SegmentSource] | None = None
+    spans: Annotated[list[Span], msgspec.Meta(description=(
+        "Resolved pronunciation of an SSML request's segment (breaks, phonemes, rate, language, marks); "
+        "absent for plain text"))] | None = None
+    lexicons: Annotated[list[str], msgspec.Meta(description=(
+        "On the last segment: the lexicons the request applied, as owner/name@version"))] | None = None
     more: Annotated[bool, msgspec.Meta(description=(
         "More segments of this request may follow (its text is still arriving): total is a lower bound"))] = False
     schema_version: Literal[1] = 1
@@ -291,14 +327,36 @@ class ModelInfo(_Event, frozen=True, kw_only=True):
 
 
 class Timings(_Event, frozen=True, kw_only=True):
+    """Where a request's time went, in milliseconds. ``e2e_ms``, ``synth_ms`` (model time of all its
+    parts) and ``queue_ms`` (longest wait of a part before its model call) always; the rest (absent
+    in older events) follow the request's *last part made*, the one its answer waited for, so that
+    ``stage + read + wait + model + upload + collect + join + commit_wait`` is the time from its
+    publish to the transaction that commits its completion: ``stage`` (published to its segments
+    written by the stage), ``read`` (to the worker reading the last part's segment: topic, fetch,
+    read-ahead), ``wait`` (to the model starting on it: front end, batcher queue, fair order,
+    lanes), ``model`` (its share of the model call and DSP), ``upload`` (encode and S3 PUT),
+    ``collect`` (to the worker's loop taking it in), ``join`` (every part made to the answer
+    built: join and upload of the request's audio), ``commit_wait`` (answer built to the
+    transaction that commits it beginning)."""
+
     e2e_ms: NonNegFloat
     synth_ms: NonNegFloat
     queue_ms: NonNegFloat | None = None
+    stage_ms: NonNegFloat | None = None
+    read_ms: NonNegFloat | None = None
+    wait_ms: NonNegFloat | None = None
+    model_ms: NonNegFloat | None = None
+    upload_ms: NonNegFloat | None = None
+    collect_ms: NonNegFloat | None = None
+    join_ms: NonNegFloat | None = None
+    commit_wait_ms: NonNegFloat | None = None
 
 
 ErrorCode = Annotated[str, msgspec.Meta(description=(
     "Stable code. From the stage: invalid_json, invalid_field, empty_text, text_too_long, unknown_voice, "
     "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak), "
+    "invalid_ssml (text_type ssml and the document is not valid or not allowed SSML: the message gives line, "
+    "column and reason), unknown_lexicon (a lexicon the request names is not stored, or its document is invalid), "
     "internal_error (a stage bug, answered instead of stopping the partition); for a request sent in pieces: "
     "stream_timeout (no piece for TTS_STREAM_TIMEOUT_S before the final one), too_many_streams (the user has "
     "TTS_MAX_OPEN_STREAMS_PER_USER open), stage_busy (the stage holds TTS_MAX_OPEN_STREAMS open), "
@@ -334,6 +392,8 @@ class Completion(_Event, frozen=True, kw_only=True):
     words_count: NonNegInt | None = None
     words_reason: Annotated[str, msgspec.Meta(description=(
         "Why a request that asked for timestamps has no words (a voice without durations)"))] | None = None
+    lexicons: Annotated[list[str], msgspec.Meta(description=(
+        "The pronunciation lexicons the request applied, as owner/name@version (absent: none)"))] | None = None
     schema_version: Literal[1] = 1
 
 
@@ -401,6 +461,18 @@ class Rejection(_Event, frozen=True, kw_only=True):
     source_offset: int
     created_at: datetime | None = None
     enqueued_at: datetime | None = None
+    schema_version: Literal[1] = 1
+
+
+class LexiconRecord(_Event, frozen=True, kw_only=True):
+    """A pronunciation lexicon on ``tts.lexicons`` (key ``owner/name``) or ``tts.lexicons.global``
+    (key ``global/name``), compacted; a tombstone (null value) deletes it. ``pls`` is the W3C PLS 1.0
+    document; its version is the digest of ``pls`` (the same document is the same version)."""
+
+    owner: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+    pls: str
+    updated_at: datetime | None = None
     schema_version: Literal[1] = 1
 
 
@@ -518,6 +590,10 @@ def decode_dead_letter(raw: bytes | str) -> DeadLetter:
     return _decode(raw, DeadLetter)
 
 
+def decode_lexicon(raw: bytes | str) -> LexiconRecord:
+    return _decode(raw, LexiconRecord)
+
+
 def peek_request_id(raw: bytes | str | None) -> str | None:
     """The request id if one can be read from otherwise bad bytes, else None.
 
@@ -557,12 +633,22 @@ def check_content(req: Request, *, max_text_chars: int, voices: tuple[str, ...] 
                            field="voice", code="unknown_voice")
 
 
+def spans_key(spans: list[Span] | tuple[Span, ...] | None) -> str:
+    """The canonical bytes (as text) of a segment's resolved pronunciation; empty for plain text."""
+    return _encoder.encode(list(spans)).decode() if spans else ""
+
+
 def segment_hash(text: str, *, voice: str, model: str, model_version: str, speed: float,
-                 sample_rate: int | None, format: str) -> str:
-    """SHA-256 cache key of one segment's audio: same inputs, same key, same bytes."""
+                 sample_rate: int | None, format: str, pronunciation: str = "") -> str:
+    """SHA-256 cache key of one segment's audio: same inputs, same key, same bytes.
+
+    ``pronunciation`` is what else decides the sound (:func:`spans_key` of an SSML segment's spans,
+    lexicon versions); empty for plain text, whose keys are unchanged by it."""
     h = hashlib.sha256()
-    for part in ("ttsflow-seg-v1", text, voice, model, model_version, f"{speed:.4f}",
-                 str(sample_rate or 0), format):
+    parts = ["ttsflow-seg-v1", text, voice, model, model_version, f"{speed:.4f}", str(sample_rate or 0), format]
+    if pronunciation:
+        parts.append(pronunciation)
+    for part in parts:
         b = part.encode("utf-8")
         h.update(len(b).to_bytes(8, "big"))
         h.update(b)

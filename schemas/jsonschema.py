@@ -12,7 +12,18 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import Chunk, Completion, DeadLetter, Done, End, Rejection, Request, Segment, WordTimings
+from schemas.events import (
+    Chunk,
+    Completion,
+    DeadLetter,
+    Done,
+    End,
+    LexiconRecord,
+    Rejection,
+    Request,
+    Segment,
+    WordTimings,
+)
 
 __all__ = ["MESSAGES", "OBJECTS", "SCHEMAS", "render", "write_all"]
 
@@ -25,6 +36,7 @@ MESSAGES: dict[str, type] = {  # the records of the topics (schemas/asyncapi.yam
     "chunk.v1": Chunk,
     "dead_letter.v1": DeadLetter,
     "done.v1": Done,
+    "lexicon.v1": LexiconRecord,
 }
 OBJECTS: dict[str, type] = {  # JSON objects in S3 that events point at
     "words.v1": WordTimings,

@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -83,7 +84,7 @@ class _Watchdog:
 
 def main_say(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow say", description="Publish TEXT, wait for it, save the audio.")
-    ap.add_argument("text")
+    ap.add_argument("text", nargs="?", help="the text (not with --stdin-stream)")
     ap.add_argument("-o", "--out", required=True, help="audio file to write")
     ap.add_argument("--user", default="cli", help="user id (the partition key)")
     ap.add_argument("--voice", default=None)
@@ -99,7 +100,16 @@ def main_say(argv: list[str]) -> int:
     ap.add_argument("--timestamps", action="store_true", help="ask for word timings (implied by --captions)")
     ap.add_argument("--json", action="store_true",
                     help="print the completion as one JSON object (with its words, when timed) instead of a line")
+    ap.add_argument("--ssml", action="store_true", help="TEXT is an SSML document (text_type ssml)")
+    ap.add_argument("--lexicon", action="append", default=None, metavar="NAME",
+                    help="apply this lexicon (yours by name, global/NAME a global one); repeat for up to 5, in order")
+    ap.add_argument("--stdin-stream", action="store_true",
+                    help="read the text from standard input as it is typed or piped and send it in pieces: each "
+                         "sentence is spoken as soon as it is complete (chunks written like --stream); end of input "
+                         "ends the request (docs/using/streaming-input.md)")
     a = ap.parse_args(argv)
+    if (a.text is None) != a.stdin_stream:
+        ap.error("give TEXT, or --stdin-stream (and no TEXT)")
     fmt = a.format or (Path(a.out).suffix.lstrip(".").lower() if Path(a.out).suffix else "wav")
     if a.captions is not None and Path(a.captions).suffix.lower() not in (".vtt", ".srt"):
         return _fail("say", f"captions go to a .vtt or .srt file, not {a.captions!r}")
@@ -110,10 +120,14 @@ def main_say(argv: list[str]) -> int:
         settings = load_settings()
         with TTSClient(settings, connect_timeout=3.0) as client:
             t0 = time.monotonic()
-            if a.stream:
+            if a.stdin_stream:
+                c = _say_streaming(client, a, fmt, t0, client.stream_text(
+                    _stdin_pieces(), a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout))
+            elif a.stream:
                 c = _say_streaming(client, a, fmt, t0)
             else:
                 rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority,
+                                    text_type="ssml" if a.ssml else "text", lexicons=a.lexicon,
                                     timestamps=a.timestamps)
                 dog = _Watchdog("say", settings, a.timeout)
                 try:
@@ -157,17 +171,36 @@ def chunk_path(out: str | Path, seq: int) -> Path:
     return out.with_name(f"{out.stem}.{seq:03d}.wav")
 
 
-def _say_streaming(client: Any, a: argparse.Namespace, fmt: str, t0: float) -> Completion:
+def _stdin_pieces() -> Iterator[str]:
+    """Standard input as it arrives (what a read returns: a typed line, or a pipe's next bytes)."""
+    import codecs
+    import os
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    fd = sys.stdin.fileno()
+    while True:
+        data = os.read(fd, 4096)
+        text = dec.decode(data, final=not data)
+        if text:
+            yield text
+        if not data:
+            return
+
+
+def _say_streaming(client: Any, a: argparse.Namespace, fmt: str, t0: float, items: Any = None) -> Completion:
     from schemas import Chunk
     from streams.client.audio import write_atomic
 
-    for item in client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout,
-                              timestamps=a.timestamps):
+    if items is None:
+        items = client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout,
+                              timestamps=a.timestamps)
+    for item in items:
         if isinstance(item, Chunk):
             path = write_atomic(chunk_path(a.out, item.seq), client.fetch_chunk(item))
             if not a.json:
+                of = "" if item.more else f"/{item.total}"  # a request sent in pieces: its count is known at the end
                 said = f" words={len(item.words)}" if item.words is not None else ""
-                print(f"chunk {item.seq + 1}/{item.total} {path} {item.audio.duration_s:.2f}s "
+                print(f"chunk {item.seq + 1}{of} {path} {item.audio.duration_s:.2f}s "
                       f"at {time.monotonic() - t0:.2f}s{said}", flush=True)
         else:
             return item
@@ -428,4 +461,42 @@ def main_fetch(argv: list[str]) -> int:
     except ClientError as e:
         return _fail("fetch", e)
     print(f"saved {path} ({_describe(c)})")
+    return 0
+
+
+def main_lexicon(argv: list[str]) -> int:
+    """``ttsflow lexicon put|get|list|delete``: a user's pronunciation lexicons (W3C PLS) on their topic."""
+    ap = argparse.ArgumentParser(prog="ttsflow lexicon", description=(
+        "Store, show, list or delete pronunciation lexicons (W3C PLS 1.0). NAME is yours; global/NAME is a "
+        "global one (operators write those)."))
+    sub = ap.add_subparsers(dest="op", required=True)
+    put = sub.add_parser("put", help="store or replace lexicon NAME from a PLS file")
+    put.add_argument("name")
+    put.add_argument("file", help="the PLS document (- for stdin)")
+    for op in ("get", "delete"):
+        sp = sub.add_parser(op, help=f"{op} lexicon NAME")
+        sp.add_argument("name")
+    sub.add_parser("list", help="your lexicons and the global ones")
+    for sp in sub.choices.values():
+        sp.add_argument("--user", default="cli", help="the owner (user id)")
+    a = ap.parse_args(argv)
+    from streams.client import lexicons
+
+    try:
+        settings = load_settings()
+        if a.op == "put":
+            pls = sys.stdin.read() if a.file == "-" else Path(a.file).read_text(encoding="utf-8")
+            print(lexicons.put_lexicon(settings, a.user, a.name, pls))
+        elif a.op == "get":
+            doc = lexicons.get_lexicon(settings, a.user, a.name)
+            if doc is None:
+                return _fail("lexicon", f"no lexicon {a.name!r} for {a.user}")
+            sys.stdout.write(doc if doc.endswith("\n") else doc + "\n")
+        elif a.op == "list":
+            for row in lexicons.list_lexicons(settings, a.user):
+                print(f"{row['key']}\t{row['version']}\t{row['entries']}\t{row['updated_at'] or ''}")
+        elif not lexicons.delete_lexicon(settings, a.user, a.name):
+            return _fail("lexicon", f"no lexicon {a.name!r} for {a.user}")
+    except (lexicons.LexiconError, OSError, ClientError) as e:
+        return _fail("lexicon", e)
     return 0

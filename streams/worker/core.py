@@ -38,7 +38,7 @@ from streams.worker.done_log import done_record, piece_done_record
 from streams.worker.intake import admit_record
 from streams.worker.keys import PART_FORMAT
 from streams.worker.ledger import Answer, ChunkDue, Ledger, PartResult, Request, Seg
-from streams.worker.timings import RequestTimings, chunk_offset, chunk_words, no_words_reason
+from streams.worker.timings import NO_SOURCE_REASON, RequestTimings, chunk_offset, chunk_words, no_words_reason
 
 __all__ = ["JoinJob", "Models", "Topics", "TxnPlan", "WorkerCore"]
 
@@ -161,6 +161,13 @@ class WorkerCore:
     def take_commit(self, assigned: set[int]) -> TxnPlan:
         """What the next transaction commits; the ledger counts the answers' segments as done from now."""
         answers = self.ledger.take_answers()
+        began = datetime.now(UTC)
+        for a in answers:  # the completion says how long it waited for this transaction
+            done = a.completion
+            if done.timings is not None and done.completed_at is not None:
+                wait_ms = round(max(0.0, (began - done.completed_at).total_seconds()) * 1000, 3)
+                a.completion = msgspec.structs.replace(done, timings=msgspec.structs.replace(done.timings,
+                                                                                              commit_wait_ms=wait_ms))
         offsets = self.ledger.to_commit(assigned)
         chunks = self.ledger.take_chunks(offsets, answers)
         # chunks before their request's completion, the done record with it; a piece's chunk with its
@@ -187,10 +194,12 @@ class WorkerCore:
         p = c.part
         words = offset_s = reason = None
         if c.segment is not None and c.segment.timestamps:  # its words, and where it starts in the request
-            if p.words is not None:
-                words = chunk_words(p.words, c.segment.source)
-            else:
+            if p.words is None:
                 reason = no_words_reason(c.voice, self.engine_times)
+            elif c.segment.source is None:
+                reason = NO_SOURCE_REASON
+            else:
+                words = chunk_words(p.words, c.segment.source)
             if c.request is not None:
                 offset_s = chunk_offset({k: q.duration_s for k, q in c.request.parts.items()}, c.seq,
                                         self._sample_rate)

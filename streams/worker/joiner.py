@@ -45,6 +45,7 @@ from storage.s3 import AudioStore
 from streams.worker.keys import PART_FORMAT, part_id, request_digest
 from streams.worker.ledger import Part, Request
 from streams.worker.timings import (
+    NO_SOURCE_REASON,
     PartWords,
     RequestTimings,
     decode_part_words,
@@ -192,8 +193,8 @@ class Joiner:
             return RequestTimings(reason=no_words_reason(last.voice, self.engine_times))
         sources = last.sources if last.sources is not None and len(last.sources) == len(hashes) else \
             [last.source] * len(hashes) if len(hashes) == 1 else None
-        if sources is None:
-            return RequestTimings(reason="the last segment carries no segment sources (a stage older than timestamps)")
+        if sources is None or any(x is None for x in sources):
+            return RequestTimings(reason=NO_SOURCE_REASON)
         words: list[PartWords] = []
         for seq, h in enumerate(hashes):
             part = parts.get(seq)

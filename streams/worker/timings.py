@@ -39,11 +39,13 @@ from engine.captions import cues, to_srt, to_vtt
 from engine.timing import Word
 from schemas import ObjectRef, SegmentSource, WordSpan, WordTimings, encode
 
-__all__ = ["GAP_MS", "PartWords", "RequestTimings", "chunk_offset", "chunk_words", "decode_part_words",
+__all__ = ["GAP_MS", "NO_SOURCE_REASON", "PartWords", "RequestTimings", "chunk_offset", "chunk_words", "decode_part_words",
            "encode_part_words", "no_words_reason", "part_words_key", "request_timings", "store_request_timings",
            "voice_times"]
 
 GAP_MS = 150.0  # the pause the join puts between two parts (engine.audio.join's default)
+# why a timed request's segments carry no source (the stage maps plain text only, for now)
+NO_SOURCE_REASON = "word timings of SSML, or of text a lexicon rewrote, are not offered yet"
 _JSON = "application/json"
 
 

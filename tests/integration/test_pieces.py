@@ -9,6 +9,9 @@
   bound) while another user's request is answered meanwhile.
 * Stage and worker SIGKILLed mid-stream: every piece spoken once and in order, chunks once each,
   one completion per request.
+* The gateway's ElevenLabs ``stream-input`` WebSocket, driven by a client that follows the
+  published protocol (the ``websockets`` package): audio as sentences complete, ``isFinal``,
+  ``xi-api-key`` auth with the gateway's keys, ``output_format``.
 """
 
 from __future__ import annotations
@@ -39,19 +42,24 @@ PARAGRAPH = ("The morning train was late again. Nobody on the platform seemed su
              "laughed about it. When it finally arrived, everyone found a seat. The ride into the city was "
              "quiet and calm.")
 TIMEOUT_S = 4.0
+KEY = "sk-test-pieces"
 
 
 @pytest.fixture(scope="module")
 def rig(stack_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Supervisor]]:
     run = f"pieces-{uuid.uuid4().hex[:8]}"
+    home = tmp_path_factory.mktemp("pieces")
+    (home / "keys.json").write_text(json.dumps({KEY: "agent"}))
     s = isolated(stack_settings, run).replace(partitions=TEST_PARTITIONS, stream_timeout_s=TIMEOUT_S,
-                                              max_open_streams_per_user=4, max_stream_pieces=200)
+                                              max_open_streams_per_user=4, max_stream_pieces=200,
+                                              gateway_keys_file=str(home / "keys.json"))
     ensure_topics(s, partitions=TEST_PARTITIONS)
-    with Supervisor(tmp_path_factory.mktemp("pieces") / "logs") as sup:
+    with Supervisor(home / "logs") as sup:
         stage = sup.stage("stage", s)
         worker = sup.worker("worker", s)
-        sup.wait_ready(stage, timeout=120)
-        sup.wait_ready(worker, timeout=300)
+        gateway = sup.gateway("gateway", s)
+        for proc in (stage, worker, gateway):
+            sup.wait_ready(proc, timeout=300)
         with TTSClient(s) as client:  # the model's first call is slow (warm-up): not what the tests measure
             assert client.wait(client.submit("Warm up.", "warm"), timeout=120).status == "ok"
         yield s, sup
@@ -213,3 +221,94 @@ def test_stage_and_worker_killed_mid_stream_speak_every_piece_once(rig: tuple[Se
     print(f"\nkills: {len(texts)} requests, {sum(len(v) for v in chunks.values())} chunks, "
           f"{copies} segments re-sent by the restarted stage (dropped by the worker)")
 
+
+
+async def _speak_over_ws(url: str, words: list[str], headers: dict[str, str], rate: float) -> tuple[
+        list[dict[str, Any]], float, float]:
+    """ElevenLabs' published protocol: a first message with settings, text as it comes, the empty
+    closing message; every message back, when the first audio came and when the last word went."""
+    import asyncio
+
+    import websockets
+
+    msgs: list[dict[str, Any]] = []
+    async with websockets.connect(url, additional_headers=headers) as ws:
+        await ws.send(json.dumps({"text": " ", "voice_settings": {"stability": 0.5, "similarity_boost": 0.8},
+                                  "generation_config": {"chunk_length_schedule": [120, 160, 250, 290]}}))
+        first_audio = [0.0]
+
+        async def read() -> None:
+            async for raw in ws:
+                m = json.loads(raw)
+                if m.get("audio") and not first_audio[0]:
+                    first_audio[0] = time.monotonic()
+                msgs.append(m)
+                if m.get("isFinal"):
+                    return
+
+        reader = asyncio.ensure_future(read())
+        for w in words:
+            await ws.send(json.dumps({"text": w + " ", "try_trigger_generation": True}))
+            await asyncio.sleep(1.0 / rate)
+        last_word = time.monotonic()
+        await ws.send(json.dumps({"text": "", "flush": True}))
+        await ws.send(json.dumps({"text": ""}))
+        await asyncio.wait_for(reader, 120)
+    return msgs, first_audio[0], last_word
+
+
+@pytest.mark.timeout(300)
+def test_the_elevenlabs_websocket_speaks_text_as_it_is_written(rig: tuple[Settings, Supervisor]) -> None:
+    import asyncio
+    import base64
+
+    import websockets
+
+    _, sup = rig
+    port = sup.procs["gateway"].settings.gateway.gateway_port
+    url = f"ws://127.0.0.1:{port}/v1/text-to-speech/heart/stream-input?output_format=pcm_16000"
+    msgs, first_audio, last_word = asyncio.run(_speak_over_ws(url, PARAGRAPH.split(" "), {"xi-api-key": KEY}, 20.0))
+    audio = [m for m in msgs if m.get("audio")]
+    assert msgs[-1] == {"isFinal": True} and len(audio) >= 4 and all(m["isFinal"] is None for m in audio)
+    pcm = b"".join(base64.b64decode(m["audio"]) for m in audio)
+    seconds = len(pcm) / 2 / 16000
+    print(f"\nwebsocket: first audio {last_word - first_audio:.2f} s before the last word, {seconds:.1f} s of pcm_16000")
+    assert first_audio < last_word and seconds > 5  # heard while written; the whole paragraph at 16 kHz
+
+    async def refused(headers: dict[str, str]) -> list[Any]:
+        async with websockets.connect(url, additional_headers=headers) as ws:
+            await ws.send(json.dumps({"text": " "}))
+            got: list[Any] = []
+            try:
+                while True:
+                    got.append(json.loads(await ws.recv()))
+            except websockets.ConnectionClosed:
+                return [*got, ws.close_code]
+
+    bad = asyncio.run(refused({"xi-api-key": "sk-wrong"}))
+    assert bad[0]["error"] == "invalid_api_key" and bad[-1] == 1008
+
+
+@pytest.mark.timeout(300)
+def test_say_stdin_stream_speaks_piped_text(rig: tuple[Settings, Supervisor], tmp_path: Any,
+                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+    import os
+
+    from streams.client.cli import main_say
+    from streams.devstack.procs import settings_env
+
+    s, _ = rig
+    for k, v in settings_env(s).items():  # the CLI reads its settings from the environment
+        monkeypatch.setenv(k, v)
+    r, w = os.pipe()
+    os.write(w, b"Piped in by the command line. And a second sentence.\n")
+    os.close(w)
+    out = tmp_path / "said.wav"
+    with io.TextIOWrapper(os.fdopen(r, "rb")) as stdin:
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert main_say(["--stdin-stream", "-o", str(out), "--user", "carol"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    # both sentences were complete before the input ended (the second at its newline): the End record closed it
+    assert [ln.split()[:2] for ln in lines[:-1]] == [["chunk", "1"], ["chunk", "2"]], lines
+    assert lines[-1].startswith(f"saved {out}") and out.read_bytes()[:4] == b"RIFF"

@@ -177,6 +177,11 @@ def test_bad_settings_on_piece_zero_fail_the_request() -> None:
     assert isinstance(rej, Rejection) and rej.error.code == "unknown_voice"
 
 
+def test_ssml_cannot_come_in_pieces() -> None:
+    [rej] = events(Stage().piece(0, "<speak>Hi</speak>", text_type="ssml"))
+    assert isinstance(rej, Rejection) and rej.error.code == "invalid_field"
+
+
 def test_a_whole_request_under_an_open_id_is_dropped() -> None:
     s = Stage()
     s.piece(0, "Hi")
@@ -232,8 +237,10 @@ def test_cutting_pieces_loses_and_reorders_nothing(parts: list[str]) -> None:
     segs, held = cut_open(held, max_chars=20, budget=budget, force="all")
     out += segs
     assert "".join("".join(out).split()) == "".join("".join(parts).split())
-    # within the limit, but for end marks joined to their segment (alone they would be silence)
-    assert all(len(s) <= 20 or not speakable(s[20:]) for s in out) and not held
+    # within the limit, but for end marks joined to their segment, after it or (a mark that came
+    # first, e.g. pieces "。" then "Hello...") before it: alone they would be silence
+    assert all(len(s) <= 20 or not speakable(s[20:]) or not speakable(s[:len(s) - 20]) for s in out), out
+    assert not held
 
 
 def test_open_index_counts_and_due_ticks_once() -> None:
@@ -247,3 +254,25 @@ def test_open_index_counts_and_due_ticks_once() -> None:
     assert ix.due(121.0, idle_s=0.7, timeout_s=20)[0][4] == "timeout"
     ix.delete(b"u\x00r1")
     assert ix.user_count(b"u") == 0 and len(ix) == 0
+
+
+def test_websocket_output_formats() -> None:
+    import numpy as np
+    import pytest
+
+    from streams.gateway.errors import ApiError
+    from streams.gateway.stream_input import WsEncoder
+
+    tone = (np.sin(np.arange(24_000) / 24_000 * 2 * np.pi * 440) * 20_000).astype(np.int16)  # 1 s at 24 kHz
+    assert len(WsEncoder("pcm_16000").feed(tone)) == 2 * 16_000
+    assert len(WsEncoder("pcm_24000").feed(tone)) == 2 * 24_000
+    ulaw = WsEncoder("ulaw_8000").feed(tone)
+    assert len(ulaw) == 8000 and ulaw[:1] == b"\xff"  # silence (0) is 0xff in mu-law
+    silence = WsEncoder("ulaw_8000").feed(np.zeros(24, np.int16))
+    assert set(silence) == {0xFF}
+    mp3 = WsEncoder("mp3_44100_128")
+    data = mp3.feed(tone) + mp3.close()
+    assert data[:3] == b"ID3" or data[0] == 0xFF
+    with pytest.raises(ApiError) as e:
+        WsEncoder("opus_48000_64")
+    assert e.value.code == "invalid_output_format"
