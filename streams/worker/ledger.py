@@ -46,6 +46,7 @@ import numpy as np
 from engine.base import Failure, Prepared
 from schemas import Completion, End, ErrorInfo, Rejection, Segment
 from streams.worker.offsets import OffsetTracker
+from streams.worker.timings import PartWords
 
 __all__ = ["Answer", "ChunkDue", "Ledger", "Part", "PartResult", "Request", "Seg", "piece_key"]
 
@@ -68,6 +69,19 @@ class Seg:
     part_id: str
     received: float
     prepared: Prepared | None = None
+    size: int = 0              # bytes of its record (what the read-ahead is bounded by)
+    # where its time went (epoch seconds; Timings of the completion whose last part it is)
+    written_at: float = 0.0    # the stage wrote it (its record's timestamp)
+    read_at: float = 0.0       # this worker read it
+    started_at: float = 0.0    # its model call began
+    model_s: float = 0.0       # its share of the model call and DSP
+    uploaded_at: float = 0.0   # its part was in S3
+
+    @property
+    def work_id(self) -> str:
+        """What is being made: the part, with its words when the segment asked for timestamps (a part
+        made without words cannot serve it, so the two are made, and waited for, apart)."""
+        return self.part_id + ("+words" if self.seg.timestamps else "")
 
 
 @dataclass(slots=True)
@@ -78,6 +92,7 @@ class Part:
     sha256: str = ""        # of the stored object (a streaming request's chunk names it)
     bytes: int = 0
     duration_s: float = 0.0
+    words: PartWords | None = None  # its words (streams.worker.timings), when made or found with them
 
 
 # a model call's result for one segment: the part made (in S3) or why not, its share of the
@@ -97,6 +112,8 @@ class ChunkDue:
     total: int
     voice: str
     part: Part
+    request: Request | None = None  # where the earlier parts' lengths are (a chunk's offset_s)
+    segment: Segment | None = None
     more: bool = False  # of a request still arriving in pieces (total is a lower bound)
 
 
@@ -120,6 +137,8 @@ class Request:
     held_bytes: int = 0    # part samples kept in memory for the join (bounded by join_memory_mb)
     audio_s: float = 0.0   # audio of the parts synthesized here so far (max_request_audio_s stops it early)
     pieces: bool = False   # sent in pieces: its segments' done records are deleted with its answer
+    last_made: Seg | None = None  # the segment whose part was ready last, and when (its completion's Timings)
+    made_at: float = 0.0
 
     @property
     def key(self) -> tuple[int, str]:
@@ -154,13 +173,14 @@ class Ledger:
         self.wall = wall
         self.tracker = OffsetTracker()
         self.requests: dict[tuple[int, str], Request] = {}
-        self.waiting: dict[str, list[Seg]] = {}            # part_id -> segments waiting for its audio
+        self.waiting: dict[str, list[Seg]] = {}            # work id -> segments waiting for its part
         self.answers: list[Answer] = []
         self.chunks: dict[int, list[ChunkDue]] = {}        # partition -> chunks waiting for their offset's commit
         self._seen: set[tuple[int, str, int]] = set()      # (partition, request_id, seq) in flight here
         self._done: dict[int, dict[str, float]] = {}       # durable: request id -> answered at (epoch s)
         self._answering: set[tuple[int, str]] = set()      # answered, its transaction not yet committed
         self._gen: dict[int, int] = {}                     # partition -> generation of its in-memory work
+        self._failed_since = False                          # a request failed since unwanted() last looked
 
     # -- partitions ---------------------------------------------------------------------
     def gen(self, partition: int) -> int:
@@ -280,22 +300,22 @@ class Ledger:
     # -- 3), 6) parts ---------------------------------------------------------------------
     def join_waiting(self, s: Seg) -> bool:
         """The same audio is being made already: ``s`` waits for it (True), else False."""
-        if s.part_id in self.waiting:
-            self.waiting[s.part_id].append(s)
+        if s.work_id in self.waiting:
+            self.waiting[s.work_id].append(s)
             return True
         return False
 
     def start_waiting(self, s: Seg) -> None:
-        self.waiting[s.part_id] = [s]
+        self.waiting[s.work_id] = [s]
 
     def queued(self, s: Seg, wait_s: float) -> None:
         req = self.requests.get((s.partition, s.seg.request_id))
         if req is not None:
             req.queue_s = max(req.queue_s, wait_s)
 
-    def part_made(self, part_id: str, part: Part, synth_s: float) -> None:
-        """The audio of ``part_id`` is in S3: every segment waiting for it is ready."""
-        for i, s in enumerate(self.waiting.pop(part_id, [])):
+    def part_made(self, work_id: str, part: Part, synth_s: float) -> None:
+        """The part of ``work_id`` (:attr:`Seg.work_id`) is in S3: every segment waiting for it is ready."""
+        for i, s in enumerate(self.waiting.pop(work_id, [])):
             if i == 0:
                 req = self.requests.get((s.partition, s.seg.request_id))
                 if req is not None:
@@ -312,17 +332,18 @@ class Ledger:
             self.tracker.mark_done(s.partition, s.offset)
             return
         req.parts[s.seg.seq] = self._hold(req, part)
+        req.last_made, req.made_at = s, self.wall()
         if s.seg.stream and req.failure is None:
             self.chunks.setdefault(s.partition, []).append(ChunkDue(
                 s.partition, s.offset, req.request_id, req.user_id, s.seg.seq, s.seg.total, s.seg.voice, part,
-                more=s.seg.more))
+                req, s.seg, more=s.seg.more))
         if not s.seg.last:  # a last segment is done only with its completion
             self.tracker.mark_done(s.partition, s.offset)
 
-    def part_failed(self, part_id: str, error: ErrorInfo) -> list[tuple[Request, int]]:
-        """Every request waiting for ``part_id`` fails with ``error``; returns the ones that failed now (and the seq)."""
+    def part_failed(self, work_id: str, error: ErrorInfo) -> list[tuple[Request, int]]:
+        """Every request waiting for ``work_id`` fails with ``error``; returns the ones that failed now (and the seq)."""
         failed = []
-        for s in self.waiting.pop(part_id, []):
+        for s in self.waiting.pop(work_id, []):
             req = self.requests.get((s.partition, s.seg.request_id))
             if req is not None and req.failure is None:
                 req.failure = error
@@ -378,6 +399,7 @@ class Ledger:
                                    pieces=req.total if req.pieces else 0))
         self.requests.pop(req.key, None)
         self._answering.add(req.key)
+        self._failed_since = self._failed_since or completion.status == "failed"
         self._seen.difference_update({(req.partition, req.request_id, s) for s in (*req.seqs, _END_SEQ)})
 
     # -- 8) the committed-offset rule -------------------------------------------------------------
@@ -434,6 +456,19 @@ class Ledger:
             self._answering.discard((a.partition, a.request_id))
 
     # -- dropping work ------------------------------------------------------------------------------
+    def unwanted(self) -> set[str]:
+        """Parts no request waits for any more (every segment waiting for them is of a request that was
+        answered failed meanwhile): forgotten here; the caller drops them from its queue, so a failed
+        request's read-ahead is not synthesized."""
+        if not self._failed_since:
+            return set()
+        self._failed_since = False
+        gone = {pid for pid, segs in self.waiting.items()
+                if all((s.partition, s.seg.request_id) not in self.requests for s in segs)}
+        for pid in gone:
+            del self.waiting[pid]
+        return gone
+
     def idle(self) -> bool:
         return not (self.requests or self.waiting)
 

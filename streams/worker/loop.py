@@ -135,7 +135,8 @@ class Worker:
                              join_memory_bytes=batching.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
         self.core = WorkerCore(self.ledger, self.gate, metrics,
                                topics=Topics(kafka.topic_completed, kafka.topic_chunks, kafka.topic_done),
-                               uri=store.uri, bucket=store.bucket, sample_rate=engine.sample_rate)
+                               uri=store.uri, bucket=store.bucket, sample_rate=engine.sample_rate,
+                               engine_times=bool(getattr(engine, "timestamps", False)))
 
         # static membership: a worker restarted under its transactional id gets its partitions back at once
         def new_consumer() -> Any:
@@ -166,7 +167,8 @@ class Worker:
         self.lanes = lanes
         self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batcher.max_batch,
                                overlap=self.overlap, io=self._io, lanes=lanes)
-        self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s)
+        self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s,
+                             engine_times=bool(getattr(engine, "timestamps", False)))
         self.checkpoint = Checkpoint(core=self.core, producer=producer_, consumer=self.consumer,
                                      segments_topic=kafka.topic_segments, metrics=metrics, clock=clock,
                                      interval_s=kafka.worker_commit_interval_ms / 1000,
@@ -177,7 +179,8 @@ class Worker:
         self.rebalance = Rebalance(ledger=self.ledger, done_log=self.done_log, consumer=self.consumer,
                                    parts=self.parts, metrics=metrics, segments_topic=kafka.topic_segments)
         self._producer = producer_
-        self._cap = 4 * batching.max_batch
+        self._cap = 4 * batching.max_batch  # records taken per poll: the front end runs on this thread
+        self._read_ahead = batching.read_ahead_kb * 1024
         self.cache.on_error = metrics.redis_error
 
     @property
@@ -267,7 +270,7 @@ class Worker:
         #    (a rewind that could not finish is retried first; its partitions admit nothing until it does)
         if self.consumer.rewind_pending & self.consumer.assigned:
             self.consumer.rewind(self.consumer.rewind_pending & self.consumer.assigned)
-        self.consumer.apply_backpressure(self.parts.backlog(), self._cap, self.parts.held_by_partition())
+        self.consumer.apply_backpressure(self.parts.held_by_partition(), self._read_ahead)
         timeout = 0.2
         deadline = self.parts.next_deadline()  # None while every lane is taken: nothing to start before one frees
         if deadline is not None:
@@ -295,7 +298,7 @@ class Worker:
         for s in fresh:
             if self.ledger.join_waiting(s):
                 continue
-            hit = self.parts.cached(s.part_id)
+            hit = self.parts.cached(s)
             if hit is not None:
                 self.ledger.part_ready(s, hit)
                 continue
@@ -327,6 +330,10 @@ class Worker:
         for job in self.core.to_join():
             self.joiner.submit(job.req, job.hashes, job.identities)
         self.core.joined(self.joiner.collect())
+        # a request answered failed (audio_too_long, a failed part) may have much of itself read ahead
+        unwanted = self.ledger.unwanted()
+        if unwanted:
+            self.parts.batcher.remove_if(lambda s: s.part_id in unwanted)
 
     # -- rebalance callbacks (inside consume(), on the loop's thread) -----------------
     def on_assign(self, consumer: Any, partitions: list[Any]) -> None:
