@@ -137,7 +137,10 @@ def test_open_requests_are_bounded_per_user_and_per_stage() -> None:
     s.piece(0, "b", rid="b1", key=b"bob")
     [rej] = events(s.piece(0, "c", rid="c1", key=b"carol"))
     assert isinstance(rej, Rejection) and rej.error.code == "stage_busy"
-    assert s.piece(1, "more", rid="a3").kind == "duplicate"  # refused once, its later pieces dropped
+    # refused at the bound without being recorded (the stage need not wait for the rejection): a later
+    # piece is refused again, and the worker's done log drops the repeat
+    again = s.piece(1, "more", rid="a3")
+    assert again.kind == "failed" and again.remember is None and again.open is None
 
 
 def test_too_many_pieces_and_too_much_text_fail_the_request() -> None:
@@ -174,6 +177,22 @@ def test_bad_settings_on_piece_zero_fail_the_request() -> None:
     s = Stage()
     [rej] = events(s.piece(0, "Hi. ", voice="nobody"))
     assert isinstance(rej, Rejection) and rej.error.code == "unknown_voice"
+
+
+def test_timed_pieces_say_where_each_segment_came_from_in_the_text_as_sent() -> None:
+    s = Stage()
+    sent = ["Well\u2026  the first", " one, it", " ends here.  And", "  then\tthe second", " one.", ""]
+    outs = [s.piece(i, t, stream=True, timestamps=True) if i == 0 else s.piece(i, t, final=i == len(sent) - 1)
+            for i, t in enumerate(sent)]
+    whole = "".join(sent)
+    segs = [e for o in outs for e in events(o) if isinstance(e, Segment)]
+    [end] = [e for o in outs for e in events(o) if isinstance(e, End)]
+    assert len(segs) >= 3 and all(x.timestamps and x.source is not None for x in segs)
+    for x in segs:
+        assert x.source is not None
+        first, last = x.source.offset(0), x.source.offset(len(x.text) - 1)
+        assert whole[first] == x.text[0] and whole[last] == x.text[-1], (x.text, whole[first:last + 1])
+    assert end.timestamps and end.sources == [x.source for x in segs]
 
 
 def test_ssml_cannot_come_in_pieces() -> None:
