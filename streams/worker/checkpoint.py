@@ -15,10 +15,11 @@ module calls ``begin_transaction``, ``commit_transaction`` or ``abort_transactio
   synthesizes; at most one is in flight (:meth:`Checkpoint.start` does nothing while one runs).
 * **Each failure has one answer, decided here**: a commit that times out is retried, never
   aborted; an abortable error (the transaction's, or the loop's own) aborts the open
-  transaction; a call still running 5 s past its own 5 s timeout (librdkafka#5456 after a
-  broker restart) is *wedged*: the producer is replaced under the same ``transactional.id``
-  (its ``init_transactions`` fences the old one and ends its open transaction); a fenced
-  producer is fatal. After an abort or a replacement the caller redoes its work from the
+  transaction; a call still running 2 s past its own 3 s timeout (librdkafka#5456, #5511:
+  ``send_offsets_to_transaction`` hangs once the group coordinator's broker died and left the
+  metadata) is *wedged*: the producer is replaced under the same ``transactional.id`` (its
+  ``init_transactions`` fences the old one and ends its open transaction), on a revoke too;
+  a fenced producer is fatal. After an abort or a replacement the caller redoes its work from the
   committed offsets (:class:`~streams.worker.recovery.Recovery`), so only invisible work repeats.
 """
 
@@ -174,14 +175,22 @@ class Checkpoint:
         self._open = False
 
     def abort_quietly(self, reason: BaseException | None = None) -> None:
-        """Shutdown, or a revoke whose commit failed: settle, then one bounded abort of what is still
-        open, its failure logged (fenced: raised). Never replaces the producer."""
+        """Shutdown, or a revoke whose commit failed: settle, then end what is still open: one bounded
+        abort, its failure logged (fenced: raised); or, when the commit wedged (``reason`` is
+        :class:`ProducerWedged`), a fresh producer, since the txn thread is still stuck in the wedged
+        call and an abort queued behind it would only wedge too (10 s more, seen on a revoke after a
+        group coordinator's death). Ending it now matters: until it ends, the partitions' next owner
+        cannot read their committed offsets (the coordinator holds the pending transactional ones)."""
         if reason is not None:
             _log.warning("event=commit_failed error=%s", reason)
         self.settle()
-        if self._open:
-            self.metrics.transaction(False)
-            self._abort_once()
+        if not self._open:
+            return
+        if isinstance(reason, ProducerWedged):
+            self._replace(reason)
+            return
+        self.metrics.transaction(False)
+        self._abort_once()
 
     def _abort_once(self) -> None:
         from confluent_kafka import KafkaException
