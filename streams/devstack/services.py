@@ -159,8 +159,10 @@ def _start_kafka(settings: Settings, p: StackPaths, node: int = 1) -> int:
     conf = _render("server.properties.template", p.conf / f"server{suffix}.properties",
                    kafka_port=kafka_port, controller_port=controller_port, log_dirs=data,
                    partitions=settings.kafka.partitions, node_id=node, replication=factor, min_isr=min_isr,
-                   session_timeout_ms=9000 if len(ports) == 1 else 4500,
-                   heartbeat_interval_ms=2000 if len(ports) == 1 else 750,
+                   session_timeout_ms=9000 if len(ports) == 1 else 3000,
+                   heartbeat_interval_ms=2000 if len(ports) == 1 else 500,
+                   quorum_fetch_timeout_ms=2000 if len(ports) == 1 else 1500,
+                   quorum_election_timeout_ms=1000 if len(ports) == 1 else 500,
                    quorum_voters=",".join(f"{i}@127.0.0.1:{c}" for i, (_k, c) in enumerate(ports, start=1)))
     scram: list[str] = []
     if secure.is_secure(p.home):  # SASL_SSL listener, SCRAM users, StandardAuthorizer (streams/devstack/secure.py)
