@@ -138,7 +138,10 @@ def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: in
               for at in moments(kill_workers, start, end)]
     events += [Event(at, "kill_stage") for at in moments(kill_stage, start * window_s, end * window_s)]
     events += [Event(at, "restart_broker") for at in moments(restart_broker, start * window_s, end * window_s)]
-    events += [Event(at, "kill_broker") for at in moments(kill_brokers, start * window_s, end * window_s)]
+    # a broker kill waits for the last disruption to settle and lasts ~10 s plus a restart: planned
+    # in the first two thirds of the window so that the last one still meets traffic
+    last = start + (end - start) * 2 / 3
+    events += [Event(at, "kill_broker") for at in moments(kill_brokers, start * window_s, last * window_s)]
     return sorted(events, key=lambda e: (e.by, e.at))
 
 
@@ -241,6 +244,7 @@ class ChaosConfig:
     # this for its answer: one failure at a time, so each kill's window shows its own failover
     settle_age_s: float = 10.0
     settle_quiet_s: float = 20.0  # ... and until this long after the last worker or stage kill
+    kill_spacing_s: float = 10.0  # worker and stage kills at least this far apart
     broker_settle_timeout_s: float = 45.0
 
 
@@ -439,8 +443,9 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                         sup.restart(name, sig=signal.SIGKILL)
                         last_kill[0] = time.monotonic()
 
-                    # held while a broker kill is under way: one failure at a time
-                    if not killer.disrupt(kill):
+                    # held while a broker kill is under way, and spaced (held ones come due together):
+                    # one failure at a time
+                    if time.monotonic() - last_kill[0] < cfg.kill_spacing_s or not killer.disrupt(kill):
                         continue
                     rec["target"] = name
                     if ev.by == "time" and now - ev.at > 1.0:

@@ -27,7 +27,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, StreamError, classify
+from streams.errors import (
+    AbortableError,
+    FatalError,
+    ProducerBroken,
+    ProducerWedged,
+    RetriableError,
+    StreamError,
+    classify,
+)
 from streams.kafka.retry import call_with_retry
 
 __all__ = ["OP_TIMEOUT_S", "WEDGE_GRACE_S", "Record", "TransactionalProducer", "produce_record", "transaction_error"]
@@ -48,12 +56,27 @@ WEDGE_GRACE_S = 2.0
 Record = tuple[str, bytes, bytes, "int | None"]  # topic, key, value, partition (None: the partitioner's)
 
 
-def transaction_error(e: Exception) -> StreamError:
+# Fatal errors of librdkafka's idempotence layer: this producer instance's sequence state is lost
+# (a produce possibly persisted on a leader that died, then OUT_OF_ORDER_SEQUENCE_NUMBER on the
+# new one: seen once in chaos --kill-brokers), not a newer instance fencing it
+_BROKEN_NAMES = frozenset({"OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID", "INVALID_PRODUCER_ID_MAPPING",
+                           "DUPLICATE_SEQUENCE_NUMBER", "_INCONSISTENT", "_GAPLESS_GUARANTEE"})
+
+
+def transaction_error(e: Exception, *, during: str = "transaction") -> StreamError:
     """A ``KafkaException`` inside an open transaction, classified: a retriable one becomes
-    abortable (the open transaction cannot be resumed: abort and redo)."""
-    exc = classify(e, during="transaction")
+    abortable (the open transaction cannot be resumed: abort and redo); a fatal one of the
+    idempotence layer :class:`ProducerBroken` (replace the producer, not the process)."""
+    exc = classify(e, during=during)
     if type(exc) is RetriableError:
         exc = AbortableError(str(exc))
+    elif type(exc) is FatalError:
+        err = getattr(exc, "kafka_error", None)
+        name = getattr(err, "name", None)
+        if callable(name) and name() in _BROKEN_NAMES:
+            broken = ProducerBroken(str(exc))
+            broken.kafka_error = err  # type: ignore[attr-defined]
+            exc = broken
     return exc
 
 

@@ -500,6 +500,48 @@ def test_a_commit_wedged_at_a_revoke_replaces_the_producer_without_aborting_on_i
         wedged.release.set()
 
 
+class BrokenProducer(FakeProducer):
+    """The first commit fails as librdkafka's idempotence layer breaks the instance: a produce
+    possibly persisted on a leader that died, then OUT_OF_ORDER_SEQUENCE_NUMBER on the new one."""
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        raise KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                        "sequence desynchronization with broker 1", fatal=True))
+
+
+def test_a_producer_broken_by_librdkafka_is_replaced_not_the_process(rig: Rig) -> None:
+    broken = BrokenProducer(rig.broker)
+    fresh: list[FakeProducer] = []
+
+    def factory() -> FakeProducer:
+        fresh.append(FakeProducer(rig.broker))
+        return fresh[-1]
+
+    rig.worker.close()
+    rig.consumer = FakeConsumer(rig.broker)
+    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
+                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=broken, producer_factory=factory,
+                        reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now)
+    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    rig.publish(0, segments("b", "u1", ["Broken once."]))
+    rig.run()
+    assert broken.calls.count("commit") == 1 and "abort" not in broken.calls
+    assert len(fresh) == 1 and fresh[0].calls[:1] == ["init"], "no new producer took over"
+    assert Counter(c.request_id for c in rig.completions()) == Counter({"b": 1})
+    assert rig.metrics.value("ttsflow_worker_producer_replacements_total") == 1
+
+
+def test_a_fenced_producer_stays_fatal() -> None:
+    from streams.errors import FatalError, ProducerBroken
+    from streams.kafka.producer import transaction_error
+
+    fenced = transaction_error(KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True)))
+    assert type(fenced) is FatalError
+    oos = transaction_error(KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "desync", fatal=True)))
+    assert isinstance(oos, ProducerBroken)
+
+
 class SlowOffsetsConsumer(FakeConsumer):
     """committed() times out the first ``fail`` times (the group's offsets unreadable right
     after a broker restart, until the consumer has polled)."""
