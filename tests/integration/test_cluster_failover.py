@@ -24,7 +24,7 @@ _REQUESTS = 100
 
 def test_segments_leader_and_txn_coordinator_kills_lose_and_double_nothing(tmp_path: Path) -> None:
     code, r = run_json(["chaos", "--brokers", "3", "--requests", str(_REQUESTS), "--kill-workers", "0",
-                        "--kill-stage", "0", "--kill-brokers", "2", "--publish-seconds", "70", "--timeout", "180",
+                        "--kill-stage", "0", "--kill-brokers", "2", "--publish-seconds", "50", "--timeout", "180",
                         "--json"], timeout=420, log=tmp_path / "chaos.stderr")
     summary = {k: r.get(k) for k in ("completed", "lost", "duplicates", "bad_audio", "lost_where", "duplicate_ids",
                                      "bad_audio_sample", "crash_restarts", "liveness_restarts", "logs")}
