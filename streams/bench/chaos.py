@@ -9,7 +9,11 @@ up with its own ``TTS_HOME`` and ports, never the shared one). With ``--brokers 
 private stack has three brokers (replication factor 3, ``min.insync.replicas`` 2) and
 ``--kill-brokers N`` SIGKILLs a segments leader or a worker's transaction coordinator,
 alternating, each started again 10 s later (:mod:`streams.bench.brokerkill`; the report's
-``broker_kills`` says which broker, what it led or coordinated, and how answers stalled). A process that exits on its
+``broker_kills`` says which broker, what it led or coordinated, and how answers stalled).
+Broker kills come one failure at a time: each waits until the cluster is whole and the
+pipeline has settled after the last worker or stage kill, and worker and stage kills are held
+while one is under way (``held_s``), so each kill window shows its own failover; every
+request's publish and answer times are kept in ``<out>/<run>/logs/timeline.json``. A process that exits on its
 own (a fenced producer exits non-zero by design) is restarted, as an orchestrator would,
 and counted; so is one whose ``/healthz`` keeps failing for 30 s (a liveness probe). When every request is answered (or ``--timeout`` passes) everything is
 stopped and ``tts.completed`` is read again from the beginning with ``read_committed``.
@@ -245,7 +249,7 @@ class ChaosConfig:
     settle_age_s: float = 10.0
     settle_quiet_s: float = 20.0  # ... and until this long after the last worker or stage kill
     kill_spacing_s: float = 10.0  # worker and stage kills at least this far apart
-    broker_settle_timeout_s: float = 45.0
+    broker_settle_timeout_s: float = 30.0
 
 
 @dataclass(slots=True)
