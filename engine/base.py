@@ -30,19 +30,25 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.timing import Word, WordPlan
-from schemas.events import ModelInfo  # the one model-info type: what a backend reports is what a completion names
+from schemas.events import (
+    ModelInfo,  # the one model-info type: what a backend reports is what a completion names
+    Span,
+)
 
 __all__ = ["Audio", "Backend", "Failure", "ModelInfo", "Prepared", "SynthItem", "Word"]
 
 
 @dataclass(frozen=True, slots=True)
 class SynthItem:
-    """One piece of text to speak; ``timestamps``: also time each word (if the backend can)."""
+    """One piece of text to speak; ``timestamps``: also time each word (if the backend can);
+    ``spans``: its resolved SSML pronunciation (:mod:`engine.pron`; ``text`` is their text), which a
+    backend with ``spans`` True honours and another reads as ``text``."""
 
     text: str
     voice: str
     speed: float = 1.0
     timestamps: bool = False
+    spans: tuple[Span, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +60,7 @@ class Prepared:
     payload: Any
     length: int
     words: WordPlan | None = None
+    shape: Any = None  # engine.pron.Shape of a span item: per chunk rate and pause
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,7 @@ class Audio:
     samples: np.ndarray
     sample_rate: int
     words: tuple[Word, ...] | None = None
+    marks: tuple[tuple[str, float], ...] | None = None  # SSML marks: (name, seconds)
 
     @property
     def duration_s(self) -> float:
@@ -91,6 +99,7 @@ class Backend(abc.ABC):
     default_voice: str
     native_batching: bool = False
     timestamps: bool = False
+    spans: bool = False  # honours SynthItem.spans (breaks, phonemes, rate, language, marks)
 
     @abc.abstractmethod
     def prepare(self, item: SynthItem) -> Prepared: ...
@@ -105,6 +114,10 @@ class Backend(abc.ABC):
         """Each word of ``prepared.words`` timed by the model's durations in ``raw``; ``samples``
         is the length of the audio ``postprocess`` made from ``raw``."""
         raise NotImplementedError(f"{type(self).__name__} predicts no durations")
+
+    def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
+        """``postprocess`` of a span item, with its marks' times (seconds); for backends with ``spans``."""
+        return self.postprocess(raw, prepared), ()
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release sessions and threads."""

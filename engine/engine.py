@@ -15,6 +15,7 @@ trimming). ``synthesize`` is exactly these four in sequence.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -87,7 +88,7 @@ class Engine:
         out: list[Prepared | Failure] = []
         for item in items:
             if not item.voice:
-                item = SynthItem(item.text, self.default_voice, item.speed, item.timestamps)
+                item = dataclasses.replace(item, voice=self.default_voice)
             try:
                 out.append(self.backend.prepare(item))
             except ItemError as e:
@@ -137,14 +138,19 @@ class Engine:
         out: list[Audio | Failure] = []
         for r, p in zip(raw, batch, strict=True):
             try:
-                samples = np.asarray(self.backend.postprocess(r, p), np.float32)
+                marks = None
+                if p.shape is not None:
+                    wav, marks = self.backend.postprocess_marked(r, p)
+                    samples = np.asarray(wav, np.float32)
+                else:
+                    samples = np.asarray(self.backend.postprocess(r, p), np.float32)
                 words = None
                 if p.words is not None:
                     words = trim_silent_ends(self.backend.word_times(r, p, len(samples)), samples, self.sample_rate)
             except EngineError as e:
                 out.append(Failure.of(e))
                 continue
-            out.append(Audio(samples, self.sample_rate, words))
+            out.append(Audio(samples, self.sample_rate, words, marks or None))
         return out
 
     # -- all at once ----------------------------------------------------------------

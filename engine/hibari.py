@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import pron
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
@@ -61,6 +62,7 @@ class HibariBackend(Backend):
     """hibari ``heart`` (American English, female), 24 kHz."""
 
     native_batching = False
+    spans = True
     voices = (VOICE,)
     default_voice = VOICE
 
@@ -114,41 +116,65 @@ class HibariBackend(Backend):
         chunks: list[str] = []
         for sent in self._split_sentences(text):
             ps = self._g2p(sent)
-            if not ps:
-                continue
-            if len(ps) <= self._max_phonemes:
-                chunks.append(ps)
-                continue
-            cur = ""
-            for part in _CLAUSE.split(ps):
-                if cur and len(cur) + len(part) + 1 > self._max_phonemes:
-                    chunks.append(cur)
-                    cur = part
-                else:
-                    cur = f"{cur} {part}" if cur else part
-            if cur:
-                chunks.append(cur)
+            if ps:
+                chunks += self._fit(ps)
         return chunks
+
+    def _fit(self, ps: str) -> list[str]:
+        """One sentence's phonemes cut at clauses to at most hibari's ``MAX_PHONEMES``."""
+        if len(ps) <= self._max_phonemes:
+            return [ps]
+        chunks: list[str] = []
+        cur = ""
+        for part in _CLAUSE.split(ps):
+            if cur and len(cur) + len(part) + 1 > self._max_phonemes:
+                chunks.append(cur)
+                cur = part
+            else:
+                cur = f"{cur} {part}" if cur else part
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    def _read(self, span: Any) -> str:
+        """A span's phonemes: IPA converted, anything else (text, or pinyin hibari cannot say) read."""
+        if span.ph is not None and span.alphabet == "ipa":
+            return pron.ipa_to_misaki(span.ph)
+        return str(self._g2p(span.text)) if span.text.strip() else ""
+
+    def _fit_run(self, ps: str) -> list[str]:
+        out: list[str] = []
+        for piece in re.split(r"(?<=[.!?])\s+", ps):
+            out += self._fit(piece) if piece.strip() else []
+        return out
 
     def prepare(self, item: SynthItem) -> Prepared:
         if item.voice and item.voice != VOICE:
             raise UnknownVoice(f"unknown voice {item.voice!r} for hibari; available: {VOICE}")
-        if not item.text.strip():
+        if not item.text.strip() and not item.spans:
             raise ItemError("empty text")
+        shape = None
         try:
-            chunks = self._phonemize(item.text)
+            if item.spans:
+                chunks, shape = pron.chunked(item.spans, self._read, self._fit_run)
+            else:
+                chunks = self._phonemize(item.text)
         except Exception as e:  # the G2P is third-party code; a crash there is this item's problem
             raise ItemError(f"hibari front end failed on this text: {type(e).__name__}: {e}") from e
-        chunks = [ps for ps in chunks if sum(c in self._vocab for c in ps) >= 1]
+        keep = [sum(c in self._vocab for c in ps) >= 1 for ps in chunks]
+        if shape is not None:
+            shape = pron.keep(shape, keep)
+        chunks = [ps for ps, k in zip(chunks, keep, strict=True) if k]
         ids = [np.asarray([0, *[self._vocab[c] for c in ps if c in self._vocab], 0], np.int64) for ps in chunks]
         if not ids:
             raise ItemError("nothing speakable in the text")
         words = None
-        if item.timestamps and self.timestamps:
+        if item.timestamps and self.timestamps and shape is None:  # a span item's words are not timed (yet)
             plan = plan_words(item.text, chunks, self._word_phonemes)
             # model units: the pad, the chunk's phonemes the vocabulary knows, the pad
             words = plan.kept(chunks, lambda c: c in self._vocab)  # model units: a pad, known phonemes, a pad
-        return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)), words=words)
+        return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)), words=words,
+                        shape=None if shape is None else (shape, tuple(chunks)))
 
     def bucket_of(self, prepared: Prepared) -> int:
         """Power-of-two length class (hibari runs items one by one, so this only orders work)."""
@@ -158,9 +184,10 @@ class HibariBackend(Backend):
     def infer(self, batch: Sequence[Prepared]) -> list[Any]:
         out: list[Any] = []
         for p in batch:
-            speed = np.asarray([p.item.speed], np.float32)
             frames = []
-            for ids in p.payload:
+            for k, ids in enumerate(p.payload):
+                rate = p.shape[0].rates[k] if p.shape is not None else 1.0
+                speed = np.asarray([min(pron.MAX_RATE, max(pron.MIN_RATE, p.item.speed * rate))], np.float32)
                 try:
                     res = self._session.run(None, {"ids": ids[None, :], "speed": speed})
                 except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails
@@ -174,14 +201,23 @@ class HibariBackend(Backend):
 
     # -- 3. DSP ---------------------------------------------------------------------
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
+        return self.postprocess_marked(raw, prepared)[0]
+
+    def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
         seed = zlib.crc32(b"".join(a.tobytes() for a in prepared.payload)) ^ zlib.crc32(
             f"{prepared.item.speed:.4f}".encode())
         rng = np.random.default_rng(seed)
         parts = [self._dsp.synth(*step[:6], rng) for step in raw]
-        wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        marks: tuple[tuple[str, float], ...] = ()
+        if prepared.shape is not None:  # a span item: pauses where its breaks stand
+            shape, chunks = prepared.shape
+            wav, starts = pron.join(parts, shape, self.sample_rate, 0.0)
+            marks = pron.mark_times(shape, chunks, starts, [len(p) for p in parts], self.sample_rate)
+        else:
+            wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if not np.all(np.isfinite(wav)):
             raise ItemError("hibari produced non-finite audio for this text")
-        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
+        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False), marks
 
     def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
         # one duration unit is two spectral frames of hop 300: 600 samples at 24 kHz

@@ -21,11 +21,15 @@ Front end, per item (``prepare``):
    G2P whole.
 2. Each clause is normalized for its language (:func:`engine.zh_text.normalize_zh`,
    :func:`engine.ja_text.normalize_ja`) and read by its G2P: Mandarin through misaki's (``misaki.zh``,
-   the v1.0 "legacy" path: jieba + pypinyin), Japanese through OpenJTalk readings and misaki
+   the v1.0 "legacy" path: jieba + pypinyin, taught the polyphone phrases of
+   :mod:`engine.polyphones` at load), Japanese through OpenJTalk readings and misaki
    0.7.4's romanizer (:class:`engine.ja_text.JapaneseG2P`), and Latin words inside any clause
    (``iPhone``) through the English G2P (``hibari.g2p.G2P``, misaki 0.9.4's English G2P ported
    without spaCy). One voice speaks every clause: a switch of language is a G2P change, never
    another model or another model call.
+   An SSML segment's spans (:mod:`engine.pron`) are read span by span: ``phoneme`` IPA or
+   x-pinyin replaces a span's reading, ``lang`` picks its G2P, and breaks and rate changes
+   start new chunks joined with measured pauses.
 3. Phonemes are cut at punctuation into chunks of at most ``MAX_TOKENS`` (the model's
    style table has 510 rows, one per input length).
 
@@ -36,6 +40,7 @@ Output is deterministic (the graph has no sampling).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -44,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import mix
+from engine import mix, polyphones, pron
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
@@ -168,6 +173,7 @@ class KokoroBackend(Backend):
     """Kokoro-82M v1.0, 24 kHz; Mandarin and English from the same voices."""
 
     native_batching = False
+    spans = True
     voices = VOICES
     default_voice = DEFAULT_VOICE
 
@@ -216,6 +222,7 @@ class KokoroBackend(Backend):
             use_jieba_cache(path.parent)
         self._en = G2P(british=False)
         self._zh = ZHG2P(version=None)  # the v1.0 phoneme set (version "1.1" is the zh-only model's)
+        polyphones.install()  # the polyphone phrases jieba and pypinyin read wrong (engine.polyphones)
         self._ja("準備")  # OpenJTalk loads its dictionary on first use: here, not in the first request
         self._word_phonemes = WordPhonemes(self.phonemize)  # one word alone, for timings
         self.voices = tuple(v for v in VOICES if v in self._styles)
@@ -303,25 +310,49 @@ class KokoroBackend(Backend):
             self._mixes[voice] = table = np.asarray(table, np.float32)
         return table
 
+    def _read(self, voice: str) -> Any:
+        """How a span of ``voice`` is read: IPA converted, pinyin by Kokoro's own pinyin table, a
+        language span by that language's G2P, anything else as :meth:`phonemize` reads text."""
+        def read(span: Any) -> str:
+            if span.ph is not None and span.alphabet == "ipa":
+                return pron.ipa_to_misaki(span.ph)
+            if span.ph is not None and span.alphabet == "x-pinyin":
+                return pron.pinyin_to_kokoro(span.ph)
+            if not span.text.strip():
+                return ""
+            lang = (span.lang or "").split("-")[0]
+            if lang in ("zh", "ja", "en"):
+                return self._clause_phonemes(span.text, lang)
+            return self.phonemize(span.text, voice)
+        return read
+
     def prepare(self, item: SynthItem) -> Prepared:
         voice = item.voice or self.default_voice
         self.style(voice)
-        if not item.text.strip():
+        if not item.text.strip() and not item.spans:
             raise ItemError("empty text")
+        shape = None
         try:
-            phonemes = self.phonemize(item.text, voice)
+            if item.spans:
+                chunks, shape = pron.chunked(item.spans, self._read(voice), self._chunks)
+            else:
+                chunks = self._chunks(self.phonemize(item.text, voice))
         except Exception as e:  # third-party G2P: a crash there is this item's problem
             raise ItemError(f"kokoro front end failed on this text: {type(e).__name__}: {e}") from e
-        chunks = [ch for ch in self._chunks(phonemes) if any(c in self._vocab for c in ch)]
+        keep = [any(c in self._vocab for c in ch) for ch in chunks]
+        if shape is not None:
+            shape = pron.keep(shape, keep)
+        chunks = [ch for ch, k in zip(chunks, keep, strict=True) if k]
         ids = [np.asarray([0, *[self._vocab[c] for c in ch if c in self._vocab], 0], np.int64) for ch in chunks]
         if not ids:
             raise ItemError("nothing speakable in the text")
         words = None
-        if item.timestamps and self.timestamps:
+        if item.timestamps and self.timestamps and shape is None:  # a span item's words are not timed (yet)
             plan = plan_words(item.text, chunks, self._word_phonemes)
             words = plan.kept(chunks, lambda c: c in self._vocab)  # model units: a pad, known phonemes, a pad
-        return Prepared(item=SynthItem(item.text, voice, item.speed, item.timestamps), payload=ids,
-                        length=int(sum(len(a) for a in ids)), words=words)
+        return Prepared(item=dataclasses.replace(item, voice=voice), payload=ids,
+                        length=int(sum(len(a) for a in ids)), words=words,
+                        shape=None if shape is None else (shape, tuple(chunks)))
 
     def bucket_of(self, prepared: Prepared) -> int:
         return pow2_bucket(prepared.length)
@@ -331,9 +362,10 @@ class KokoroBackend(Backend):
         out: list[Any] = []
         for p in batch:
             style = self.style(p.item.voice)
-            speed = np.asarray([p.item.speed], np.float32)
             waves: list[tuple[np.ndarray, np.ndarray | None]] = []
-            for ids in p.payload:
+            for k, ids in enumerate(p.payload):
+                rate = p.shape[0].rates[k] if p.shape is not None else 1.0
+                speed = np.asarray([min(pron.MAX_RATE, max(pron.MIN_RATE, p.item.speed * rate))], np.float32)
                 ref = style[min(len(ids) - 2, len(style)) - 1].reshape(1, 256)
                 try:
                     res = self._session.run(None, {"tokens": ids[None, :], "style": ref, "speed": speed})
@@ -347,16 +379,26 @@ class KokoroBackend(Backend):
 
     # -- 3. join --------------------------------------------------------------------
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
-        gap = np.zeros(int(_GAP_S * SAMPLE_RATE), np.float32)
-        parts: list[np.ndarray] = []
-        for i, w in enumerate(raw):
-            if i:
-                parts.append(gap)
-            parts.append(w[0])
-        wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return self.postprocess_marked(raw, prepared)[0]
+
+    def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
+        marks: tuple[tuple[str, float], ...] = ()
+        if prepared.shape is not None:  # a span item: pauses where its breaks stand
+            shape, chunks = prepared.shape
+            waves = [w[0] for w in raw]
+            wav, starts = pron.join(waves, shape, SAMPLE_RATE, _GAP_S)
+            marks = pron.mark_times(shape, chunks, starts, [len(w) for w in waves], SAMPLE_RATE)
+        else:
+            gap = np.zeros(int(_GAP_S * SAMPLE_RATE), np.float32)
+            parts: list[np.ndarray] = []
+            for i, w in enumerate(raw):
+                if i:
+                    parts.append(gap)
+                parts.append(w[0])
+            wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if not np.all(np.isfinite(wav)):
             raise ItemError("kokoro produced non-finite audio for this text")
-        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
+        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False), marks
 
     def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
         assert prepared.words is not None

@@ -189,7 +189,8 @@ class BackendRouter:
         out: list[Audio | Failure] = []
         for r in res:
             if isinstance(r, Audio) and r.sample_rate != sr:
-                r = Audio(np.asarray(resample(r.samples, r.sample_rate, sr), np.float32), sr, r.words)  # words are in seconds
+                r = Audio(np.asarray(resample(r.samples, r.sample_rate, sr), np.float32), sr, r.words,
+                          r.marks)  # words and marks are in seconds
             out.append(r)
         if self.on_batch is not None:
             self.on_batch(b, len(batch), sum(r.duration_s for r in out if isinstance(r, Audio)))

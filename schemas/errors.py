@@ -13,7 +13,7 @@ retrying, so callers record it (failed completion or dead letter) and move on.
 
 from __future__ import annotations
 
-__all__ = ["ContentError", "InvalidField", "InvalidJSON", "SchemaError", "TtsflowError"]
+__all__ = ["ContentError", "InvalidField", "InvalidJSON", "InvalidSSML", "SchemaError", "TtsflowError"]
 
 
 class TtsflowError(Exception):
@@ -49,3 +49,15 @@ class ContentError(SchemaError):
     """Well-formed but unservable content: ``empty_text``, ``text_too_long``,
     ``unknown_voice``, ``unsupported_format``, ``unsupported_language`` (the stage: text
     mostly in scripts its voice cannot speak)."""
+
+
+class InvalidSSML(ContentError):
+    """A ``text_type: ssml`` document that is not well-formed, not allowed (DTD, entities,
+    external references) or past a bound (size, depth, elements), or an element with a bad
+    attribute. The message starts with ``line L, column C:`` (1-based) and gives the reason."""
+
+    code = "invalid_ssml"
+
+    def __init__(self, reason: str, *, line: int, column: int) -> None:
+        super().__init__(f"line {line}, column {column}: {reason}", field="text")
+        self.line, self.column, self.reason = line, column, reason

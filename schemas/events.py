@@ -38,11 +38,13 @@ __all__ = [
     "Chunk",
     "Completion",
     "DeadLetter",
+    "End",
     "ErrorInfo",
     "ModelInfo",
     "Rejection",
     "Request",
     "Segment",
+    "Span",
     "Timings",
     "check_content",
     "decode_chunk",
@@ -55,6 +57,7 @@ __all__ = [
     "peek_request_id",
     "request_hash",
     "segment_hash",
+    "spans_key",
 ]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -77,6 +80,9 @@ NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(description="RFC 3339 timestamp; no offset means UTC")]
 Stream = Annotated[bool, msgspec.Meta(description="Also send each segment's audio as a chunk event on tts.chunks as soon "
                                                   "as it is stored; the completion still follows with the joined audio")]
+TextType = Annotated[Literal["text", "ssml"], msgspec.Meta(
+    description="text (default): the text is read as it is, tags included; ssml: the text is an SSML document "
+                "(<speak>...</speak>, the subset in docs/using/pronunciation.md)")]
 Priority = Annotated[Literal["interactive", "bulk"], msgspec.Meta(
     description="interactive (default): served first; bulk (audiobooks, backfills): served when interactive work "
                 "leaves room, never starved")]
@@ -99,7 +105,39 @@ class Request(_Event, frozen=True, kw_only=True):
     created_at: AwareDatetime | None = None
     stream: Stream = False
     priority: Priority = "interactive"
+    text_type: TextType = "text"
+    seq: Annotated[int, msgspec.Meta(ge=0, description=(
+        "Delta number of a request sent in pieces while its text is still being written (0, 1, 2, ...; "
+        "every piece has the same request_id and key). Absent: the whole request in one record. The piece "
+        "numbered 0 carries the settings (voice, format, speed, sample_rate, stream, priority); theirs on "
+        "later pieces are ignored. See docs/using/streaming-input.md"))] | None = None
+    final: Annotated[bool, msgspec.Meta(description=(
+        "On a piece (seq set): the last one; the request is answered once everything up to it is spoken"))] = False
+    flush: Annotated[bool, msgspec.Meta(description=(
+        "On a piece (seq set): speak the text held so far now, even mid-sentence"))] = False
     schema_version: Literal[1] = 1
+
+    @property
+    def is_piece(self) -> bool:
+        """A delta of a request whose text arrives in pieces (docs/using/streaming-input.md)."""
+        return self.seq is not None
+
+
+class Span(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One run of a segment's resolved pronunciation (from SSML): text to read, or phonemes for
+    that text, or a pause, or a mark. A segment's ``text`` is the concatenation of its spans'
+    ``text``; its hash covers every span (what is spoken is what is keyed)."""
+
+    text: str = ""
+    ph: Annotated[str, msgspec.Meta(max_length=2048, description=(
+        "Phonemes that replace the reading of text, in alphabet"))] | None = None
+    alphabet: Literal["ipa", "x-pinyin"] | None = None
+    rate: Annotated[float, msgspec.Meta(gt=0, le=16, description="Speaking rate multiplier of this run "
+                                                                 "(on top of the request's speed)")] | None = None
+    lang: Annotated[str, msgspec.Meta(max_length=35, description="BCP 47 language of this run (xml:lang)")] | None = None
+    break_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000, description=(
+        "A pause of this many milliseconds here (the voice's own edge silences counted in)"))] | None = None
+    mark: Annotated[str, msgspec.Meta(max_length=256, description="An SSML mark's name at this place")] | None = None
 
 
 class Segment(_Event, frozen=True, kw_only=True):
@@ -108,6 +146,12 @@ class Segment(_Event, frozen=True, kw_only=True):
     ``hash`` is the segment's cache key (:func:`segment_hash`); the last segment of a
     request (``seq == total - 1``) carries ``parts``, the hashes of all its segments in
     order, so a worker that restarts mid-request can rebuild the whole from S3.
+
+    A request whose text arrives in pieces has segments with ``more`` set while its text is
+    still arriving: their ``total`` is ``seq + 2`` (a lower bound, so ``last`` is false) and
+    their ``request_hash`` covers the parts so far. It ends with a segment without ``more``
+    (``total`` and ``parts`` final), or, when no text was left to speak at the end, with an
+    :class:`End` record.
     """
 
     request_id: RequestId
@@ -128,11 +172,52 @@ class Segment(_Event, frozen=True, kw_only=True):
     parts: list[Sha256Hex] | None = None
     stream: bool = False
     priority: Priority = "interactive"
+    spans: Annotated[list[Span], msgspec.Meta(description=(
+        "Resolved pronunciation of an SSML request's segment (breaks, phonemes, rate, language, marks); "
+        "absent for plain text"))] | None = None
+    more: Annotated[bool, msgspec.Meta(description=(
+        "More segments of this request may follow (its text is still arriving): total is a lower bound"))] = False
     schema_version: Literal[1] = 1
 
     @property
     def last(self) -> bool:
-        return self.seq == self.total - 1
+        return self.seq == self.total - 1 and not self.more
+
+
+class End(_Event, frozen=True, kw_only=True):
+    """The end of a request sent in pieces whose every segment went out with ``more`` set (no text
+    was left to speak when its final piece came), on ``tts.segments`` (key: ``user_id``).
+
+    It stands for the request's last segment in the worker: ``total`` and ``parts`` are final,
+    nothing is synthesized for it, and the completion follows once every part is in S3.
+    """
+
+    type: Literal["end"] = "end"
+    request_id: RequestId
+    user_id: UserId
+    total: Annotated[int, msgspec.Meta(ge=1)]
+    parts: list[Sha256Hex]
+    request_hash: Sha256Hex
+    voice: Voice
+    format: str = "wav"
+    speed: Speed = 1.0
+    sample_rate: SampleRate | None = None
+    model: str = ""
+    model_version: str = ""
+    created_at: datetime | None = None
+    enqueued_at: datetime | None = None
+    stream: bool = False
+    priority: Priority = "interactive"
+    schema_version: Literal[1] = 1
+
+    def as_last(self) -> Segment:
+        """The request's last segment as the worker's ledger keeps it (its text is not needed: the
+        segment itself came before, with ``more`` set)."""
+        return Segment(request_id=self.request_id, user_id=self.user_id, seq=self.total - 1, total=self.total,
+                       text=" ", hash=self.parts[-1], request_hash=self.request_hash, voice=self.voice,
+                       format=self.format, speed=self.speed, sample_rate=self.sample_rate, model=self.model,
+                       model_version=self.model_version, created_at=self.created_at, enqueued_at=self.enqueued_at,
+                       parts=self.parts, stream=self.stream, priority=self.priority)
 
 
 class AudioRef(_Event, frozen=True, kw_only=True):
@@ -171,7 +256,13 @@ class Timings(_Event, frozen=True, kw_only=True):
 ErrorCode = Annotated[str, msgspec.Meta(description=(
     "Stable code. From the stage: invalid_json, invalid_field, empty_text, text_too_long, unknown_voice, "
     "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak), "
-    "internal_error (a stage bug, answered instead of stopping the partition). From the "
+    "invalid_ssml (text_type ssml and the document is not valid or not allowed SSML: the message gives line, "
+    "column and reason), "
+    "internal_error (a stage bug, answered instead of stopping the partition); for a request sent in pieces: "
+    "stream_timeout (no piece for TTS_STREAM_TIMEOUT_S before the final one), too_many_streams (the user has "
+    "TTS_MAX_OPEN_STREAMS_PER_USER open), stage_busy (the stage holds TTS_MAX_OPEN_STREAMS open), "
+    "too_many_pieces (past TTS_MAX_STREAM_PIECES), piece_gap (pieces missing while TTS_MAX_PIECES_AHEAD later "
+    "ones wait). From the "
     "worker: synthesis_failed (including audio refused as near-silent or far shorter than its text), "
     "engine_error, part_missing, audio_too_long (past TTS_MAX_REQUEST_AUDIO_S), storage_failed (S3 answers "
     "but keeps failing on this request's audio), join_failed (the joined audio could not be written locally)."))]
@@ -216,11 +307,14 @@ class Chunk(_Event, frozen=True, kw_only=True):
     cached: bool = False
     model: ModelInfo | None = None
     created_at: datetime | None = None
+    more: Annotated[bool, msgspec.Meta(description=(
+        "More chunks of this request may follow (its text is still arriving): total is a lower bound; "
+        "the completion ends the request"))] = False
     schema_version: Literal[1] = 1
 
     @property
     def last(self) -> bool:
-        return self.seq == self.total - 1
+        return self.seq == self.total - 1 and not self.more
 
 
 class Done(_Event, frozen=True, kw_only=True):
@@ -347,15 +441,17 @@ class _Kind(msgspec.Struct):
 _kind_decoder = msgspec.json.Decoder(_Kind)
 
 
-def decode_segment_event(raw: bytes | str) -> Segment | Rejection:
-    """Decode a record of ``tts.segments``: a :class:`Rejection` when its ``type`` says so,
-    else a :class:`Segment`. Raises :class:`SchemaError` like the others."""
+def decode_segment_event(raw: bytes | str) -> Segment | Rejection | End:
+    """Decode a record of ``tts.segments``: a :class:`Rejection` or an :class:`End` when its
+    ``type`` says so, else a :class:`Segment`. Raises :class:`SchemaError` like the others."""
     try:
         kind = _kind_decoder.decode(raw).type
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
         kind = "segment"  # let the Segment decoder name what is wrong
     if kind == "rejection":
         return _decode(raw, Rejection)
+    if kind == "end":
+        return _decode(raw, End)
     return _decode(raw, Segment)
 
 
@@ -402,12 +498,22 @@ def check_content(req: Request, *, max_text_chars: int, voices: tuple[str, ...] 
                            field="voice", code="unknown_voice")
 
 
+def spans_key(spans: list[Span] | tuple[Span, ...] | None) -> str:
+    """The canonical bytes (as text) of a segment's resolved pronunciation; empty for plain text."""
+    return _encoder.encode(list(spans)).decode() if spans else ""
+
+
 def segment_hash(text: str, *, voice: str, model: str, model_version: str, speed: float,
-                 sample_rate: int | None, format: str) -> str:
-    """SHA-256 cache key of one segment's audio: same inputs, same key, same bytes."""
+                 sample_rate: int | None, format: str, pronunciation: str = "") -> str:
+    """SHA-256 cache key of one segment's audio: same inputs, same key, same bytes.
+
+    ``pronunciation`` is what else decides the sound (:func:`spans_key` of an SSML segment's spans,
+    lexicon versions); empty for plain text, whose keys are unchanged by it."""
     h = hashlib.sha256()
-    for part in ("ttsflow-seg-v1", text, voice, model, model_version, f"{speed:.4f}",
-                 str(sample_rate or 0), format):
+    parts = ["ttsflow-seg-v1", text, voice, model, model_version, f"{speed:.4f}", str(sample_rate or 0), format]
+    if pronunciation:
+        parts.append(pronunciation)
+    for part in parts:
         b = part.encode("utf-8")
         h.update(len(b).to_bytes(8, "big"))
         h.update(b)

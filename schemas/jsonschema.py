@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import Chunk, Completion, DeadLetter, Done, Rejection, Request, Segment
+from schemas.events import Chunk, Completion, DeadLetter, Done, End, Rejection, Request, Segment
 
 __all__ = ["SCHEMAS", "render", "write_all"]
 
@@ -20,6 +20,7 @@ SCHEMAS: dict[str, type] = {
     "request.v1": Request,
     "segment.v1": Segment,
     "rejection.v1": Rejection,
+    "end.v1": End,
     "completion.v1": Completion,
     "chunk.v1": Chunk,
     "dead_letter.v1": DeadLetter,

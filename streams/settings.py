@@ -221,8 +221,35 @@ class StageSettings:
     max_text_chars: int = _f(100_000, "Longest accepted request text, in characters after normalization.", lo=1, hi=10_000_000)
     max_segment_chars: int = _f(300, "Longest segment the stage emits, in characters.", lo=16, hi=10_000)
     dedup_window_s: int = _f(24 * 3600, "Window in which a repeated request_id is dropped by the stage.", lo=1, hi=30 * 24 * 3600)
+    ssml_max_chars: int = _f(200_000, "Longest accepted SSML document (text_type ssml), in characters of markup and text; a longer one fails with invalid_ssml before it is parsed.", lo=16, hi=10_000_000)
+    ssml_max_depth: int = _f(32, "Deepest element nesting accepted in an SSML document (invalid_ssml beyond).", lo=2, hi=1_000)
+    ssml_max_elements: int = _f(10_000, "Most elements accepted in one SSML document (invalid_ssml beyond).", lo=1, hi=1_000_000)
+    stream_idle_cut_ms: int = _f(700, "A request sent in pieces: the text held this long without a new piece is spoken up to its last whole word, milliseconds.", lo=50, hi=60_000)
+    stream_timeout_s: float = _f(20.0, "A request sent in pieces with no new piece for this long before its final one is closed: failed with stream_timeout (what was spoken stays spoken), seconds.", lo=1.0, hi=3600.0)
+    max_open_streams_per_user: int = _f(16, "Requests sent in pieces one user (record key) may have open at once; the next is failed with too_many_streams.", lo=1, hi=1_000_000)
+    max_open_streams: int = _f(10_000, "Requests sent in pieces one stage process holds open at once; the next is failed with stage_busy.", lo=1, hi=10_000_000)
+    max_stream_pieces: int = _f(20_000, "Pieces one request may be sent in; the request is failed with too_many_pieces past it.", lo=1, hi=10_000_000)
+    first_segment_chars: str = _f("han=10,kana=10,hangul=24,other=60", "Fast first audio: the first segment of a streaming request ends at its first clause or sentence boundary within this many characters (else at the last word boundary within them), by script of its text: han (Mandarin), kana (Japanese), hangul (Korean), other. Empty: first segments are cut like the rest.")
+    max_pieces_ahead: int = _f(64, "Pieces of a request held while an earlier one is missing (out of order); past it the request is failed with piece_gap.", lo=0, hi=100_000)
+
+    @property
+    def first_budgets(self) -> dict[str, int]:
+        """``first_segment_chars`` as {script: characters} (empty: no short first segment)."""
+        out: dict[str, int] = {}
+        for item in filter(None, (x.strip() for x in self.first_segment_chars.split(","))):
+            script, _, n = item.partition("=")
+            out[script.strip()] = int(n)
+        return out
 
     def __post_init__(self) -> None:
+        try:
+            budgets = self.first_budgets
+        except ValueError:
+            raise SettingsError(f"TTS_FIRST_SEGMENT_CHARS={self.first_segment_chars!r}: expected script=characters, "
+                                "comma-separated") from None
+        if set(budgets) - {"han", "kana", "hangul", "other"} or any(n < 1 for n in budgets.values()):
+            raise SettingsError(f"TTS_FIRST_SEGMENT_CHARS={self.first_segment_chars!r}: scripts are han, kana, hangul, "
+                                "other; characters at least 1")
         if self.stage_guarantee == "exactly_once":
             raise SettingsError(
                 "TTS_STAGE_GUARANTEE=exactly_once is refused: faust's exactly_once crash-loops and stalls under SIGKILL "

@@ -18,6 +18,7 @@ acl --allow-principal User:ttsflow-user --operation Describe --group ttsflow-rea
 acl --allow-principal User:ttsflow-user --operation Read --group ttsflow-user- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-user --operation Describe --group ttsflow-user- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-stage --operation Read --topic tts.requests --resource-pattern-type literal
+acl --allow-principal User:ttsflow-stage --operation Write --topic tts.requests --resource-pattern-type literal
 acl --allow-principal User:ttsflow-stage --operation Describe --topic tts.requests --resource-pattern-type literal
 acl --allow-principal User:ttsflow-stage --operation Write --topic tts.segments --resource-pattern-type literal
 acl --allow-principal User:ttsflow-stage --operation Describe --topic tts.segments --resource-pattern-type literal

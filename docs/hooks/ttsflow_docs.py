@@ -331,6 +331,27 @@ def _engine(r: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def _sweep(r: dict[str, Any]) -> list[Table]:
+    cols = ["backend", "precision", "batch", "threads", "audio_s_per_s", "spread", "rtf", "batch_p50_ms", "batch_p99_ms",
+            "first_audio_ms", "peak_rss_mib", "error"]
+    rows = [[*(row.get(c) for c in cols), "yes" if row.get("pareto") else ""] for row in r.get("results", [])
+            if "failed" not in row]
+    tables: list[Table] = [("Every point (error: word error for English voices, character error for Mandarin)",
+                            [*cols, "on the front"], rows)]
+    recs = [[lang, x.get("floor"), " ".join(f"{k}={v}" for k, v in x.get("settings", {}).items()) or x.get("none"),
+             x.get("audio_s_per_s"), x.get("error"), x.get("rerun_audio_s_per_s"), x.get("rerun_ratio")]
+            for lang, x in r.get("recommendations", {}).items()]
+    tables.append(("Recommendation: the fastest point at or under the quality floor, and its rerun",
+                   ["language", "floor", "settings", "audio s/s", "error", "rerun audio s/s", "rerun / first"], recs))
+    tables.append(("Design", ["backend", "kind", "points", "factors"],
+                   [[b, d.get("kind"), d.get("points"), json.dumps(d.get("factors"))] for b, d in r.get("design", {}).items()]))
+    failed = [[row.get("backend"), row.get("precision"), row.get("batch"), row.get("threads"), row["failed"]]
+              for row in r.get("results", []) if "failed" in row]
+    if failed:
+        tables.append(("Failed points", ["backend", "precision", "batch", "threads", "why"], failed))
+    return tables
+
+
 def _pipeline(r: dict[str, Any]) -> list[Table]:
     head = ["phase", "requests", "audio s/s", "req/s", "p50 ms", "p99 ms", "max ms"]
     eng, sat, op, cached = (r.get(k) or {} for k in ("engine", "pipeline", "open_loop", "cached"))
@@ -457,6 +478,7 @@ BENCHES: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[Table]]]] = {
     "latency": ("latency against load", "ttsflow bench latency --json", _latency),
     "baseline": ("ttsflow vs the Celery baseline", "ttsflow bench baseline --json", _baseline),
     "engine": ("engine", "ttsflow bench engine --json --wer", _engine),
+    "sweep": ("the Pareto sweep", "ttsflow bench sweep --json", _sweep),
     "stage": ("stage", "ttsflow bench stage --json", _generic),
     "pipeline": ("pipeline vs bare engine", "ttsflow bench pipeline --json", _pipeline),
     "bigrequest": ("one request at the text limit", "ttsflow bench bigrequest --chars 99000 --json", _bigrequest),

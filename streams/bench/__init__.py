@@ -25,6 +25,7 @@ _KINDS = {
     "latency": "streams.bench.latency",
     "soak": "streams.bench.soak",
     "align": "streams.bench.align",
+    "sweep": "streams.bench.sweep",
 }
 
 

@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -83,7 +84,7 @@ class _Watchdog:
 
 def main_say(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow say", description="Publish TEXT, wait for it, save the audio.")
-    ap.add_argument("text")
+    ap.add_argument("text", nargs="?", help="the text (not with --stdin-stream)")
     ap.add_argument("-o", "--out", required=True, help="audio file to write")
     ap.add_argument("--user", default="cli", help="user id (the partition key)")
     ap.add_argument("--voice", default=None)
@@ -94,7 +95,13 @@ def main_say(argv: list[str]) -> int:
                          "(NNN = its seq, playable at once), then the whole request to OUT")
     ap.add_argument("--priority", default="interactive", choices=("interactive", "bulk"),
                     help="bulk (audiobooks, backfills) yields to interactive requests for a while")
+    ap.add_argument("--stdin-stream", action="store_true",
+                    help="read the text from standard input as it is typed or piped and send it in pieces: each "
+                         "sentence is spoken as soon as it is complete (chunks written like --stream); end of input "
+                         "ends the request (docs/using/streaming-input.md)")
     a = ap.parse_args(argv)
+    if (a.text is None) != a.stdin_stream:
+        ap.error("give TEXT, or --stdin-stream (and no TEXT)")
     fmt = a.format or (Path(a.out).suffix.lstrip(".").lower() if Path(a.out).suffix else "wav")
     from streams.client import TTSClient
 
@@ -102,7 +109,10 @@ def main_say(argv: list[str]) -> int:
         settings = load_settings()
         with TTSClient(settings, connect_timeout=3.0) as client:
             t0 = time.monotonic()
-            if a.stream:
+            if a.stdin_stream:
+                c = _say_streaming(client, a, fmt, t0, client.stream_text(
+                    _stdin_pieces(), a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout))
+            elif a.stream:
                 c = _say_streaming(client, a, fmt, t0)
             else:
                 rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority)
@@ -126,14 +136,33 @@ def chunk_path(out: str | Path, seq: int) -> Path:
     return out.with_name(f"{out.stem}.{seq:03d}.wav")
 
 
-def _say_streaming(client: Any, a: argparse.Namespace, fmt: str, t0: float) -> Completion:
+def _stdin_pieces() -> Iterator[str]:
+    """Standard input as it arrives (what a read returns: a typed line, or a pipe's next bytes)."""
+    import codecs
+    import os
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    fd = sys.stdin.fileno()
+    while True:
+        data = os.read(fd, 4096)
+        text = dec.decode(data, final=not data)
+        if text:
+            yield text
+        if not data:
+            return
+
+
+def _say_streaming(client: Any, a: argparse.Namespace, fmt: str, t0: float, items: Any = None) -> Completion:
     from schemas import Chunk
     from streams.client.audio import write_atomic
 
-    for item in client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout):
+    if items is None:
+        items = client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout)
+    for item in items:
         if isinstance(item, Chunk):
             path = write_atomic(chunk_path(a.out, item.seq), client.fetch_chunk(item))
-            print(f"chunk {item.seq + 1}/{item.total} {path} {item.audio.duration_s:.2f}s "
+            of = "" if item.more else f"/{item.total}"  # a request sent in pieces: its count is known at the end
+            print(f"chunk {item.seq + 1}{of} {path} {item.audio.duration_s:.2f}s "
                   f"at {time.monotonic() - t0:.2f}s", flush=True)
         else:
             return item

@@ -39,9 +39,11 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from schemas import AudioRef, Chunk, Completion, Request, SchemaError, decode_completion, encode
 from streams.client.audio import audio_ref, fetch_audio, fetch_chunk, raise_if_failed, write_atomic
@@ -212,6 +214,15 @@ class TTSClient:
         done.result()
         return rid
 
+    def _produce(self, user_id: str, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(self.kafka.topic_requests, key=user_id.encode(), value=value)
+                break
+            except BufferError:  # local queue full: let deliveries drain, then retry
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+
     def flush(self, timeout: float = 30.0) -> int:
         """Wait for every non-blocking submit's ack; returns how many are still unacknowledged."""
         return int(self._producer.flush(timeout))
@@ -271,15 +282,60 @@ class TTSClient:
         no completion comes within ``timeout``, :class:`RequestFailed` for a failed one (after the
         chunks that came) unless ``raise_on_failure`` is false."""
         rid = request_id or uuid.uuid4().hex
+
+        def publish() -> float:
+            self.submit(text, user_id, voice=voice, format=format, request_id=rid, speed=speed,
+                        sample_rate=sample_rate, stream=True, priority=priority)
+            return time.monotonic() + timeout
+
+        yield from self._follow(rid, publish, timeout, raise_on_failure, chunk_grace_s)
+
+    def open_text(self, user_id: str, voice: str | None = None, format: str = "wav", request_id: str | None = None,
+                  *, speed: float = 1.0, sample_rate: int | None = None, stream: bool = True,
+                  priority: str = "interactive") -> TextPieces:
+        """A request whose text is still being written: :meth:`TextPieces.write` each piece as it comes,
+        :meth:`TextPieces.close` after the last (docs/using/streaming-input.md)."""
+        return TextPieces(self, user_id, request_id or uuid.uuid4().hex, voice=voice, format=format, speed=speed,
+                          sample_rate=sample_rate, stream=stream, priority=priority)
+
+    def stream_text(self, pieces: Iterable[str], user_id: str, voice: str | None = None, format: str = "wav",
+                    request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
+                    priority: str = "interactive", timeout: float = 120.0, raise_on_failure: bool = True,
+                    chunk_grace_s: float = _CHUNK_GRACE_S) -> Generator[Chunk | Completion, None, None]:
+        """Speak text while it is being written: ``pieces`` (a language model's tokens, lines typed) are
+        sent as they come, from a thread, and the request's chunks are yielded as they commit, once
+        each and in order, then its completion. ``timeout`` counts from the last piece."""
+        text = self.open_text(user_id, voice, format, request_id, speed=speed, sample_rate=sample_rate,
+                              priority=priority)
+        sent: concurrent.futures.Future[float] = concurrent.futures.Future()
+
+        def feed() -> None:
+            try:
+                for piece in pieces:
+                    text.write(piece)
+                text.close()
+                sent.set_result(time.monotonic() + timeout)
+            except BaseException as e:  # the iterator or the broker: the caller hears it
+                sent.set_exception(e)
+
+        def publish() -> float:
+            threading.Thread(target=feed, name=f"ttsflow-pieces-{text.request_id[:8]}", daemon=True).start()
+            return float("inf")
+
+        yield from self._follow(text.request_id, publish, timeout, raise_on_failure, chunk_grace_s, sent=sent)
+
+    def _follow(self, rid: str, publish: Callable[[], float], timeout: float, raise_on_failure: bool,
+                chunk_grace_s: float, *, sent: concurrent.futures.Future[float] | None = None,
+                ) -> Generator[Chunk | Completion, None, None]:
+        """Listen for ``rid``'s chunks, ``publish`` (it returns the deadline), yield the chunks in order, then
+        the completion. ``sent``: the deadline once the last piece went out (a request sent in pieces)."""
         reader = self._chunks()
         q: queue.Queue[Chunk] = queue.Queue()
         reader.add(rid, q.put)  # before publishing: no chunk of it can come earlier
         f: concurrent.futures.Future[Completion] | None = None
         try:
-            self.submit(text, user_id, voice=voice, format=format, request_id=rid, speed=speed,
-                        sample_rate=sample_rate, stream=True, priority=priority)
             f = self.wait_future(rid)
-            deadline = time.monotonic() + timeout
+            deadline = publish()
             pending: dict[int, Chunk] = {}
             next_seq = 0
             completion: Completion | None = None
@@ -302,6 +358,9 @@ class TTSClient:
                 if completion is not None and (completion.status == "failed" or next_seq >= completion.segments
                                                or time.monotonic() > grace_end):
                     break
+                if sent is not None and sent.done():
+                    deadline = sent.result()  # raises what stopped the pieces
+                    sent = None
                 if completion is None and time.monotonic() > deadline:
                     raise CompletionTimeout(rid, timeout)
             if raise_on_failure:
@@ -353,3 +412,45 @@ class TTSClient:
         c = self.wait(rid, timeout)
         self.save(c, path)
         return c
+
+
+class TextPieces:
+    """A request sent in pieces (:meth:`TTSClient.open_text`): numbered pieces of one request id and key;
+    piece 0 carries the settings. Not thread-safe: write from one thread."""
+
+    def __init__(self, client: TTSClient, user_id: str, request_id: str, *, voice: str | None, format: str,
+                 speed: float, sample_rate: int | None, stream: bool, priority: str) -> None:
+        from datetime import UTC, datetime
+
+        self.client, self.user_id, self.request_id = client, user_id, request_id
+        self._first = Request(request_id=request_id, user_id=user_id, text="", voice=voice, format=format,
+                              speed=speed, sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
+                              priority=priority, seq=0)  # type: ignore[arg-type]
+        self.seq = 0
+        self.closed = False
+        with client._lock:
+            client._expected.add(request_id)
+
+    def write(self, text: str, *, flush: bool = False, final: bool = False) -> None:
+        """Send one piece (``flush``: speak what is held now; ``final``: the last piece)."""
+        if self.closed:
+            raise ValueError(f"request {self.request_id} was closed")
+        if self.seq == 0:
+            req = msgspec.structs.replace(self._first, text=text, flush=flush, final=final)
+        else:
+            req = Request(request_id=self.request_id, user_id=self.user_id, text=text, seq=self.seq, flush=flush,
+                          final=final)
+        self.seq += 1
+        self.closed = final
+        self.client._produce(self.user_id, encode(req))
+
+    def flush(self) -> None:
+        self.write("", flush=True)
+
+    def close(self, timeout: float = 30.0) -> str:
+        """Send the final piece and wait for every piece's ack; the request id."""
+        if not self.closed:
+            self.write("", final=True)
+        if self.client.flush(timeout):
+            raise StackUnavailable(f"pieces of request {self.request_id} not acknowledged within {timeout:g} s")
+        return self.request_id

@@ -205,7 +205,7 @@ def acl_specs(settings: Settings, *, ops: bool = False) -> list[AclSpec]:
     # stage: requests in, segments and dead letters out; its faust topics (changelog, leader)
     # and group start with its app id (it runs at_least_once: no transactional id)
     app = st.stage_app_id
-    allow(stage, "TOPIC", k.topic_requests, ("READ", "DESCRIBE"))
+    allow(stage, "TOPIC", k.topic_requests, ("READ", "WRITE", "DESCRIBE"))  # WRITE: its timer records
     allow(stage, "TOPIC", k.topic_segments, ("WRITE", "DESCRIBE"))
     allow(stage, "TOPIC", k.topic_dlq, ("WRITE", "DESCRIBE"))
     allow(stage, "TOPIC", f"{app}-", ("READ", "WRITE", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS"), "PREFIXED")

@@ -4,6 +4,7 @@
 ``POST /v1/audio/speech``  OpenAI's body; audio bytes (or SSE events) back
 ``GET /v1/models``         the model names accepted in ``model``
 ``GET /v1/audio/voices``   our voices and the aliases that map onto them
+``WS .../stream-input``    ``/v1/text-to-speech/{voice_id}/stream-input``: ElevenLabs' text-in WebSocket
 ``GET /``                  the playground page
 ``/healthz`` ``/readyz``   liveness (the completions reader runs) and readiness
 ``/metrics``               Prometheus: requests by status, latency, in flight
@@ -29,7 +30,7 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
@@ -42,6 +43,7 @@ from streams.gateway.auth import ApiKey, KeyRing, Limiter, load_keys
 from streams.gateway.errors import ApiError
 from streams.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from streams.gateway.pipeline import Pipeline, request_id_for
+from streams.gateway.stream_input import serve_stream_input
 from streams.settings import Settings
 
 __all__ = ["MODELS", "SpeechBody", "build_app"]
@@ -198,6 +200,14 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
     async def voice_list(request: Request) -> dict[str, Any]:
         _caller(request)
         return voices.listing()
+
+    def _ws_caller(authorization: str | None) -> ApiKey:
+        return open_key if keys is None else keys.lookup(authorization)
+
+    @app.websocket("/v1/text-to-speech/{voice_id}/stream-input")
+    async def stream_input(ws: WebSocket, voice_id: str) -> None:
+        await serve_stream_input(ws, voice_id, pipeline=state["pipeline"], authenticate=_ws_caller,
+                                 resolve_voice=voices.resolve, enter=limiter.enter, leave=limiter.leave)
 
     @app.get("/", response_class=HTMLResponse)
     async def playground() -> HTMLResponse:

@@ -102,6 +102,8 @@ class Pipeline:
         loop = asyncio.get_running_loop()
         client = await loop.run_in_executor(
             None, lambda: TTSClient(settings, lookback_s=settings.gateway.gateway_reader_lookback_s, chunks=True, recent_max=settings.gateway.gateway_recent_max))
+        # the S3 client now, not on the first chunk (seconds on a busy host: a voice agent's first audio)
+        await loop.run_in_executor(None, lambda: client._store(settings.s3.s3_bucket))
         return cls(settings, client)
 
     def close(self) -> None:

@@ -82,7 +82,9 @@ def role_needs(kafka: KafkaSettings, role: str, *, stage_app_id: str = "") -> li
                 ("topic", kafka.topic_chunks, "WRITE"), ("topic", kafka.topic_done, "READ"),
                 ("topic", kafka.topic_done, "WRITE"), ("group", kafka.worker_group, "READ")]
     if role == "stage":
-        return [("topic", kafka.topic_requests, "READ"), ("topic", kafka.topic_segments, "WRITE"),
+        # WRITE on requests: the stage's own timer records for requests sent in pieces (streams/stage/pieces.py)
+        return [("topic", kafka.topic_requests, "READ"), ("topic", kafka.topic_requests, "WRITE"),
+                ("topic", kafka.topic_segments, "WRITE"),
                 ("topic", kafka.topic_dlq, "WRITE"), ("group", stage_app_id, "READ")]
     raise ValueError(f"unknown role {role!r}")
 

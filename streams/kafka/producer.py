@@ -53,7 +53,7 @@ OP_TIMEOUT_S = 3.0
 # costs ~1 s and a redo of uncommitted work, never a duplicate (the new one fences the old)
 WEDGE_GRACE_S = 2.0
 
-Record = tuple[str, bytes, bytes, "int | None"]  # topic, key, value, partition (None: the partitioner's)
+Record = tuple[str, bytes, "bytes | None", "int | None"]  # topic, key, value (None: a tombstone), partition
 
 
 # Fatal errors of librdkafka's idempotence layer: this producer instance's sequence state is lost

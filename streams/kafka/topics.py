@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from streams.settings import KafkaSettings, StageSettings
 
-__all__ = ["TopicSpec", "dedup_changelog_topic", "dedup_table_name", "done_topic_config", "topic_specs"]
+__all__ = ["TopicSpec", "dedup_changelog_topic", "dedup_table_name", "done_topic_config", "open_changelog_topic",
+           "open_table_name", "topic_specs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ def done_topic_config(dedup_window_s: int) -> dict[str, str]:
 
 
 def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int | None = None) -> list[TopicSpec]:
-    """Every topic of a ttsflow deployment: the five of the pipeline and the stage's two
+    """Every topic of a ttsflow deployment: the five of the pipeline and the stage's three
     faust-internal ones (names as faust derives them from the app id)."""
     n = partitions or kafka.partitions
     app = stage.stage_app_id
@@ -40,6 +41,9 @@ def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int |
         TopicSpec(dedup_changelog_topic(stage), n,
                   {"cleanup.policy": "compact,delete", "retention.ms": str(2 * stage.dedup_window_s * 1000),
                    "segment.ms": str(min(3600, stage.dedup_window_s) * 1000)}),
+        # open requests sent in pieces (streams/stage/pieces.py): one entry per open request, deleted when it closes
+        TopicSpec(open_changelog_topic(stage), n, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0",
+                                                   "segment.ms": str(3600 * 1000)}),
         TopicSpec(f"{app}-__assignor-__leader", 1),
     ]
 
@@ -52,6 +56,15 @@ def dedup_table_name(stage: StageSettings) -> str:
     by a stage that once ran faust's exactly_once (refused at load now) is not read: its
     changelog ends in transaction markers that faust's plain recovery waits on forever."""
     return "seen"
+
+
+def open_table_name(stage: StageSettings) -> str:
+    """The table of open requests sent in pieces (its changelog is ``<app id>-open-changelog``)."""
+    return "open"
+
+
+def open_changelog_topic(stage: StageSettings) -> str:
+    return f"{stage.stage_app_id}-{open_table_name(stage)}-changelog"
 
 
 def dedup_changelog_topic(stage: StageSettings) -> str:

@@ -16,16 +16,28 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from streams.kafka.topics import dedup_table_name
+from streams.kafka.topics import dedup_table_name, open_table_name
 from streams.settings import Settings
 from streams.stage.core import Record, StageCore, served_voices
 from streams.stage.dedup import SeenIndex, UserSeen
 from streams.stage.patches import fetch_state, leave_group_on_stop, stage_app_class
+from streams.stage.pieces import CONTROL_HEADER, OpenIndex, OpenRequest, decode_open, open_key, tick_value
 from streams.stage.watch import InputWatch
 
 __all__ = ["build_app", "claim_stage_instance_id", "prepare_topics"]
 
 _log = logging.getLogger("ttsflow.stage")
+
+
+_PIECE_DROPS = ("piece_repeated", "tick_stale", "tick_unreadable")  # counted, not logged (a hostile stream sends millions)
+
+
+def _is_tick(headers: Any) -> bool:
+    """One of the stage's own timer records (header ``ttsflow-control: tick``)."""
+    if not headers:
+        return False
+    items = headers.items() if isinstance(headers, dict) else headers
+    return any(k == CONTROL_HEADER and v == b"tick" for k, v in items)
 
 
 def _key_str(key: bytes | None) -> str:
@@ -128,6 +140,36 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     # partitions") and the check crashes the agent mid-record (seen in every SIGKILL run).
     # Both topics are made with settings.partitions, so the check is skipped.
     seen._verified_source_topics_for_partitions.add(source_topic)
+    # open requests sent in pieces (streams/stage/pieces.py), and an index of them in memory
+    opened = app.Table(open_table_name(settings.stage), default=None, partitions=settings.kafka.partitions,
+                       key_type=bytes, value_type=bytes)
+    opened._verified_source_topics_for_partitions.add(source_topic)
+    open_index = OpenIndex()
+    indexed_gen: list[int | None] = [None]
+
+    def sync_index() -> None:
+        """Rebuild the index from the table after each assignment (the table holds the partitions held)."""
+        gen = app.consumer_generation_id
+        if indexed_gen[0] != gen:
+            open_index.rebuild(opened.items())
+            indexed_gen[0] = gen
+            metrics.open_requests(len(open_index))
+
+    class _OpenView:
+        __slots__ = ("user_key",)
+
+        def __init__(self, user_key: bytes) -> None:
+            self.user_key = user_key
+
+        def get(self, request_id: str) -> OpenRequest | None:
+            raw = opened.get(open_key(self.user_key, request_id))
+            return decode_open(raw) if raw else None
+
+        def user_open(self) -> int:
+            return open_index.user_count(self.user_key)
+
+        def all_open(self) -> int:
+            return len(open_index)
     app.guard_acks(source_topic)
 
     async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
@@ -155,18 +197,39 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             t0 = time.perf_counter()
             metrics.consumed()
             k = msg.key or b""
+            sync_index()
             user_seen = UserSeen(index, seen.get, k, core.clock())
             outcome = core.handle(msg.key, msg.value, partition=msg.partition, offset=msg.offset,
-                                  timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=user_seen)
+                                  timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=user_seen,
+                                  opened=_OpenView(k), tick=_is_tick(msg.headers))
             metrics.processed(time.perf_counter() - t0)
             futs = [await send(r, msg.partition) for r in outcome.records]
+            if outcome.remember is not None or outcome.open is not None:
+                for f in futs:
+                    await f  # delivered before the id or the open text is recorded: a crash repeats, never loses
             if outcome.remember is not None:
-                if futs:
-                    for f in futs:
-                        await f  # delivered before the id is recorded: a crash repeats, never loses
                 entry_key, entry_value = index.entry(k, outcome.remember, core.clock())
                 seen[entry_key] = entry_value
-            if outcome.kind == "segments":
+            if outcome.open is not None:
+                ok, state = open_key(k, outcome.open[0]), outcome.open[1]
+                if state is None:
+                    if opened.get(ok) is not None:
+                        del opened[ok]
+                    open_index.delete(ok)
+                else:
+                    opened[ok] = state
+                    open_index.put(ok, decode_open(state))
+                metrics.open_requests(len(open_index))
+            n_segments = sum(1 for r in outcome.records if r.topic == settings.kafka.topic_segments)
+            if outcome.open is not None and outcome.kind == "failed":
+                metrics.piece("failed", n_segments - 1)  # (the rejection goes to the same topic)
+            if outcome.kind in ("piece", "closed") or outcome.code in _PIECE_DROPS:
+                metrics.piece(outcome.kind if outcome.kind != "duplicate" else
+                              ("tick" if (outcome.code or "").startswith("tick") else "repeated"), n_segments)
+                if outcome.kind == "closed":
+                    _log.info("event=pieces_closed request_id=%s key=%s segments=%d", outcome.request_id,
+                              _key_str(msg.key), n_segments)
+            elif outcome.kind == "segments":
                 metrics.segments(len(outcome.records))
                 if msg.timestamp:
                     metrics.request_age(time.time() - msg.timestamp)
@@ -188,6 +251,21 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     @app.timer(1.0)
     async def beat() -> None:
         metrics.heartbeat()
+
+    # Requests sent in pieces: an idle one's held words are cut, a silent one is closed, by a
+    # record the timer sends to the request's own partition, so the change happens in order with
+    # its pieces and again the same way if the records are re-read (streams/stage/pieces.py).
+    idle_s = settings.stage.stream_idle_cut_ms / 1000.0
+
+    @app.timer(0.2)
+    async def pieces_timer() -> None:
+        if app.in_recovery or app.rebalancing:
+            return
+        sync_index()
+        for user_key, partition, rid, uid, kind, changes in open_index.due(
+                core.clock(), idle_s=idle_s, timeout_s=settings.stage.stream_timeout_s):
+            await app.producer.send(source_topic, user_key, tick_value(rid, uid, kind, changes), partition, None,
+                                    [(CONTROL_HEADER, b"tick")])
 
     # Entries of buckets older than the previous one can never match again: drop them from
     # the local store (no tombstones: the changelog deletes them by retention). Checked once

@@ -21,30 +21,37 @@ from typing import Literal, Protocol
 import msgspec
 
 from engine import mix as engine_mix
+from engine import ssml as engine_ssml
 from engine import voices as engine_voices
 from engine.voices import VoiceInfo
 from schemas import (
     DeadLetter,
     ErrorInfo,
     Rejection,
+    Request,
     SchemaError,
     Segment,
+    Span,
     check_content,
     decode_request,
     encode,
     peek_request_id,
     request_hash,
     segment_hash,
+    spans_key,
 )
 from schemas.errors import ContentError
 from streams.settings import EngineSettings, KafkaSettings, StageSettings
+from streams.stage.cut import budget_for, shorten_first
+from streams.stage.pieces import OpenView, PieceHandler
+from streams.stage.spans import Piece, cut_spans
 from streams.stage.text import normalize, split_segments
 
 __all__ = ["DEAD_LETTER_ID_HEADER", "Outcome", "Record", "SeenIds", "StageCore", "backend_voices", "served_voices"]
 
 _log = logging.getLogger("ttsflow.stage")
 
-Kind = Literal["segments", "failed", "dead_letter", "duplicate"]
+Kind = Literal["segments", "failed", "dead_letter", "duplicate", "piece", "closed"]
 DEAD_LETTER_ID_HEADER = "ttsflow-dead-letter-id"
 DLQ_VALUE_KEEP = 256 * 1024  # raw bytes of a dead letter kept whole up to this; a prefix beyond
 DLQ_KEY_KEEP = 16 * 1024
@@ -96,6 +103,8 @@ class Outcome:
     request_id: str | None = None
     code: str | None = None
     remember: str | None = None
+    # a request sent in pieces (streams/stage/pieces.py): (request id, its new open state; None: closed)
+    open: tuple[str, bytes | None] | None = None
 
 
 def _peek_user_id(raw: bytes | None) -> str | None:
@@ -135,6 +144,7 @@ class StageCore:
         self.served: tuple[VoiceInfo, ...] = tuple(
             i for i in (engine_voices.voice_info(v) for v in voices or ()) if i is not None)
         self.on_dropped = on_dropped  # (script, spoken units cut from an accepted request)
+        self.pieces = PieceHandler(self, clock)
 
     def is_duplicate(self, request_id: str, seen: SeenIds, now: float) -> bool:
         """``seen`` maps the user's request ids to when they were first seen (epoch seconds)."""
@@ -142,17 +152,23 @@ class StageCore:
         return t is not None and now - t < self.stage.dedup_window_s
 
     def handle(self, key: bytes | None, value: bytes | None, *, partition: int, offset: int,
-               timestamp_ms: int | None, seen: SeenIds) -> Outcome:
-        """Everything the stage does with one record, as data. Never raises."""
+               timestamp_ms: int | None, seen: SeenIds, opened: OpenView | None = None, tick: bool = False) -> Outcome:
+        """Everything the stage does with one record, as data. Never raises. ``opened``: the record
+        key's open requests sent in pieces (None: pieces are refused); ``tick``: one of the stage's own
+        timer records (:mod:`streams.stage.pieces`)."""
         now = self.clock()
         rid = peek_request_id(value)
         try:
+            if tick and opened is not None and value is not None:
+                return self.pieces.tick(key, value, partition=partition, offset=offset, timestamp_ms=timestamp_ms,
+                                        opened=opened)
             if rid is None:
                 return self._dead_letter(key, value, partition, offset, timestamp_ms)
-            if self.is_duplicate(rid, seen, now):
-                return Outcome("duplicate", request_id=rid)
+            if self.is_duplicate(rid, seen, now):  # (a piece after its request closed: counted, not logged)
+                return Outcome("duplicate", request_id=rid, code="piece_repeated" if value and b'"seq"' in value
+                               else None)
             assert value is not None
-            return self._request(key, value, rid, now, timestamp_ms, partition, offset)
+            return self._request(key, value, rid, now, timestamp_ms, partition, offset, opened)
         except Exception as e:  # a bug must not stop the partition: answer it visibly
             _log.error("event=stage_error request_id=%s partition=%d offset=%d error=%r\n%s", rid, partition,
                        offset, e, traceback.format_exc())
@@ -230,36 +246,89 @@ class StageCore:
                       ",".join(f"{sc}:{n}" for sc, n in sorted(j.dropped.items())))
         return j.voice.voice, j.text
 
+    def _ssml(self, req: Request, requested: str | None) -> tuple[str, list[Piece]]:
+        """An SSML request's voice and segments: parsed in the voice's language (again in the chosen
+        voice's, when the text picks another voice), checked like plain text. Raises ``SchemaError``
+        (``invalid_ssml`` and the plain checks)."""
+        stage = self.stage
+        limits = engine_ssml.Limits(max_chars=stage.ssml_max_chars, max_depth=stage.ssml_max_depth,
+                                    max_elements=stage.ssml_max_elements)
+        lang = _language(requested or self.default_voice)
+        spans = engine_ssml.parse(req.text, lang=lang, limits=limits)
+        pieces = cut_spans(spans, stage.max_segment_chars)
+        text = " ".join(p.text for p in pieces)
+        check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
+                      max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
+        voice, _ = self._speakable(req.request_id, requested, text)  # foreign words are read, not cut, in SSML
+        if _language(voice) != lang:
+            pieces = cut_spans(engine_ssml.parse(req.text, lang=_language(voice), limits=limits),
+                               stage.max_segment_chars)
+        return voice, pieces
+
+    def model_for(self, voice: str) -> str:
+        """The backend that speaks ``voice`` (several backends: the voice's own names the model)."""
+        info = engine_voices.voice_info(voice)
+        return info.backend if info is not None and info.backend in self.engine.served_backends else self.engine.backend
+
     def _request(self, key: bytes | None, value: bytes, rid: str, now: float,
-                 timestamp_ms: int | None, partition: int, offset: int) -> Outcome:
+                 timestamp_ms: int | None, partition: int, offset: int, opened: OpenView | None = None) -> Outcome:
         stage, engine = self.stage, self.engine
+        if opened is not None:
+            try:
+                piece = decode_request(value)
+            except SchemaError:
+                piece = None
+            if piece is not None and piece.is_piece:
+                return self.pieces.piece(key, value, piece, partition=partition, offset=offset,
+                                         timestamp_ms=timestamp_ms, opened=opened)
+            if opened.get(rid) is not None:  # a whole request under the id of one open in pieces
+                return Outcome("duplicate", request_id=rid, code="open_in_pieces")
         try:
             req = decode_request(value)
-            text = normalize(req.text)
             requested = self._mix(req.voice)
-            check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
-                          max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
-            voice, text = self._speakable(rid, requested, text)
+            if req.text_type == "ssml":
+                voice, pieces = self._ssml(req, requested)
+            else:
+                text = normalize(req.text)
+                check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
+                              max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
+                voice, text = self._speakable(rid, requested, text)
+                cuts = split_segments(text, stage.max_segment_chars)
+                budget = budget_for(text, stage.first_budgets) if req.stream else None
+                if budget is not None:  # fast first audio: a short first segment (streams/stage/cut.py)
+                    cuts = shorten_first(cuts, budget)
+                pieces = [Piece(p, None) for p in cuts]
         except SchemaError as e:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
-        pieces = split_segments(text, stage.max_segment_chars)
-        info = engine_voices.voice_info(voice)  # several backends: the voice's own names the model
-        model = info.backend if info is not None and info.backend in engine.served_backends else engine.backend
-        hashes = [segment_hash(p, voice=voice, model=model, model_version=engine.model_version, speed=req.speed,
-                               sample_rate=req.sample_rate, format=req.format) for p in pieces]
+        model = self.model_for(voice)
+        hashes = [segment_hash(p.text, voice=voice, model=model, model_version=engine.model_version, speed=req.speed,
+                               sample_rate=req.sample_rate, format=req.format, pronunciation=spans_key(p.spans))
+                  for p in pieces]
         rh = request_hash(hashes, format=req.format)
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
         out_key = key if key else req.user_id.encode()
         n = len(pieces)
         records = tuple(
             Record(self.kafka.topic_segments, out_key, encode(Segment(
-                request_id=rid, user_id=req.user_id, seq=i, total=n, text=p, hash=h, request_hash=rh, voice=voice,
-                format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=model,
+                request_id=rid, user_id=req.user_id, seq=i, total=n, text=p.text, hash=h, request_hash=rh,
+                voice=voice, format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=model,
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
-                parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority)))
+                parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority,
+                spans=_wire(p.spans))))
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
         return Outcome("segments", records, request_id=rid, remember=rid)
+
+
+def _wire(spans: tuple[Span, ...] | None) -> list[Span] | None:
+    return None if spans is None else list(spans)
+
+
+def _language(voice: str) -> str:
+    """The primary language of a voice (of a mix: its first part's), ``en`` when unknown."""
+    name = engine_mix.parse(voice)[0][0] if engine_mix.is_mix(voice) else voice
+    info = engine_voices.voice_info(name)
+    return info.languages[0].split("-")[0].lower() if info is not None else "en"
 
 
 def _unsupported_message(j: engine_voices.Judgement) -> str:

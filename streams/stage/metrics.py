@@ -43,6 +43,10 @@ class StageMetrics(ProbedMetrics):
                               "Request record timestamp to the moment its segments were handed to the producer.",
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30),
                               registry=r)
+        self._pieces = Counter("ttsflow_stage_pieces_total", "Records of requests sent in pieces, by outcome: piece "
+                               "(held or cut), closed (final), failed, repeated (a piece seen before, or after the "
+                               "final), tick (the stage's timer records).", ["outcome"], registry=r)
+        self._open = Gauge("ttsflow_stage_open_requests", "Requests sent in pieces this stage holds open.", registry=r)
         self._ready = Gauge("ttsflow_stage_ready", "1 when the stage's faust app is running.", registry=r)
         self._start(port, host, stall_s)
 
@@ -53,6 +57,13 @@ class StageMetrics(ProbedMetrics):
     def segments(self, n: int) -> None:
         self._accepted.inc()
         self._segments.inc(n)
+
+    def piece(self, outcome: str, segments: int = 0) -> None:
+        self._pieces.labels(outcome).inc()
+        self._segments.inc(segments)
+
+    def open_requests(self, n: int) -> None:
+        self._open.set(n)
 
     def failed(self, code: str) -> None:
         self._failed.labels(code).inc()

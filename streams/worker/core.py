@@ -21,6 +21,7 @@ ledger's own (:mod:`~streams.worker.ledger`):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from engine.base import Failure
 from schemas import AudioRef, Chunk, ErrorInfo, ModelInfo, encode
 from streams.kafka.producer import Record
 from streams.worker.answers import build_completion
-from streams.worker.done_log import done_record
+from streams.worker.done_log import done_record, piece_done_record
 from streams.worker.intake import admit_record
 from streams.worker.keys import PART_FORMAT
 from streams.worker.ledger import Answer, ChunkDue, Ledger, PartResult, Request, Seg
@@ -76,6 +77,7 @@ class TxnPlan:
     records: list[Record]
     offsets: dict[int, int]
     answers: list[Answer]
+    chunks: list[ChunkDue] = dataclasses.field(default_factory=list)
 
 
 class WorkerCore:
@@ -159,22 +161,29 @@ class WorkerCore:
         answers = self.ledger.take_answers()
         offsets = self.ledger.to_commit(assigned)
         chunks = self.ledger.take_chunks(offsets, answers)
-        # chunks before their request's completion, the done record with it
-        records: list[Record] = [(self.topics.chunks, c.user_id.encode(), encode(self.chunk(c)), None) for c in chunks]
+        # chunks before their request's completion, the done record with it; a piece's chunk with its
+        # own done record, deleted again with its request's
+        records: list[Record] = []
+        for c in chunks:
+            records.append((self.topics.chunks, c.user_id.encode(), encode(self.chunk(c)), None))
+            if c.more:
+                records.append(piece_done_record(self.topics.done, c.partition, c.request_id, c.seq))
         for a in answers:
             records.append((self.topics.completed, a.user_id.encode(), encode(a.completion), None))
             records.append(done_record(self.topics.done, a))
-        return TxnPlan(records, offsets, answers)
+            records += [piece_done_record(self.topics.done, a.partition, a.request_id, seq, delete=True)
+                        for seq in range(a.pieces)]
+        return TxnPlan(records, offsets, answers, chunks)
 
     def committed(self, plan: TxnPlan) -> None:
         """``plan``'s transaction committed: its offsets and answers are durable."""
-        self.ledger.committed(plan.offsets, plan.answers)
+        self.ledger.committed(plan.offsets, plan.answers, plan.chunks)
         for a in plan.answers:
             self.metrics.completion(a.completion.status, a.e2e_s)
 
     def chunk(self, c: ChunkDue) -> Chunk:
         p = c.part
-        return Chunk(request_id=c.request_id, user_id=c.user_id, seq=c.seq, total=c.total, cached=p.cached,
+        return Chunk(request_id=c.request_id, user_id=c.user_id, seq=c.seq, total=c.total, cached=p.cached, more=c.more,
                      audio=AudioRef(uri=self._uri(p.key), bucket=self._bucket, key=p.key, format=PART_FORMAT,
                                     sample_rate=self._sample_rate, duration_s=p.duration_s, bytes=p.bytes,
                                     sha256=p.sha256),

@@ -11,6 +11,9 @@ Invariants:
   (``read_committed``) from ``dedup_window_s`` ago to its end: every request answered within
   the stage's dedup window is known before the first segment of p is admitted, so a
   restarted worker or a new owner never answers twice. Redis is never this record.
+* A segment of a request sent in pieces has its own record (key ``<request id>/<seq>``,
+  :func:`piece_done_record`) in the transaction of its chunk, deleted (a tombstone) in the
+  transaction of its request's completion; :meth:`load` applies tombstones.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from streams.errors import FatalError, RetriableError, classify
 from streams.kafka import retry as kafka_retry
 from streams.kafka.consumer import consume_ready
 from streams.settings import KafkaSettings
-from streams.worker.ledger import Answer
+from streams.worker.ledger import Answer, piece_key
 
 __all__ = ["DoneLog", "done_record"]
 
@@ -33,6 +36,13 @@ _log = logging.getLogger("ttsflow.worker")
 
 _LOAD_TIMEOUT_S = 120.0  # reading the done partitions to their end; past it the loop retries
 _OP_TIMEOUT_S = 30.0
+
+
+def piece_done_record(topic: str, partition: int, request_id: str, seq: int, *,
+                      delete: bool = False) -> tuple[str, bytes, bytes | None, int]:
+    """``(topic, key, value, partition)`` of the done record of a piece's segment (None: its tombstone)."""
+    value = None if delete else encode(Done(request_id=request_id, status="ok"))
+    return topic, piece_key(request_id, seq).encode(), value, partition
 
 
 def done_record(topic: str, a: Answer) -> tuple[str, bytes, bytes, int]:
@@ -92,7 +102,9 @@ class DoneLog:
                         raise exc
                     continue
                 key, part = m.key(), m.partition()
-                if key and part is not None:
+                if key and part is not None and m.value() is None:  # a piece's record deleted
+                    done[part].pop(key.decode("utf-8", "replace"), None)
+                elif key and part is not None:
                     _, ts_ms = m.timestamp()
                     done[part][key.decode("utf-8", "replace")] = ts_ms / 1000 if ts_ms > 0 else time.time()
                     n += 1

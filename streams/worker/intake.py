@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from schemas import ErrorInfo, Rejection, SchemaError, decode_segment_event, peek_request_id
+from schemas import End, ErrorInfo, Rejection, SchemaError, decode_segment_event, peek_request_id
 from streams.errors import AbortableError
 from streams.worker.keys import part_id
 from streams.worker.ledger import Ledger, Seg
@@ -46,6 +46,8 @@ def admit_record(msg: Any, ledger: Ledger, metrics: Any, *, identity: str, now: 
     work: Seg | None = None
     if isinstance(seg, Rejection):
         skipped = ledger.admit_rejection(p, off, seg)
+    elif isinstance(seg, End):
+        skipped = ledger.admit_end(p, off, seg)
     else:
         work, skipped = ledger.admit(p, off, seg, part_id(seg.hash, identity), now)
     if skipped is not None:

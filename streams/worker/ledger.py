@@ -22,6 +22,11 @@ tested directly (tests/unit/test_ledger.py). Invariants:
 * **Generations.** Work belongs to a partition's generation, bumped on assignment, revoke
   and every drop; a part finished for an older generation (its partition was revoked or
   rewound meanwhile) changes nothing.
+* **A piece's segment once.** A request sent in pieces (its segments carry ``more``) may be
+  cut again by a stage restarted before its table caught up, so a segment can come twice
+  with offsets far apart. Its chunk's transaction also writes a done record keyed
+  ``<request id>/<seq>`` (:func:`piece_key`), and a segment found there (or in flight here) is
+  dropped; the request's completion deletes them again (tombstones).
 * **Bounded memory per request**: a part's samples are kept for the join only while the
   request's share stays within ``join_memory_bytes``; a request whose audio passes
   ``max_request_audio_s`` fails at once (``audio_too_long``).
@@ -39,10 +44,17 @@ from typing import Literal
 import numpy as np
 
 from engine.base import Failure, Prepared
-from schemas import Completion, ErrorInfo, Rejection, Segment
+from schemas import Completion, End, ErrorInfo, Rejection, Segment
 from streams.worker.offsets import OffsetTracker
 
-__all__ = ["Answer", "ChunkDue", "Ledger", "Part", "PartResult", "Request", "Seg"]
+__all__ = ["Answer", "ChunkDue", "Ledger", "Part", "PartResult", "Request", "Seg", "piece_key"]
+
+_END_SEQ = -1  # an End record's place in the in-flight set (a request has one)
+
+
+def piece_key(request_id: str, seq: int) -> str:
+    """The done-set key of segment ``seq`` of a request sent in pieces (a request id never holds '/')."""
+    return f"{request_id}/{seq}"
 
 
 @dataclass(slots=True, eq=False)
@@ -85,6 +97,7 @@ class ChunkDue:
     total: int
     voice: str
     part: Part
+    more: bool = False  # of a request still arriving in pieces (total is a lower bound)
 
 
 @dataclass(slots=True, eq=False)
@@ -106,6 +119,7 @@ class Request:
     queue_s: float = 0.0
     held_bytes: int = 0    # part samples kept in memory for the join (bounded by join_memory_mb)
     audio_s: float = 0.0   # audio of the parts synthesized here so far (max_request_audio_s stops it early)
+    pieces: bool = False   # sent in pieces: its segments' done records are deleted with its answer
 
     @property
     def key(self) -> tuple[int, str]:
@@ -122,6 +136,7 @@ class Answer:
     completion: Completion
     offsets: list[int]
     e2e_s: float | None
+    pieces: int = 0  # sent in pieces with this many segments: their done records are deleted with it
 
 
 Next = Literal["failed", "join", "parts_unknown"]
@@ -188,8 +203,10 @@ class Ledger:
         if self.is_done(p, seg.request_id):
             self.tracker.mark_done(p, off)
             return None, "request_done"
-        if (p, seg.request_id, seg.seq) in self._seen or seg.seq >= seg.total:
-            # a re-emitted copy: its original has a lower offset and holds the commit back
+        if (p, seg.request_id, seg.seq) in self._seen or seg.seq >= seg.total or \
+                (seg.more and self.is_done(p, piece_key(seg.request_id, seg.seq))):
+            # a re-emitted copy: its original has a lower offset and holds the commit back (or, for a
+            # piece's segment, was done and committed with its chunk)
             self.tracker.mark_done(p, off)
             return None, "duplicate" if seg.seq < seg.total else "bad_seq"
         self._seen.add((p, seg.request_id, seg.seq))
@@ -199,11 +216,37 @@ class Ledger:
             req = self.requests[(p, seg.request_id)] = Request(p, gen, seg.request_id, seg.user_id, seg.total, seg)
         req.offsets.append(off)
         req.seqs.add(seg.seq)
+        req.pieces = req.pieces or seg.more
         if seg.last:
             req.last = seg
+            req.total = seg.total
+        elif seg.more:
+            req.total = max(req.total, seg.total)
         if req.failure is not None:  # answered soon; nothing more to synthesize for it
             return None, None
         return Seg(p, gen, off, seg, part_id, received), None
+
+    def admit_end(self, p: int, off: int, end: End) -> str | None:
+        """The end of a request sent in pieces: its last segment came before (with ``more``), so
+        nothing is synthesized; the request is answerable once every part is in S3. Returns the
+        reason it was dropped, if it was."""
+        if self.is_done(p, end.request_id):
+            self.tracker.mark_done(p, off)
+            return "request_done"
+        if (p, end.request_id, _END_SEQ) in self._seen:
+            self.tracker.mark_done(p, off)
+            return "duplicate"
+        self._seen.add((p, end.request_id, _END_SEQ))
+        req = self.requests.get((p, end.request_id))
+        if req is None:
+            req = self.requests[(p, end.request_id)] = Request(p, self._gen.get(p, 0), end.request_id, end.user_id,
+                                                                end.total, None,
+                                                                start=end.created_at or end.enqueued_at)
+        req.offsets.append(off)
+        req.last = end.as_last()
+        req.total = end.total
+        req.pieces = True
+        return None
 
     def admit_rejection(self, p: int, off: int, rej: Rejection) -> str | None:
         """The stage refused the request: it is answered, failed with the stage's code, in the next
@@ -271,7 +314,8 @@ class Ledger:
         req.parts[s.seg.seq] = self._hold(req, part)
         if s.seg.stream and req.failure is None:
             self.chunks.setdefault(s.partition, []).append(ChunkDue(
-                s.partition, s.offset, req.request_id, req.user_id, s.seg.seq, s.seg.total, s.seg.voice, part))
+                s.partition, s.offset, req.request_id, req.user_id, s.seg.seq, s.seg.total, s.seg.voice, part,
+                more=s.seg.more))
         if not s.seg.last:  # a last segment is done only with its completion
             self.tracker.mark_done(s.partition, s.offset)
 
@@ -330,10 +374,11 @@ class Ledger:
 
     def answer(self, req: Request, completion: Completion, e2e_s: float | None) -> None:
         """``req`` is answered by ``completion``: it leaves the ledger, produced and committed in step 8."""
-        self.answers.append(Answer(req.partition, req.request_id, req.user_id, completion, list(req.offsets), e2e_s))
+        self.answers.append(Answer(req.partition, req.request_id, req.user_id, completion, list(req.offsets), e2e_s,
+                                   pieces=req.total if req.pieces else 0))
         self.requests.pop(req.key, None)
         self._answering.add(req.key)
-        self._seen.difference_update({(req.partition, req.request_id, s) for s in req.seqs})
+        self._seen.difference_update({(req.partition, req.request_id, s) for s in (*req.seqs, _END_SEQ)})
 
     # -- 8) the committed-offset rule -------------------------------------------------------------
     def due(self) -> bool:
@@ -374,11 +419,18 @@ class Ledger:
     def to_commit(self, assigned: set[int]) -> dict[int, int]:
         return {p: o for p, o in self.tracker.to_commit().items() if p in assigned}  # type: ignore[misc]
 
-    def committed(self, offsets: dict[int, int], answers: list[Answer]) -> None:
-        """The transaction with ``offsets`` and ``answers`` committed: they are durable now."""
+    def committed(self, offsets: dict[int, int], answers: list[Answer], chunks: Sequence[ChunkDue] = ()) -> None:
+        """The transaction with ``offsets``, ``answers`` and ``chunks`` committed: they are durable now."""
         self.tracker.committed(offsets)
+        now = self.wall()
+        for c in chunks:
+            if c.more:
+                self._done.setdefault(c.partition, {})[piece_key(c.request_id, c.seq)] = now
         for a in answers:
-            self._done.setdefault(a.partition, {})[a.request_id] = self.wall()
+            done = self._done.setdefault(a.partition, {})
+            done[a.request_id] = now
+            for seq in range(a.pieces):
+                done.pop(piece_key(a.request_id, seq), None)
             self._answering.discard((a.partition, a.request_id))
 
     # -- dropping work ------------------------------------------------------------------------------

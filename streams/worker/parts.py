@@ -98,7 +98,9 @@ class PartMaker:
         failed: list[tuple[str, Failure]] = []
         if not misses:
             return failed
-        prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed) for s in misses])
+        prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed,
+                                                       spans=tuple(s.seg.spans) if s.seg.spans else None)
+                                             for s in misses])
         for s, p in zip(misses, prepared, strict=True):
             if isinstance(p, Failure):
                 failed.append((s.part_id, p))

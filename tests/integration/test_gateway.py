@@ -83,8 +83,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         _cleanup(s, unique)
 
 
-def _check(data: bytes, fmt: str, text: str, *, speed: float = 1.0) -> float:
-    """Decode ``data`` two ways; both agree on its length, which suits ``text``; it is intelligible."""
+def _check(data: bytes, fmt: str, text: str, *, speed: float = 1.0, hear: bool = True) -> float:
+    """Decode ``data`` two ways; both agree on its length, which suits ``text``; it is intelligible
+    (unless ``hear`` is off: the recognizer costs ~1 s per sentence on 2 cores)."""
     x, rate = decode_pcm(data) if fmt == "pcm" else decode_av(data)
     dur = len(x) / rate
     spoken = sum(ch.isalnum() for ch in text)
@@ -94,8 +95,9 @@ def _check(data: bytes, fmt: str, text: str, *, speed: float = 1.0) -> float:
         other = decode_ffmpeg(data)
         if other is not None:
             assert abs(len(other[0]) / other[1] - dur) < 0.15, (fmt, dur, len(other[0]) / other[1])
-    wer = word_error(x, rate, text)
-    assert wer <= 0.35, (fmt, wer)
+    if hear:
+        wer = word_error(x, rate, text)
+        assert wer <= 0.35, (fmt, wer)
     return dur
 
 
@@ -166,7 +168,9 @@ def test_streaming_sends_bytes_before_the_completion(rig: Rig, fmt: str) -> None
     completed = done[0].completed_at.astimezone(UTC).timestamp()
     print(f"stream {fmt}: first byte {first_at - t0:.2f}s, completion {completed - t0:.2f}s after the call")
     assert first_at < completed, (first_at - t0, completed - t0)
-    _check(b"".join(pieces), fmt, text)
+    # twenty sentences heard once (pcm) is enough: every format's encoder is heard by
+    # test_every_format_through_the_openai_sdk, and the streamed mp3's two decoders must agree on its length
+    _check(b"".join(pieces), fmt, text, hear=fmt == "pcm")
     assert datetime.now(UTC).timestamp() >= completed
 
 

@@ -202,3 +202,40 @@ def test_mandarin_word_starts_agree_with_whisper(engine) -> None:  # type: ignor
         errs += _mandarin_errors(a, s)
     assert len(errs) > 30
     assert float(np.median(np.abs(errs))) < 0.100, sorted(np.abs(errs))
+
+
+def test_ssml_spans_pinyin_override_say_as_and_a_break(engine) -> None:  # type: ignore[no-untyped-def]
+    """SSML through the real kokoro engine: an x-pinyin override changes the phonemes, say-as
+    telephone and characters in Mandarin are read digit by digit (幺 for 1), and a 1.5 s break is
+    1.5 s +- 10% of silence between its two sentences."""
+    from engine.pron import SILENCE_PEAK, pinyin_to_kokoro
+    from engine.ssml import parse
+    from streams.stage.spans import cut_spans
+
+    backend = engine.backend
+    inverse = {i: c for c, i in backend._vocab.items()}
+
+    def said(doc: str) -> str:
+        (piece,) = cut_spans(parse(doc, lang="zh"), 300)
+        p = backend.prepare(SynthItem(piece.text, "zm_yunjian", spans=piece.spans))
+        return "".join(inverse[int(i)] for ids in p.payload for i in ids if int(i))
+
+    plain, override = said("<speak>我住在重庆。</speak>"), said(
+        '<speak>我住在<phoneme alphabet="x-pinyin" ph="zhong4 qing4">重庆</phoneme>。</speak>')
+    assert pinyin_to_kokoro("chong2 qing4") in plain.replace(" ", "")
+    assert pinyin_to_kokoro("zhong4 qing4") in override.replace(" ", "") and override != plain
+    phone = said('<speak>请拨打<say-as interpret-as="telephone">138-1234</say-as>。</speak>').replace(" ", "")
+    assert pinyin_to_kokoro("yao1 san1 ba1") in phone and pinyin_to_kokoro("yao1 er4 san1 si4") in phone
+    chars = said('<speak>验证码<say-as interpret-as="characters">A19</say-as>。</speak>').replace(" ", "")
+    assert pinyin_to_kokoro("yi1 jiu3") in chars  # digits one by one, not 十九
+
+    (piece,) = cut_spans(parse('<speak>请稍等。<break time="1500ms"/>谢谢。</speak>', lang="zh"), 300)
+    (a,) = engine.synthesize([SynthItem(piece.text, "zm_yunjian", spans=piece.spans)])
+    assert isinstance(a, Audio)
+    f = a.sample_rate // 100
+    quiet = np.abs(a.samples[: len(a.samples) // f * f]).reshape(-1, f).max(axis=1) < SILENCE_PEAK
+    runs, cur = [], 0
+    for q in quiet[1:-1]:
+        cur = cur + 1 if q else 0
+        runs.append(cur)
+    assert abs(max(runs) * 10 - 1500) <= 150, max(runs) * 10

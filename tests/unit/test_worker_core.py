@@ -159,3 +159,59 @@ def test_answers_name_the_voice_that_spoke() -> None:
     c.joined([(job.req, ref("r"))])
     completion: Completion = c.ledger.answers[0].completion
     assert completion.status == "ok" and completion.model is not None and completion.model.voice == "heart"
+
+
+# -- requests sent in pieces ----------------------------------------------------------------
+
+def piece_seg(rid: str, seq: int, *, more: bool, hashes: list[str]) -> Segment:
+    return Segment(request_id=rid, user_id="u", seq=seq, total=seq + 2 if more else len(hashes), text=f"part {seq}",
+                   hash=hashes[seq], request_hash="0" * 64, voice="heart", stream=True, more=more,
+                   parts=None if more else hashes)
+
+
+def test_pieces_chunk_with_their_own_done_record_and_the_end_record_answers_once() -> None:
+    import json
+
+    from schemas import End
+
+    c = core()
+    hashes = [f"{i:064x}" for i in range(2)]
+    works = []
+    for i in range(2):
+        c.ledger.consumed(0, i)
+        w, skipped = c.ledger.admit(0, i, piece_seg("p", i, more=True, hashes=hashes), f"pid-p-{i}", 0.0)
+        assert skipped is None and w is not None
+        c.ledger.start_waiting(w)
+        works.append(w)
+    c.parts_done([made(works[0])])
+    plan = c.take_commit({0})
+    assert [r[0] for r in plan.records] == ["chunks", "done"] and plan.records[1][1] == b"p/0"
+    chunk = json.loads(plan.records[0][2])  # type: ignore[arg-type]
+    assert chunk["more"] and chunk["total"] == 2 and chunk["seq"] == 0
+    c.committed(plan)
+    # the stage re-sent segment 0 (restarted behind its table): dropped, even with nothing in flight
+    c.ledger.drop_all({0})
+    c.ledger.consumed(0, 5)
+    assert c.ledger.admit(0, 5, piece_seg("p", 0, more=True, hashes=hashes), "pid-p-0", 0.0) == (None, "duplicate")
+    # segment 1 is redone, then the end record closes the request
+    c.ledger.consumed(0, 6)
+    w1, _ = c.ledger.admit(0, 6, piece_seg("p", 1, more=True, hashes=hashes), "pid-p-1", 0.0)
+    assert w1 is not None
+    c.ledger.start_waiting(w1)
+    c.parts_done([made(w1)])
+    end = End(request_id="p", user_id="u", total=2, parts=hashes, request_hash="0" * 64, voice="heart", stream=True)
+    c.ledger.consumed(0, 7)
+    assert c.ledger.admit_end(0, 7, end) is None
+    (job,) = c.to_join()
+    assert job.hashes == hashes  # part 0 comes from S3
+    c.joined([(job.req, ref("p"))])
+    plan = c.take_commit({0})
+    kinds = [(r[0], r[1], r[2] is None) for r in plan.records]
+    assert kinds[:2] == [("chunks", b"u", False), ("done", b"p/1", False)]
+    assert ("completed", b"u", False) in kinds and ("done", b"p", False) in kinds
+    assert ("done", b"p/0", True) in kinds and ("done", b"p/1", True) in kinds  # deleted with the answer
+    assert json.loads(plan.records[2][2])["segments"] == 2  # type: ignore[arg-type]
+    c.committed(plan)
+    assert plan.offsets == {0: 8}
+    c.ledger.consumed(0, 9)
+    assert c.ledger.admit_end(0, 9, end) == "request_done"

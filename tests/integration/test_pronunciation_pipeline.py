@@ -1,0 +1,96 @@
+"""SSML through the real stage and one worker (hibari): what users hear, and what hostile SSML gets.
+
+One stage and one worker answer every request of this module in one run (lean: hibari, short texts):
+
+- a 1.5 s ``break`` is a pause of 1.5 s +- 10% at its place in the fetched audio (frames of 10 ms
+  under -40 dBFS; the voice's own edge silences counted in);
+- ``say-as telephone`` and ``characters`` are heard digit by digit / letter by letter by an offline
+  recognizer (pocketsphinx), where the same digits as plain text are read as a quantity;
+- a ``sub`` alias is heard;
+- hostile SSML (billion laughs, an external entity naming a local file, 100,000 nested elements,
+  unclosed tags, ~1 MB of attributes: the most a Kafka record holds) is answered once each with
+  ``invalid_ssml`` giving line and column, while other users' plain requests in the same
+  partitions are answered ok.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.pron import SILENCE_PEAK
+from streams.settings import Settings
+from tests.support.asr import normalize_text, recognize
+from tests.support.pipeline import answer_requests, by_request, check_audio
+
+pytestmark = [pytest.mark.integration]
+
+HOSTILE = {
+    "laughs": '<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;&a;&a;">'
+              '<!ENTITY c "&b;&b;&b;&b;">]><speak>&c;</speak>',
+    "xxe": '<!DOCTYPE s [<!ENTITY x SYSTEM "file:///etc/passwd">]><speak>&x;</speak>',
+    "nested": "<speak>" + "<s>" * 100_000 + "x" + "</s>" * 100_000 + "</speak>",
+    "unclosed": "<speak>Hello <prosody rate='slow'>world</speak>",
+    "attrs": '<speak><prosody rate="slow" data="' + "a" * 900_000 + '">x</prosody></speak>',
+}
+REASONS = {"laughs": "DTDs", "xxe": "DTDs", "nested": "nested deeper", "unclosed": "mismatched tag",
+           "attrs": "attribute"}
+
+
+@pytest.fixture
+def settings(settings: Settings, unique: str) -> Settings:
+    return settings.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, backend="hibari", backends="", voice="",
+                            ssml_max_chars=2_000_000, threads=2)
+
+
+def _longest_pause_ms(x: np.ndarray, sr: int) -> int:
+    f = sr // 100
+    quiet = np.abs(x[: len(x) // f * f]).reshape(-1, f).max(axis=1) < SILENCE_PEAK
+    best = cur = 0
+    for q in quiet[1:-1]:  # inner pauses only, not the file's own ends
+        cur = cur + 1 if q else 0
+        best = max(best, cur)
+    return best * 10
+
+
+def test_ssml_is_heard_as_written_and_hostile_ssml_fails_alone(settings: Settings, tmp_path: Path) -> None:
+    ssml = {
+        "break": '<speak>Please hold on. <break time="1500ms"/> Thank you for waiting.</speak>',
+        "nobreak": "<speak>Please hold on. Thank you for waiting.</speak>",
+        "phone": '<speak>Call <say-as interpret-as="telephone">415 555 0123</say-as> today.</speak>',
+        "chars": '<speak>Your code is <say-as interpret-as="characters">K7B</say-as>.</speak>',
+        "sub": '<speak>We use <sub alias="Structured Query Language">SQL</sub> daily.</speak>',
+    }
+    reqs = [{"request_id": k, "user_id": f"u-{k}", "text": t, "text_type": "ssml"} for k, t in ssml.items()]
+    reqs.append({"request_id": "plain-phone", "user_id": "u-plain", "text": "Call 4155550123 today."})
+    for i, (k, doc) in enumerate(HOSTILE.items()):  # other users' plain requests around each hostile one
+        reqs.append({"request_id": f"bad-{k}", "user_id": f"mallory-{i}", "text": doc, "text_type": "ssml"})
+        reqs.append({"request_id": f"ok-{k}", "user_id": f"user-{i}", "text": f"Request {i} is fine."})
+    cs = answer_requests(settings, tmp_path / "logs", reqs, timeout=240)
+    assert by_request(cs) == Counter({r["request_id"]: 1 for r in reqs})
+    got = {c.request_id: c for c in cs}
+
+    answers = {}
+    for k in HOSTILE:
+        bad = got[f"bad-{k}"]
+        assert bad.status == "failed" and bad.error is not None and bad.error.code == "invalid_ssml", bad
+        assert bad.error.message.startswith("line ") and REASONS[k] in bad.error.message
+        answers[k] = bad.error.message[:120]
+        assert got[f"ok-{k}"].status == "ok"
+
+    audio = {k: check_audio(settings, got[k]) for k in [*ssml, "plain-phone"]}
+    pause = _longest_pause_ms(*audio["break"])
+    plain_pause = _longest_pause_ms(*audio["nobreak"])
+    heard = {k: normalize_text(recognize(*audio[k])) for k in ("phone", "plain-phone", "chars", "sub")}
+    print(json.dumps({"pause_ms": pause, "pause_without_break_ms": plain_pause, "heard": heard,
+                      "hostile": answers}))
+    assert abs(pause - 1500) <= 150, pause
+    assert plain_pause < 1000
+    assert "one five five five five zero one two three" in heard["phone"], heard
+    assert "million" in heard["plain-phone"] or "billion" in heard["plain-phone"], heard  # the contrast
+    assert "kay seven" in heard["chars"], heard
+    assert "structured query language" in heard["sub"], heard
