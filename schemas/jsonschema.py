@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import Chunk, Completion, DeadLetter, Done, End, Rejection, Request, Segment
+from schemas.events import Chunk, Completion, DeadLetter, Done, End, LexiconRecord, Rejection, Request, Segment
 
 __all__ = ["SCHEMAS", "render", "write_all"]
 
@@ -25,6 +25,7 @@ SCHEMAS: dict[str, type] = {
     "chunk.v1": Chunk,
     "dead_letter.v1": DeadLetter,
     "done.v1": Done,
+    "lexicon.v1": LexiconRecord,
 }
 _DIR = Path(__file__).parent / "json"
 

@@ -120,6 +120,8 @@ class KafkaSettings:
     topic_dlq: str = _f("tts.requests.dlq", "Dead-letter topic for requests without a readable request_id.")
     topic_done: str = _f("tts.worker.done", "Compacted topic of completed request ids, written in the worker's transaction.")
     topic_chunks: str = _f("tts.chunks", "Topic of per-segment audio chunks of streaming requests (key = user id), written in the worker's transaction.")
+    topic_lexicons: str = _f("tts.lexicons", "Compacted topic of users' pronunciation lexicons (W3C PLS; key owner/name, a tombstone deletes), materialized by the stage.")
+    topic_lexicons_global: str = _f("tts.lexicons.global", "Compacted topic of global lexicons (key global/name), written by operators only (ACL: the ops principal), materialized by the stage.")
     partitions: int = _f(4, "Partitions of every ttsflow topic created by the stack; caps worker parallelism.", lo=1, hi=10_000)
     replication_factor: int = _f(1, "Replication factor of created topics (1 on the local single-node stack).", lo=1, hi=16)
     worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
@@ -224,6 +226,9 @@ class StageSettings:
     ssml_max_chars: int = _f(200_000, "Longest accepted SSML document (text_type ssml), in characters of markup and text; a longer one fails with invalid_ssml before it is parsed.", lo=16, hi=10_000_000)
     ssml_max_depth: int = _f(32, "Deepest element nesting accepted in an SSML document (invalid_ssml beyond).", lo=2, hi=1_000)
     ssml_max_elements: int = _f(10_000, "Most elements accepted in one SSML document (invalid_ssml beyond).", lo=1, hi=1_000_000)
+    lexicon_max_bytes: int = _f(256 * 1024, "Largest lexicon document (PLS), bytes; a larger one is refused when written and ignored by the stage.", lo=1024, hi=900 * 1024)
+    lexicon_max_entries: int = _f(5_000, "Most entries (graphemes) in one lexicon.", lo=1, hi=100_000)
+    lexicons_per_user: int = _f(100, "Most lexicons one owner may store (checked by the SDK, the CLI and the gateway when writing).", lo=1, hi=100_000)
     stream_idle_cut_ms: int = _f(700, "A request sent in pieces: the text held this long without a new piece is spoken up to its last whole word, milliseconds.", lo=50, hi=60_000)
     stream_timeout_s: float = _f(20.0, "A request sent in pieces with no new piece for this long before its final one is closed: failed with stream_timeout (what was spoken stays spoken), seconds.", lo=1.0, hi=3600.0)
     max_open_streams_per_user: int = _f(16, "Requests sent in pieces one user (record key) may have open at once; the next is failed with too_many_streams.", lo=1, hi=1_000_000)
@@ -268,6 +273,8 @@ class BatchingSettings:
     max_request_audio_s: int = _f(4 * 3600, "Longest audio one request may produce, seconds; a longer one fails with audio_too_long (split longer texts into several requests).", lo=1, hi=7 * 24 * 3600)
     join_memory_mb: int = _f(32, "Synthesized audio (MiB of samples) a worker keeps in memory per request for its join; the parts beyond it are read back from S3 when the request is joined.", lo=0, hi=65_536)
     fair_slot_ms: int = _f(500, "Fair order in the worker's batcher: one request's segments are spaced this far apart in service order against other requests (earliest due first), or by a segment's measured model time where that is longer (a slow voice), so a short request is not stuck behind a long one and a long one still advances one segment per slot under any load; 0 means arrival order.", lo=0, hi=600_000)
+    read_ahead_kb: int = _f(2048, "Segment records (KiB) a worker reads ahead of its model, in all its partitions; past it the partitions holding their share are paused. The whole of a long request (a 100,000-character one is ~350 KiB) and the requests behind it in its partition are read at once, so other users of that partition are served in the fair order instead of waiting until the worker has read that far. Cost: memory for what is read (the records and their front-end output) and the front end of what is read, run on the loop's thread a poll at a time.", lo=16, hi=1_048_576)
+    fair_burst_ms: int = _f(500, "A request's first segments whose expected model time adds up to at most this (milliseconds; a segment of unknown cost counts one fair slot) are not paced: a request of a few sentences is served whole, in arrival order, like a task queue serves it, and only the rest of a longer one is paced fair_slot_ms apart. Cost: a short request behind a long one waits for at most this much of the long one's work (divided among the model lanes); 0 paces every segment after the first.", lo=0, hi=600_000)
     bulk_delay_ms: int = _f(5_000, "A priority=bulk request's segments count as arrived this much later than interactive ones in the batcher's order: the longest a bulk segment yields to newer interactive work.", lo=0, hi=3_600_000)
 
     def __post_init__(self) -> None:

@@ -293,6 +293,38 @@ def _rows_of(items: Iterable[tuple[str, Any]], cols: list[str]) -> list[list[Any
     return [[label, *(_get(x, *c.split(".")) for c in cols)] for label, x in items]
 
 
+def _repeated(render: Any) -> Any:
+    """A renderer that also reads a ``--repeat N`` result: each figure's median and spread over the
+    repeats, then the last repeat's own tables."""
+    def wrapped(r: dict[str, Any]) -> list[Table]:
+        if "repeats" not in r:
+            return render(r) + _breakdowns(r)
+        rows = [[k, v.get("n"), v.get("median"), v.get("min"), v.get("max")] for k, v in r["repeats"].items()]
+        last = r["runs"][-1] if r.get("runs") else {}
+        return [(f"Median and spread over {r.get('repeat')} repeats", ["figure", "n", "median", "min", "max"], rows),
+                *[(f"Last repeat: {c}", h, rs) for c, h, rs in render(last) + _breakdowns(last)]]
+    return wrapped
+
+
+def _breakdowns(r: dict[str, Any]) -> list[Table]:
+    """Where the time went (``breakdown`` of each open-loop phase): the median requests against the slowest 1%."""
+    tables: list[Table] = []
+    for name, x in r.get("systems", {}).items():
+        phases = [p for p in x.get("rates", []) if p.get("breakdown", {}).get("n")]
+        phases += [{**x[k], "label": k} for k in ("at_70", "kill") if isinstance(x.get(k), dict)
+                   and x[k].get("breakdown", {}).get("n")]
+        for p in phases:
+            b = p["breakdown"]
+            where = f"{p['fraction']:.0%} load" if "fraction" in p else p.get("label", "")
+            parts = list(b["median_ms"])
+            tables.append((f"{name} at {where}: where the time went, ms (median requests vs the slowest 1%, "
+                           f"n={b['n']})", ["", *parts],
+                           [["median", *(b["median_ms"][k] for k in parts)],
+                            ["slowest 1%", *(b["slowest_1pct_ms"][k] for k in parts)],
+                            ["extra", *(b["excess_ms"][k] for k in parts)]]))
+    return tables
+
+
 def _latency(r: dict[str, Any]) -> list[Table]:
     cols = ["system", "fraction", "offered_rps", "sent_rps", "throughput_rps", "sustained", "p50_ms", "p90_ms",
             "p99_ms", "first_chunk_p50_ms", "first_chunk_p99_ms"]
@@ -475,8 +507,8 @@ def flatten(d: Any, prefix: str = "", limit: int = 300) -> list[list[Any]]:
 
 #: name -> (title, command that prints the JSON, renderer); a name's page is docs/benchmarks/<name>.md
 BENCHES: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[Table]]]] = {
-    "latency": ("latency against load", "ttsflow bench latency --json", _latency),
-    "baseline": ("ttsflow vs the Celery baseline", "ttsflow bench baseline --json", _baseline),
+    "latency": ("latency against load", "ttsflow bench latency --json", _repeated(_latency)),
+    "baseline": ("ttsflow vs the Celery baseline", "ttsflow bench baseline --json", _repeated(_baseline)),
     "engine": ("engine", "ttsflow bench engine --json --wer", _engine),
     "sweep": ("the Pareto sweep", "ttsflow bench sweep --json", _sweep),
     "stage": ("stage", "ttsflow bench stage --json", _generic),

@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streams.bench.tail import baseline_path, breakdown, ttsflow_path
+
 __all__ = ["main", "run_bench", "sustained"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages): the Celery node's cwd
@@ -88,6 +90,7 @@ class _Answers:
     sent: dict[str, float] = field(default_factory=dict)   # request id -> time.time() at send
     got: dict[str, tuple[bool, float, float]] = field(default_factory=dict)  # id -> (ok, audio s, time seen)
     answers: Counter[str] = field(default_factory=Counter)  # id -> answers seen (ttsflow)
+    paths: dict[str, dict[str, float]] = field(default_factory=dict)  # id -> seconds per place (streams.bench.tail)
 
 
 class _Ttsflow:
@@ -160,10 +163,27 @@ class _Ttsflow:
             if c.request_id not in self.a.got:
                 dur = c.audio.duration_s if c.audio is not None else 0.0
                 self.a.got[c.request_id] = (c.status == "ok", dur, rec.received)
+                path = ttsflow_path(c, self.a.sent[c.request_id], rec.received) if c.status == "ok" else None
+                if path is not None:
+                    self.a.paths[c.request_id] = path
                 self._answered(c, rec.received)
 
     def flush(self) -> None:
         self.pub.flush(60)
+
+    def gc_pauses(self, t0: float, t1: float) -> dict[str, Any]:
+        """The workers' logged garbage collections (``event=gc_pause``, 5 ms or more) between ``t0`` and ``t1``."""
+        import re
+
+        ms: list[float] = []
+        for p in self.sup.procs.values():
+            if p.name.startswith("tf-worker"):
+                log = p.log_path.read_text(errors="replace") if p.log_path.exists() else ""
+                for m in re.finditer(r"event=gc_pause generation=\d+ ms=([\d.]+) at=([\d.]+)", log):
+                    if t0 <= float(m.group(2)) <= t1:
+                        ms.append(float(m.group(1)))
+        return {"count_5ms": len(ms), "count_50ms": sum(1 for x in ms if x >= 50), "sum_ms": round(sum(ms), 1),
+                "max_ms": round(max(ms), 1) if ms else 0.0}
 
     def executions(self) -> Counter[str]:
         return self.a.answers
@@ -287,6 +307,9 @@ class _Baseline:
                 if status == "SUCCESS":
                     res = meta.get("result") or {}
                     self.a.got[rid] = (True, float(res.get("duration_s", 0.0)), now)
+                    path = baseline_path(res, self.a.sent[rid], now)
+                    if path is not None:
+                        self.a.paths[rid] = path
                 elif status in ("FAILURE", "REVOKED"):
                     self.a.got[rid] = (False, 0.0, now)
         if not pending:
@@ -418,6 +441,9 @@ def _phase(sysm: Any, label: str, texts: list[str], rate: float | None, rng: ran
         sysm.pump(0.1)
         missing = [i for i in missing if i not in sysm.a.got]
     out["answered_late"] = out["lost"] - len(missing)
+    out["breakdown"] = breakdown(sysm.a.paths[i] for i in ids if i in sysm.a.paths)
+    if hasattr(sysm, "gc_pauses"):
+        out["gc"] = sysm.gc_pauses(first_send, last_answer)
     out["never_answered"] = len(missing)
     return out
 
@@ -438,7 +464,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     run_s = run_s if run_s is not None else (8.0 if quick else 30.0)
     fractions = fractions or ([0.6, 1.0] if quick else [0.5, 0.75, 0.9, 1.0, 1.2])
     visibility_s = visibility_s if visibility_s is not None else (20 if quick else 60)
-    burst_n = 10 if quick else 40
+    burst_n = 10 if quick else 100  # ~10 s of work: the pipeline's own first-answer latency is a small part of it
     run_id = new_run_id()
     base = load_settings()
     require_stack_up(base)
@@ -476,6 +502,9 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
         report["model"] = {"baseline": bl.model(), "ttsflow": tf.model()}
         for sysm in systems:  # warm-up (first Kafka/Redis connections, first inference)
             _phase(sysm, "warm", texts(3), None, rng, answer_timeout=120, prefix=prefix)
+        warm_texts = texts(4 if quick else 24)  # a burst to a steady state before the one that measures
+        for sysm in systems:
+            _phase(sysm, "warmburst", warm_texts, None, rng, answer_timeout=300, prefix=prefix)
         res: dict[str, dict[str, Any]] = {x.name: {"guarantee": x.guarantee, "rates": []} for x in systems}
 
         # 1) burst: first capacity estimate
@@ -572,6 +601,8 @@ def _ratios(res: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         "burst_rps": r(tf["burst"]["throughput_rps"], bl["burst"]["throughput_rps"]),
         "p50_at_70": r(tf["at_70"]["p50_ms"], bl["at_70"]["p50_ms"]),
         "p99_at_70": r(tf["at_70"]["p99_ms"], bl["at_70"]["p99_ms"]),
+        "kill_p50": r(tf["kill"]["p50_ms"], bl["kill"]["p50_ms"]),
+        "kill_p99": r(tf["kill"]["p99_ms"], bl["kill"]["p99_ms"]),
     }
 
 
@@ -598,19 +629,48 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--visibility-timeout", type=int, default=None,
                     help="baseline broker visibility timeout, s (default 60, quick 20)")
     ap.add_argument("--seed", type=int, default=None, help="corpus and arrival seed (default: random)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the whole benchmark N times; the JSON then has each figure's median and spread")
     ap.add_argument("--json", action="store_true", help="print only the JSON object (always the last line)")
     ns = ap.parse_args(argv)
     fr = [float(x) for x in ns.fractions.split(",")] if ns.fractions else None
-    if ns.workers < 1 or ns.kills < 0 or (fr is not None and not all(0 < f <= 5 for f in fr)):
-        print("ttsflow bench baseline: --workers >= 1, --kills >= 0, 0 < fractions <= 5", file=sys.stderr)
+    if ns.workers < 1 or ns.kills < 0 or ns.repeat < 1 or (fr is not None and not all(0 < f <= 5 for f in fr)):
+        print("ttsflow bench baseline: --workers >= 1, --kills >= 0, --repeat >= 1, 0 < fractions <= 5",
+              file=sys.stderr)
         return 2
+    runs = []
     try:
-        r = run_bench(workers=ns.workers, quick=ns.quick, seed=ns.seed, run_s=ns.seconds, fractions=fr,
-                      kills=ns.kills, visibility_s=ns.visibility_timeout)
+        for k in range(ns.repeat):
+            runs.append(run_bench(workers=ns.workers, quick=ns.quick, seed=None if ns.seed is None else ns.seed + k,
+                                  run_s=ns.seconds, fractions=fr, kills=ns.kills, visibility_s=ns.visibility_timeout))
+            if not ns.json:
+                print(_table(runs[-1]))
     except Exception as e:
         print(f"ttsflow bench baseline: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    if not ns.json:
-        print(_table(r))
+        if not runs:
+            return 1
+    r: dict[str, Any] = runs[0] if len(runs) == 1 else {"repeat": len(runs), "repeats": repeat_summary(runs),
+                                                       "runs": runs}
+    if len(runs) > 1 and not ns.json:
+        from streams.bench.latency import _repeat_table
+
+        print(_repeat_table(r["repeats"]))
     print(json.dumps(r))
-    return 0
+    return 0 if len(runs) == ns.repeat else 1
+
+
+def repeat_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and spread over the repeats of every figure a claim rests on."""
+    from streams.bench.tail import summarize_repeats
+
+    figures: dict[str, Any] = {"loadavg_1m": lambda r: r["loadavg_1m_at_start"]}
+    for k in ("max_sustained_rps", "burst_rps", "p50_at_70", "p99_at_70", "kill_p50", "kill_p99"):
+        figures[f"ratio.{k}"] = lambda r, k=k: r["ratios"][k]
+    for name in ("ttsflow", "baseline"):
+        figures[f"max_sustained_rps.{name}"] = lambda r, name=name: r["systems"][name]["max_sustained"]["requests_per_s"]
+        for ph in ("at_70", "kill"):
+            for q in ("p50_ms", "p99_ms"):
+                figures[f"{ph}.{q}.{name}"] = lambda r, name=name, ph=ph, q=q: r["systems"][name][ph][q]
+        figures[f"kill.lost.{name}"] = lambda r, name=name: r["systems"][name]["kill"]["never_answered"]
+        figures[f"kill.duplicated.{name}"] = lambda r, name=name: r["systems"][name]["kill"]["duplicated"]
+    return summarize_repeats(runs, figures)

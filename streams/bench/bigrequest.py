@@ -11,7 +11,7 @@ requests go on until it is answered. Reported:
 * the worker's memory: ``VmHWM`` (peak RSS, reset after the warm-up through
   ``/proc/<pid>/clear_refs`` where the kernel allows it) and the highest ``VmRSS``
   sampled every 0.2 s, with the RSS before the big request;
-* the short requests' publish-to-completion latency (p50/p99/max) before and during the
+* the short requests' publish-to-completion latency (p50/p95/p99/max) before and during the
   big one, split by whether the user shares the big request's partition (a partition is
   the unit of order, so those wait behind it) or not.
 
@@ -119,7 +119,7 @@ def _lat(xs: list[float]) -> dict[str, Any]:
     def s(v: float | None) -> float | None:
         return None if v is None else round(v, 3)
 
-    return {"n": len(xs), "p50_s": s(percentile(xs, 50)), "p99_s": s(percentile(xs, 99)),
+    return {"n": len(xs), "p50_s": s(percentile(xs, 50)), "p95_s": s(percentile(xs, 95)), "p99_s": s(percentile(xs, 99)),
             "max_s": s(max(xs) if xs else None)}
 
 

@@ -17,14 +17,16 @@ open-loop (Poisson) arrivals on the same fresh texts per phase, phases interleav
    (``stream: true``); the time from its publish to its first chunk seen on ``tts.chunks``
    by a ``read_committed`` reader, p50/p99, for requests of several segments (and for all
    streaming ones). A worker that produces no chunks gives null with the reason;
-4. **where the time goes** (ttsflow, per request, p50/p99/mean in ms): ``stage`` = publish
-   to its first segment readable on ``tts.segments``; ``queue`` and ``synth`` = the
-   completion's ``timings`` (longest batcher wait of its segments, synthesis time); ``fetch_upload_join``
-   = the rest until the worker built the answer (``completed_at``): waiting in the worker's
-   fetch queue before the batcher, upload of the parts, waiting for its other segments, join
-   and upload of the audio; ``transaction`` =
-   ``completed_at`` to the completion readable (the transaction that commits it, and the
-   reader's fetch).
+4. **where the time goes** (both systems, every phase, ``breakdown``): per request, the
+   seconds in each place (:mod:`streams.bench.tail`; ttsflow: stage, read, wait, model,
+   upload, collect, join, commit_wait from its completion's ``timings``, and ``txn_read``, the
+   transaction and the client's read; Celery: queue, synth, upload, the rest of the task,
+   result read), the median requests against the slowest 1% (``excess_ms`` says where the
+   tail's time went), and the worker's garbage collections (``gc``).
+
+Capacity is measured after a warm-up burst (unmeasured) long enough for both systems to
+reach a steady state (caches, first fetches, thread pools). ``--repeat N`` runs the whole
+benchmark N times and reports each figure's median and spread (``repeats``).
 
 A PNG plot of latency against load for both systems is written next to the JSON
 (``--out``, default ``out/bench-latency/<run id>/``). The machine is shared: read the
@@ -77,16 +79,13 @@ class _TtsflowTimed(_Ttsflow):
         self.completions: dict[str, tuple[Any, float]] = {}   # id -> (completion, seen at)
         self.first_chunk: dict[str, float] = {}               # id -> first chunk seen at
         self.chunks: dict[str, list[int]] = {}                # id -> seqs in the order seen
-        self.first_segment: dict[str, float] = {}             # id -> its first segment seen at
         self.chunk_reader: Any = None
-        self.segment_reader: Any = None
 
     def wait_ready(self, timeout: float) -> None:
         from streams.bench.harness import TopicReader
 
         super().wait_ready(timeout)
         self.chunk_reader = TopicReader(self.s.kafka, self.s.kafka.topic_chunks, start="end")
-        self.segment_reader = TopicReader(self.s.kafka, self.s.kafka.topic_segments, start="end")
 
     def _request(self, rid: str, text: str) -> Any:
         import msgspec
@@ -101,7 +100,7 @@ class _TtsflowTimed(_Ttsflow):
         self.completions[c.request_id] = (c, received)
 
     def pump(self, timeout: float) -> None:
-        from schemas import SchemaError, decode_chunk, decode_segment_event
+        from schemas import SchemaError, decode_chunk
 
         super().pump(timeout)
         for rec in self.chunk_reader.poll(0):
@@ -111,18 +110,11 @@ class _TtsflowTimed(_Ttsflow):
                 continue
             self.first_chunk.setdefault(ch.request_id, rec.received)
             self.chunks.setdefault(ch.request_id, []).append(ch.seq)
-        for rec in self.segment_reader.poll(0):
-            try:
-                seg = decode_segment_event(rec.value)
-            except SchemaError:
-                continue
-            self.first_segment.setdefault(seg.request_id, rec.received)
 
     def close(self) -> None:
-        for r in (self.chunk_reader, self.segment_reader):
-            if r is not None:
-                with contextlib.suppress(Exception):
-                    r.close()
+        if self.chunk_reader is not None:
+            with contextlib.suppress(Exception):
+                self.chunk_reader.close()
         super().close()
 
     # -- what a phase's requests say -------------------------------------------------------
@@ -143,27 +135,6 @@ class _TtsflowTimed(_Ttsflow):
         out["chunks_out_of_order"] = sum(1 for i in seen if self.chunks[i] != sorted(set(self.chunks[i])))
         out["chunks_missing"] = sum(1 for i in seen if len(set(self.chunks[i])) != self.completions[i][0].segments)
         return out
-
-    def breakdown(self, ids: list[str]) -> dict[str, Any]:
-        parts: dict[str, list[float]] = {k: [] for k in ("stage", "queue", "synth", "fetch_upload_join", "transaction",
-                                                         "total")}
-        for i in ids:
-            if i not in self.completions or i not in self.first_segment:
-                continue
-            c, seen = self.completions[i]
-            if c.status != "ok" or c.timings is None or c.completed_at is None:
-                continue
-            sent, seg = self.a.sent[i], self.first_segment[i]
-            done = c.completed_at.timestamp()
-            queue = (c.timings.queue_ms or 0.0) / 1000
-            synth = c.timings.synth_ms / 1000
-            parts["stage"].append(seg - sent)
-            parts["queue"].append(queue)
-            parts["synth"].append(synth)
-            parts["fetch_upload_join"].append(max(0.0, done - seg - queue - synth))
-            parts["transaction"].append(seen - done)
-            parts["total"].append(seen - sent)
-        return {k: _stats(v) for k, v in parts.items()}
 
 
 def _phase_ids(sysm: Any, prefix: str, label: str) -> list[str]:
@@ -231,6 +202,9 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
         report["model_calls"] = {"baseline": f"1 x {report['engine_threads']} threads", "ttsflow": tf.lanes()}
         for sysm in systems:
             _phase(sysm, "warm", texts(3), None, rng, answer_timeout=120, prefix=prefix)
+        warm_texts = texts(4 if quick else 24)  # a burst to a steady state before the one that measures
+        for sysm in systems:
+            _phase(sysm, "warmburst", warm_texts, None, rng, answer_timeout=300, prefix=prefix)
         res: dict[str, dict[str, Any]] = {x.name: {"rates": []} for x in systems}
 
         burst_texts = texts(burst_n)
@@ -256,7 +230,6 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
                 ph["loadavg_1m"] = round(os.getloadavg()[0], 2)
                 if sysm is tf:
                     ph["first_chunk"] = tf.first_chunk_stats(ids)
-                    ph["breakdown"] = tf.breakdown(ids)
                 res[sysm.name]["rates"].append(ph)
                 _say(f"{sysm.name}: -> p50 {ph['completion']['p50_ms']} p99 {ph['completion']['p99_ms']} ms, "
                      f"sustained {ph['sustained']}")
@@ -352,6 +325,15 @@ def _plot(report: dict[str, Any], path: Path) -> str | None:
     return str(path)
 
 
+def _excess_line(b: dict[str, Any]) -> str:
+    """The slowest 1% against the median, and the three places the difference went to."""
+    if not b.get("n"):
+        return "no breakdown"
+    top = sorted(((v, k) for k, v in b["excess_ms"].items() if k != "total"), reverse=True)[:3]
+    return (f"median {b['median_ms']['total']} ms, slowest 1% {b['slowest_1pct_ms']['total']} ms; extra in "
+            + ", ".join(f"{k} +{v:.0f}" for v, k in top))
+
+
 def _table(r: dict[str, Any]) -> str:
     lines = [f"{'system':9} {'load':>5} {'rps':>6} {'sust':>5} {'p50':>8} {'p90':>8} {'p99':>8} {'chunk p50':>9} "
              f"{'chunk p99':>9}"]
@@ -359,6 +341,9 @@ def _table(r: dict[str, Any]) -> str:
         lines.append(f"{row['system']:9} {row['fraction']:>5.0%} {row['sent_rps']:>6} {row['sustained']!s:>5} "
                      f"{row['p50_ms']!s:>8} {row['p90_ms']!s:>8} {row['p99_ms']!s:>8} "
                      f"{row.get('first_chunk_p50_ms', '-')!s:>9} {row.get('first_chunk_p99_ms', '-')!s:>9}")
+    for name, x in r["systems"].items():
+        for p in x["rates"]:
+            lines.append(f"{name} at {p['fraction']:.0%}: {_excess_line(p.get('breakdown', {}))}")
     lines.append(f"ratios ttsflow/baseline: {r['ratios']}; plot: {r['plot']}")
     return "\n".join(lines)
 
@@ -373,19 +358,62 @@ def main(argv: list[str] | None = None) -> int:
                     help="every Nth ttsflow request asks for streaming (0: none)")
     ap.add_argument("--out", type=Path, default=None, help="directory for <run id>/latency.json and .png")
     ap.add_argument("--seed", type=int, default=None, help="corpus and arrival seed (default: random)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the whole benchmark N times; the JSON then has each figure's median and spread")
     ap.add_argument("--json", action="store_true", help="print only the JSON object (always the last line)")
     ns = ap.parse_args(argv)
     fr = [float(x) for x in ns.fractions.split(",")] if ns.fractions else None
     if ns.stream_every < 0 or (fr is not None and not all(0 < f <= 5 for f in fr)):
         print("ttsflow bench latency: --stream-every >= 0, 0 < fractions <= 5", file=sys.stderr)
         return 2
+    if ns.repeat < 1:
+        print("ttsflow bench latency: --repeat >= 1", file=sys.stderr)
+        return 2
+    runs = []
     try:
-        r = run_bench(quick=ns.quick, seed=ns.seed, run_s=ns.seconds, fractions=fr, stream_every=ns.stream_every,
-                      out_dir=ns.out)
+        for k in range(ns.repeat):
+            seed = None if ns.seed is None else ns.seed + k
+            runs.append(run_bench(quick=ns.quick, seed=seed, run_s=ns.seconds, fractions=fr,
+                                  stream_every=ns.stream_every, out_dir=ns.out))
+            if not ns.json:
+                print(_table(runs[-1]))
     except Exception as e:
         print(f"ttsflow bench latency: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    if not ns.json:
-        print(_table(r))
+        if not runs:
+            return 1
+    r: dict[str, Any] = runs[0] if len(runs) == 1 else {"repeat": len(runs), "repeats": repeat_summary(runs),
+                                                       "runs": runs}
+    if len(runs) > 1 and not ns.json:
+        print(_repeat_table(r["repeats"]))
     print(json.dumps(r))
-    return 0
+    return 0 if len(runs) == ns.repeat else 1
+
+
+def repeat_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and spread over the repeats of every figure a claim rests on."""
+    from streams.bench.tail import summarize_repeats
+
+    figures: dict[str, Any] = {
+        "loadavg_1m": lambda r: r["loadavg_at_start"][0],
+        "capacity_rps.ttsflow": lambda r: r["systems"]["ttsflow"]["capacity_rps"],
+        "capacity_rps.baseline": lambda r: r["systems"]["baseline"]["capacity_rps"],
+        "ratio.capacity": lambda r: r["ratios"]["capacity_rps"],
+        "ratio.sustained": lambda r: r["ratios"]["sustained_rps"],
+    }
+    for f in runs[0]["fractions"]:
+        key = str(f)
+        for q in ("p50", "p99"):
+            figures[f"ratio.{q}@{key}"] = lambda r, key=key, q=q: r["ratios"][f"{q}_by_fraction"][key]
+            for name in ("ttsflow", "baseline"):
+                figures[f"{q}_ms@{key}.{name}"] = lambda r, key=key, q=q, name=name: next(
+                    p["completion"][f"{q}_ms"] for p in r["systems"][name]["rates"] if str(p["fraction"]) == key)
+        figures[f"sustained@{key}.ttsflow"] = lambda r, key=key: next(
+            p["sustained"] for p in r["systems"]["ttsflow"]["rates"] if str(p["fraction"]) == key)
+    return summarize_repeats(runs, figures)
+
+
+def _repeat_table(rep: dict[str, Any]) -> str:
+    lines = [f"{'figure':32} {'n':>2} {'median':>10} {'min':>10} {'max':>10}"]
+    for name, v in rep.items():
+        lines.append(f"{name:32} {v['n']:>2} {v['median']!s:>10} {v.get('min', '-')!s:>10} {v.get('max', '-')!s:>10}")
+    return "\n".join(lines)

@@ -32,6 +32,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("streams.client.cli", "publish a file of requests and collect the audio"),
     "watch": ("streams.client.cli", "tail completions as they commit"),
     "fetch": ("streams.client.cli", "download a completed request's audio"),
+    "lexicon": ("streams.client.cli", "store, show, list or delete pronunciation lexicons (W3C PLS) on their topic"),
+    "phonemize": ("streams.cli.phonemize", "print what a voice will say for TEXT (normalization, lexicons, SSML, G2P)"),
     "lag": ("streams.ops.lag.cli", "consumer-group lag, Burrow-style status and desired replicas"),
     "scale": ("streams.ops.scale", "simulate lag-based scaling against a request-rate trace"),
 }

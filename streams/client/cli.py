@@ -95,6 +95,9 @@ def main_say(argv: list[str]) -> int:
                          "(NNN = its seq, playable at once), then the whole request to OUT")
     ap.add_argument("--priority", default="interactive", choices=("interactive", "bulk"),
                     help="bulk (audiobooks, backfills) yields to interactive requests for a while")
+    ap.add_argument("--ssml", action="store_true", help="TEXT is an SSML document (text_type ssml)")
+    ap.add_argument("--lexicon", action="append", default=None, metavar="NAME",
+                    help="apply this lexicon (yours by name, global/NAME a global one); repeat for up to 5, in order")
     ap.add_argument("--stdin-stream", action="store_true",
                     help="read the text from standard input as it is typed or piped and send it in pieces: each "
                          "sentence is spoken as soon as it is complete (chunks written like --stream); end of input "
@@ -115,7 +118,8 @@ def main_say(argv: list[str]) -> int:
             elif a.stream:
                 c = _say_streaming(client, a, fmt, t0)
             else:
-                rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority)
+                rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority,
+                                    text_type="ssml" if a.ssml else "text", lexicons=a.lexicon)
                 dog = _Watchdog("say", settings, a.timeout)
                 try:
                     c = client.wait(rid, min(a.timeout, dog.probe_s))
@@ -423,4 +427,42 @@ def main_fetch(argv: list[str]) -> int:
     except ClientError as e:
         return _fail("fetch", e)
     print(f"saved {path} ({_describe(c)})")
+    return 0
+
+
+def main_lexicon(argv: list[str]) -> int:
+    """``ttsflow lexicon put|get|list|delete``: a user's pronunciation lexicons (W3C PLS) on their topic."""
+    ap = argparse.ArgumentParser(prog="ttsflow lexicon", description=(
+        "Store, show, list or delete pronunciation lexicons (W3C PLS 1.0). NAME is yours; global/NAME is a "
+        "global one (operators write those)."))
+    sub = ap.add_subparsers(dest="op", required=True)
+    put = sub.add_parser("put", help="store or replace lexicon NAME from a PLS file")
+    put.add_argument("name")
+    put.add_argument("file", help="the PLS document (- for stdin)")
+    for op in ("get", "delete"):
+        sp = sub.add_parser(op, help=f"{op} lexicon NAME")
+        sp.add_argument("name")
+    sub.add_parser("list", help="your lexicons and the global ones")
+    for sp in sub.choices.values():
+        sp.add_argument("--user", default="cli", help="the owner (user id)")
+    a = ap.parse_args(argv)
+    from streams.client import lexicons
+
+    try:
+        settings = load_settings()
+        if a.op == "put":
+            pls = sys.stdin.read() if a.file == "-" else Path(a.file).read_text(encoding="utf-8")
+            print(lexicons.put_lexicon(settings, a.user, a.name, pls))
+        elif a.op == "get":
+            doc = lexicons.get_lexicon(settings, a.user, a.name)
+            if doc is None:
+                return _fail("lexicon", f"no lexicon {a.name!r} for {a.user}")
+            sys.stdout.write(doc if doc.endswith("\n") else doc + "\n")
+        elif a.op == "list":
+            for row in lexicons.list_lexicons(settings, a.user):
+                print(f"{row['key']}\t{row['version']}\t{row['entries']}\t{row['updated_at'] or ''}")
+        elif not lexicons.delete_lexicon(settings, a.user, a.name):
+            return _fail("lexicon", f"no lexicon {a.name!r} for {a.user}")
+    except (lexicons.LexiconError, OSError, ClientError) as e:
+        return _fail("lexicon", e)
     return 0

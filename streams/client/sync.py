@@ -176,16 +176,18 @@ class TTSClient:
     # -- submit ----------------------------------------------------------------------------
     def submit(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
-               block: bool = True, timeout: float = 30.0, stream: bool = False, priority: str = "interactive") -> str:
+               block: bool = True, timeout: float = 30.0, stream: bool = False, priority: str = "interactive",
+               text_type: str = "text", lexicons: list[str] | None = None) -> str:
         """Publish one request; returns its id. ``block`` waits for the broker's ack. ``stream`` asks
         the worker for a chunk per segment on ``tts.chunks`` (see :meth:`stream`); ``priority`` is
-        ``interactive`` or ``bulk`` (audiobooks, backfills: yields to interactive work for a while)."""
+        ``interactive`` or ``bulk`` (audiobooks, backfills: yields to interactive work for a while);
+        ``text_type`` ``ssml`` reads ``text`` as SSML; ``lexicons`` names up to 5 lexicons to apply."""
         rid = request_id or uuid.uuid4().hex
         from datetime import UTC, datetime
 
         req = Request(request_id=rid, user_id=user_id, text=text, voice=voice, format=format, speed=speed,
                       sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
-                      priority=priority)  # type: ignore[arg-type]
+                      priority=priority, text_type=text_type, lexicons=lexicons)  # type: ignore[arg-type]
         with self._lock:
             self._expected.add(rid)
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -213,6 +215,32 @@ class TTSClient:
             self._producer.poll(0.05)
         done.result()
         return rid
+
+    # -- pronunciation lexicons (streams.client.lexicons) ---------------------------------
+    def put_lexicon(self, user_id: str, name: str, pls: str) -> str:
+        """Store (or replace) ``user_id``'s lexicon ``name`` (a W3C PLS document); returns
+        ``owner/name@version``. Raises ``LexiconError`` with the reason for a bad one."""
+        from streams.client import lexicons
+
+        return lexicons.put_lexicon(self.settings, user_id, name, pls)
+
+    def get_lexicon(self, user_id: str, name: str) -> str | None:
+        """The PLS document of ``user_id``'s lexicon ``name`` (``global/<name>`` for a global one), or None."""
+        from streams.client import lexicons
+
+        return lexicons.get_lexicon(self.settings, user_id, name)
+
+    def list_lexicons(self, user_id: str) -> list[dict[str, Any]]:
+        """``user_id``'s lexicons and the global ones: key, version, entries."""
+        from streams.client import lexicons
+
+        return lexicons.list_lexicons(self.settings, user_id)
+
+    def delete_lexicon(self, user_id: str, name: str) -> bool:
+        """Delete ``user_id``'s lexicon ``name`` (a tombstone); False if there was none."""
+        from streams.client import lexicons
+
+        return lexicons.delete_lexicon(self.settings, user_id, name)
 
     def _produce(self, user_id: str, value: bytes) -> None:
         while True:

@@ -113,16 +113,18 @@ class PartitionedConsumer:
             self._c.resume(resume)
         self.paused = set(want) & self.assigned
 
-    def apply_backpressure(self, backlog: int, cap: int, held: dict[int, int]) -> None:
-        """Past the prefetch ``cap`` pause only the partitions holding their share of it (``held``:
-        segments per partition not yet synthesized): one partition's long request must not keep the
-        others' segments out (they wait for a few batches, not for the whole request). Each
-        unpaused partition adds at most about two shares, so the backlog stays within about three
-        times the cap (segments, not audio)."""
-        if backlog < cap:
+    def apply_backpressure(self, held: dict[int, int], budget: int) -> None:
+        """The read-ahead, bounded by bytes: past ``budget`` (bytes of records read and not yet
+        synthesized, ``held`` per partition) pause only the partitions holding their share of it,
+        so one partition's long request never keeps the others' records out. Below the budget
+        nothing is paused: a long request's segments and the records behind it in its partition
+        are read at once (their order of service is the batcher's), so other users of that
+        partition wait for their turn in the fair order, not for the whole request to be read.
+        Each unpaused partition adds at most one poll's worth past its share."""
+        if sum(held.values()) < budget:
             self.set_paused(set())
             return
-        share = max(1, cap // max(1, len(self.assigned)))
+        share = max(1, budget // max(1, len(self.assigned)))
         self.set_paused({p for p in self.assigned if held.get(p, 0) >= share})
 
     def note_error(self, err: Any, now: float) -> None:

@@ -25,6 +25,28 @@ def build_completion(req: Request, *, status: str, model_info: ModelInfo, now: d
         request_id=req.request_id, user_id=req.user_id, status=status,  # type: ignore[arg-type]
         audio=audio, segments=req.total, cached_segments=cached, model=model,
         timings=Timings(e2e_ms=round(max(0.0, e2e_s or 0.0) * 1000, 3), synth_ms=round(req.synth_s * 1000, 3),
-                        queue_ms=round(req.queue_s * 1000, 3)),
-        error=error, completed_at=now)
+                        queue_ms=round(req.queue_s * 1000, 3), **_path(req, now.timestamp())),
+        error=error, completed_at=now, lexicons=req.last.lexicons if req.last is not None else None)
     return c, e2e_s
+
+
+def _path(req: Request, now: float) -> dict[str, float]:
+    """Where the time of ``req`` went along its last part made (see :class:`~schemas.Timings`), in ms;
+    empty for a request answered without parts (failed early)."""
+    s = req.last_made
+    if s is None or not s.read_at:
+        return {}
+    enq = (req.first.enqueued_at or req.first.created_at) if req.first is not None else None
+
+    def ms(a: float, b: float) -> float:
+        return round(max(0.0, b - a) * 1000, 3)
+
+    out = {"read_ms": ms(s.written_at, s.read_at), "join_ms": ms(req.made_at, now)}
+    if enq is not None:
+        out["stage_ms"] = ms(enq.timestamp(), s.written_at)
+    if s.started_at:  # made here (a cached part was never synthesized)
+        out.update(wait_ms=ms(s.read_at, s.started_at), model_ms=round(s.model_s * 1000, 3),
+                   upload_ms=ms(s.started_at + s.model_s, s.uploaded_at), collect_ms=ms(s.uploaded_at, req.made_at))
+    else:
+        out["collect_ms"] = ms(s.read_at, req.made_at)
+    return out

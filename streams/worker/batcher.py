@@ -13,6 +13,10 @@ Guarantees:
   of that item's model time, so a slow voice's segments are spaced as far apart as the worker
   takes to make one; 0 leaves the slot alone). A flow is one request
   (``flow=``); ``delay`` is 0 for ``interactive`` and ``bulk_delay_s`` for ``bulk``.
+  **A short request is not paced**: a flow's items are due at its first item's due (no pace
+  between them) while their costs add up to at most ``fair_burst_s`` (an item of unknown cost
+  counts one ``fair_slot_s``), so requests of a few segments are served whole, in arrival order,
+  as a task queue serves them, and only the rest of a longer request is paced.
   A batch takes the items of its queue with the earliest due, and of the ready queues
   ``take`` serves the one whose earliest due is earliest; while a queue holding work due
   earlier still fills its batch (at most ``max_wait_s``), no later-due batch starts ahead of
@@ -103,23 +107,26 @@ class _Queue(Generic[T]):
 
 class MicroBatcher(Generic[T]):
     def __init__(self, max_batch: int, max_wait_s: float, buckets: tuple[int, ...],
-                 clock: Callable[[], float], *, fair_slot_s: float = 0.5, bulk_delay_s: float = 5.0) -> None:
+                 clock: Callable[[], float], *, fair_slot_s: float = 0.5, bulk_delay_s: float = 5.0,
+                 fair_burst_s: float = 0.0) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         if max_wait_s < 0:
             raise ValueError("max_wait_s must be >= 0")
-        if fair_slot_s < 0 or bulk_delay_s < 0:
-            raise ValueError("fair_slot_s and bulk_delay_s must be >= 0")
+        if fair_slot_s < 0 or bulk_delay_s < 0 or fair_burst_s < 0:
+            raise ValueError("fair_slot_s, bulk_delay_s and fair_burst_s must be >= 0")
         if list(buckets) != sorted(set(buckets)):
             raise ValueError(f"buckets must ascend without repeats, got {buckets}")
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.buckets = tuple(buckets)
         self.fair_slot_s = fair_slot_s
+        self.fair_burst_s = fair_burst_s
         self.delay = {"interactive": 0.0, "bulk": bulk_delay_s}
         self._clock = clock
         self._queues: dict[tuple[int, Hashable], _Queue[T]] = {}
-        self._flows: dict[Hashable, float] = {}   # flow -> earliest due of its next item (pruned once past)
+        # flow -> (due of its last item, pace after it, cost of its items so far); pruned once past
+        self._flows: dict[Hashable, tuple[float, float, float]] = {}
         self._sweep_at = 64
         self._order = itertools.count()
         self._n = 0
@@ -129,7 +136,8 @@ class MicroBatcher(Generic[T]):
         """The batcher the batching section describes (``max_batch``, ``max_wait_ms``, ``length_buckets``,
         ``fair_slot_ms``, ``bulk_delay_ms``)."""
         return cls(batching.max_batch, batching.max_wait_ms / 1000, batching.buckets, clock,
-                   fair_slot_s=batching.fair_slot_ms / 1000, bulk_delay_s=batching.bulk_delay_ms / 1000)
+                   fair_slot_s=batching.fair_slot_ms / 1000, bulk_delay_s=batching.bulk_delay_ms / 1000,
+                   fair_burst_s=batching.fair_burst_ms / 1000)
 
     def bucket_of(self, length: int) -> int:
         """Index of the bucket for an item of this length (len(buckets) = overflow)."""
@@ -145,9 +153,12 @@ class MicroBatcher(Generic[T]):
         now = self._clock()
         due = now + self.delay[priority]
         if flow is not None:
-            due = max(due, self._flows.get(flow, due))
+            last_due, pace, spent = self._flows.get(flow, (due, 0.0, 0.0))
+            spent += cost_s if cost_s > 0 else self.fair_slot_s
+            # within the burst: due with the flow's previous item; past it: paced after it
+            due = max(due, last_due if spent <= self.fair_burst_s + 1e-9 else last_due + pace)
             pace = max(self.fair_slot_s, cost_s) if self.fair_slot_s > 0 else 0.0
-            self._flows[flow] = due + pace
+            self._flows[flow] = (due, pace, spent)
             if len(self._flows) > self._sweep_at:
                 self._sweep(now)
         key = (self.bucket_of(length), group)
@@ -158,8 +169,9 @@ class MicroBatcher(Generic[T]):
         self._n += 1
 
     def _sweep(self, now: float) -> None:
-        """Forget flows whose next item would be due at its arrival anyway (bounded memory)."""
-        self._flows = {f: d for f, d in self._flows.items() if d > now}
+        """Forget flows whose next item would be due at its arrival anyway and whose burst is long past
+        (bounded memory)."""
+        self._flows = {f: d for f, d in self._flows.items() if d[0] + d[1] + self.fair_burst_s > now}
         self._sweep_at = max(64, 2 * len(self._flows))
 
     def __len__(self) -> int:

@@ -159,6 +159,13 @@ class WorkerCore:
     def take_commit(self, assigned: set[int]) -> TxnPlan:
         """What the next transaction commits; the ledger counts the answers' segments as done from now."""
         answers = self.ledger.take_answers()
+        began = datetime.now(UTC)
+        for a in answers:  # the completion says how long it waited for this transaction
+            done = a.completion
+            if done.timings is not None and done.completed_at is not None:
+                wait_ms = round(max(0.0, (began - done.completed_at).total_seconds()) * 1000, 3)
+                a.completion = msgspec.structs.replace(done, timings=msgspec.structs.replace(done.timings,
+                                                                                              commit_wait_ms=wait_ms))
         offsets = self.ledger.to_commit(assigned)
         chunks = self.ledger.take_chunks(offsets, answers)
         # chunks before their request's completion, the done record with it; a piece's chunk with its

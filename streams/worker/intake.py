@@ -52,4 +52,9 @@ def admit_record(msg: Any, ledger: Ledger, metrics: Any, *, identity: str, now: 
         work, skipped = ledger.admit(p, off, seg, part_id(seg.hash, identity), now)
     if skipped is not None:
         metrics.skipped(skipped)
+    if work is not None:
+        ts_type, ts_ms = msg.timestamp()
+        work.read_at = ledger.wall()
+        work.size = len(raw) if raw is not None else 0
+        work.written_at = ts_ms / 1000 if ts_type != 0 and ts_ms > 0 else work.read_at
     return work

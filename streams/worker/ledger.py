@@ -68,6 +68,13 @@ class Seg:
     part_id: str
     received: float
     prepared: Prepared | None = None
+    size: int = 0              # bytes of its record (what the read-ahead is bounded by)
+    # where its time went (epoch seconds; Timings of the completion whose last part it is)
+    written_at: float = 0.0    # the stage wrote it (its record's timestamp)
+    read_at: float = 0.0       # this worker read it
+    started_at: float = 0.0    # its model call began
+    model_s: float = 0.0       # its share of the model call and DSP
+    uploaded_at: float = 0.0   # its part was in S3
 
 
 @dataclass(slots=True)
@@ -120,6 +127,8 @@ class Request:
     held_bytes: int = 0    # part samples kept in memory for the join (bounded by join_memory_mb)
     audio_s: float = 0.0   # audio of the parts synthesized here so far (max_request_audio_s stops it early)
     pieces: bool = False   # sent in pieces: its segments' done records are deleted with its answer
+    last_made: Seg | None = None  # the segment whose part was ready last, and when (its completion's Timings)
+    made_at: float = 0.0
 
     @property
     def key(self) -> tuple[int, str]:
@@ -161,6 +170,7 @@ class Ledger:
         self._done: dict[int, dict[str, float]] = {}       # durable: request id -> answered at (epoch s)
         self._answering: set[tuple[int, str]] = set()      # answered, its transaction not yet committed
         self._gen: dict[int, int] = {}                     # partition -> generation of its in-memory work
+        self._failed_since = False                          # a request failed since unwanted() last looked
 
     # -- partitions ---------------------------------------------------------------------
     def gen(self, partition: int) -> int:
@@ -312,6 +322,7 @@ class Ledger:
             self.tracker.mark_done(s.partition, s.offset)
             return
         req.parts[s.seg.seq] = self._hold(req, part)
+        req.last_made, req.made_at = s, self.wall()
         if s.seg.stream and req.failure is None:
             self.chunks.setdefault(s.partition, []).append(ChunkDue(
                 s.partition, s.offset, req.request_id, req.user_id, s.seg.seq, s.seg.total, s.seg.voice, part,
@@ -378,6 +389,7 @@ class Ledger:
                                    pieces=req.total if req.pieces else 0))
         self.requests.pop(req.key, None)
         self._answering.add(req.key)
+        self._failed_since = self._failed_since or completion.status == "failed"
         self._seen.difference_update({(req.partition, req.request_id, s) for s in (*req.seqs, _END_SEQ)})
 
     # -- 8) the committed-offset rule -------------------------------------------------------------
@@ -434,6 +446,19 @@ class Ledger:
             self._answering.discard((a.partition, a.request_id))
 
     # -- dropping work ------------------------------------------------------------------------------
+    def unwanted(self) -> set[str]:
+        """Parts no request waits for any more (every segment waiting for them is of a request that was
+        answered failed meanwhile): forgotten here; the caller drops them from its queue, so a failed
+        request's read-ahead is not synthesized."""
+        if not self._failed_since:
+            return set()
+        self._failed_since = False
+        gone = {pid for pid, segs in self.waiting.items()
+                if all((s.partition, s.seg.request_id) not in self.requests for s in segs)}
+        for pid in gone:
+            del self.waiting[pid]
+        return gone
+
     def idle(self) -> bool:
         return not (self.requests or self.waiting)
 

@@ -177,7 +177,8 @@ class Worker:
         self.rebalance = Rebalance(ledger=self.ledger, done_log=self.done_log, consumer=self.consumer,
                                    parts=self.parts, metrics=metrics, segments_topic=kafka.topic_segments)
         self._producer = producer_
-        self._cap = 4 * batching.max_batch
+        self._cap = 4 * batching.max_batch  # records taken per poll: the front end runs on this thread
+        self._read_ahead = batching.read_ahead_kb * 1024
         self.cache.on_error = metrics.redis_error
 
     @property
@@ -267,7 +268,7 @@ class Worker:
         #    (a rewind that could not finish is retried first; its partitions admit nothing until it does)
         if self.consumer.rewind_pending & self.consumer.assigned:
             self.consumer.rewind(self.consumer.rewind_pending & self.consumer.assigned)
-        self.consumer.apply_backpressure(self.parts.backlog(), self._cap, self.parts.held_by_partition())
+        self.consumer.apply_backpressure(self.parts.held_by_partition(), self._read_ahead)
         timeout = 0.2
         deadline = self.parts.next_deadline()  # None while every lane is taken: nothing to start before one frees
         if deadline is not None:
@@ -327,6 +328,10 @@ class Worker:
         for job in self.core.to_join():
             self.joiner.submit(job.req, job.hashes, job.identities)
         self.core.joined(self.joiner.collect())
+        # a request answered failed (audio_too_long, a failed part) may have much of itself read ahead
+        unwanted = self.ledger.unwanted()
+        if unwanted:
+            self.parts.batcher.remove_if(lambda s: s.part_id in unwanted)
 
     # -- rebalance callbacks (inside consume(), on the loop's thread) -----------------
     def on_assign(self, consumer: Any, partitions: list[Any]) -> None:

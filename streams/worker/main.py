@@ -119,6 +119,29 @@ def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, 
     return f"{prefix}-{host_name()}-{slot}"
 
 
+_GC_LOG_S = 0.005  # a garbage collection at least this long is logged (the tail benchmarks read them)
+
+
+def _watch_gc(metrics: Any) -> None:
+    """Time each garbage collection; log those of ``_GC_LOG_S`` or more (``event=gc_pause``)."""
+    import gc
+    import time
+
+    began = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+            return
+        took = time.perf_counter() - began[0]
+        metrics.gc_pause(took)
+        if took >= _GC_LOG_S:
+            _log.info("event=gc_pause generation=%d ms=%.1f at=%.3f", info.get("generation", -1), took * 1000,
+                      time.time())
+
+    gc.callbacks.append(on_gc)
+
+
 def _exit_code(e: StreamError, *, stopping: bool) -> int:
     """How a worker that stopped on ``e`` exits: 0 only when told to stop while still retrying."""
     if isinstance(e, StorageFatal):  # access denied, no bucket: configuration, not an outage
@@ -196,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
               engine.info.name, engine.info.provider, engine.cold_start_s or 0.0, lanes, threads or "all")
     metrics = WorkerMetrics(settings.process.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
     metrics.identify(transactional_id=settings.kafka.effective_transactional_id, group=settings.kafka.worker_group)
+    _watch_gc(metrics)
     if isinstance(engine, BackendRouter):
         engine.on_batch = metrics.backend_batch
     store = AudioStore.from_section(settings.s3)

@@ -53,6 +53,8 @@ class WorkerMetrics(ProbedMetrics):
         self._txn_s = Histogram("ttsflow_worker_transaction_seconds",
                                 "Wall time of a committed transaction, begin to commit (on the producer thread; the loop goes on).",
                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self._gc = Histogram("ttsflow_worker_gc_pause_seconds", "Python garbage collections (every thread waits).",
+                             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1), registry=r)
         self._commits = Counter("ttsflow_worker_transactions_total", "Kafka transactions committed.", registry=r)
         self._completions = Counter("ttsflow_worker_completions_total", "Completions committed, by status.",
                                     ["status"], registry=r)
@@ -118,6 +120,9 @@ class WorkerMetrics(ProbedMetrics):
         (self._commits if committed else self._aborts).inc()
         if seconds is not None:
             self._txn_s.observe(seconds)
+
+    def gc_pause(self, seconds: float) -> None:
+        self._gc.observe(seconds)
 
     def producer_replaced(self) -> None:
         self._replaced.inc()

@@ -145,6 +145,9 @@ class PartMaker:
         """Model thread: one model call, then its post-processing (here, or on the post thread)."""
         t0 = time.perf_counter()
         waits = [w + (t0 - submitted) for w in waits]  # behind the call before it, too
+        started = time.time()
+        for s in segs:
+            s.started_at = started
         try:
             raw = self.engine.infer_batch(prepared)
         except EngineError as e:  # the model failed on the batch: every item of it fails
@@ -185,6 +188,7 @@ class PartMaker:
         for s, r, up, w in zip(segs, results, uploads, waits, strict=True):
             key = self.store.key("part", s.part_id, PART_FORMAT)
             sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
+            s.model_s, s.uploaded_at = share, time.time()
             out.append((s, r, key, share, sha, size, w))
         return out
 
@@ -248,10 +252,10 @@ class PartMaker:
         return len(self.batcher) + sum(n for n, _, _ in self._futs)
 
     def held_by_partition(self) -> dict[int, int]:
-        """Batched segments per partition (what backpressure weighs)."""
+        """Bytes of the segment records batched per partition (what the read-ahead is bounded by)."""
         held: dict[int, int] = {}
         for s in self.batcher.items():
-            held[s.partition] = held.get(s.partition, 0) + 1
+            held[s.partition] = held.get(s.partition, 0) + s.size
         return held
 
     def drop(self) -> None:

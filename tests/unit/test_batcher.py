@@ -390,3 +390,45 @@ def test_a_full_batch_of_later_work_waits_for_earlier_work_filling_its_batch():
     clock.t += 0.02
     assert b.take(clock.t) == [("short", 0)]
     assert b.take(clock.t) == [("long", 2), ("long", 3)]
+
+
+# -- fair burst: a short request is served whole, in arrival order ----------------------------
+
+def test_requests_of_a_few_segments_are_served_whole_in_arrival_order():
+    """Paced 0.5 s apart, the third segment of a three-segment request was due a second after its
+    arrival: every request arriving within that second went first, and its answer waited for
+    them (the p99 of bench latency, issue 32). Within ``fair_burst_s`` of cost a request is not
+    paced: requests leave whole, first come first served, as a task queue serves them."""
+    clock = FakeClock()
+    b = MicroBatcher(1, 0.0, (32, 64, 128), clock, fair_slot_s=0.5, fair_burst_s=0.5)
+    for r in range(4):
+        for seq in range(3):
+            b.add((f"r{r}", seq), 40, flow=f"r{r}", cost_s=0.1)
+        clock.t += 0.05
+    order = [b.take(clock.t)[0] for _ in range(12)]
+    assert order == [(f"r{r}", seq) for r in range(4) for seq in range(3)]
+
+
+def test_a_long_request_is_paced_after_its_burst():
+    """Past ``fair_burst_s`` of cost the rest of a long request is paced again: a short request
+    arriving after it waits for the burst only, not for the whole request."""
+    clock = FakeClock()
+    b = MicroBatcher(1, 0.0, (32, 64, 128), clock, fair_slot_s=0.5, fair_burst_s=0.3)
+    for seq in range(20):
+        b.add(("long", seq), 40, flow="long", cost_s=0.1)
+    clock.t += 0.01
+    b.add(("short", 0), 40, flow="short", cost_s=0.1)
+    order = [b.take(clock.t)[0] for _ in range(21)]
+    assert order.index(("short", 0)) == 3  # after the long request's first 0.3 s of work (3 segments) only
+    assert [x for x in order if x[0] == "long"] == [("long", i) for i in range(20)]
+
+
+def test_an_unknown_cost_counts_one_slot_against_the_burst():
+    clock = FakeClock()
+    b = MicroBatcher(1, 0.0, (32, 64, 128), clock, fair_slot_s=0.5, fair_burst_s=1.0)
+    for seq in range(4):
+        b.add(("a", seq), 40, flow="a")  # cost unknown: 0.5 s each, so two fit in the burst
+    clock.t += 0.01
+    b.add(("b", 0), 40, flow="b")
+    order = [b.take(clock.t)[0] for _ in range(5)]
+    assert order.index(("b", 0)) == 2

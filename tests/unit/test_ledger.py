@@ -209,3 +209,21 @@ def test_an_answered_requests_chunks_commit_with_its_completion_even_if_offsets_
     chunks = lg.take_chunks(offsets, answers)
     assert [(c.request_id, c.seq) for c in chunks] == [("short", 0), ("short", 1)]
     assert lg.take_chunks(lg.to_commit({0}), []) == []  # once
+
+
+def test_a_failed_requests_queued_parts_are_no_longer_wanted_unless_another_request_waits() -> None:
+    """With a read-ahead of megabytes a long request that fails (audio_too_long) may have hundreds of
+    segments queued: the parts only it waits for are given up, one another request waits for is kept."""
+    lg = ledger()
+    work = admit_all(lg, 0, segs("long", 4))
+    for w in work:
+        lg.start_waiting(w)
+    other = admit_all(lg, 1, segs("other", 1), first_offset=0)[0]
+    other.part_id = work[3].part_id  # the same audio, asked for by another request
+    assert lg.join_waiting(other)
+    assert lg.unwanted() == set()  # nothing failed yet
+    req = lg.requests[(0, "long")]
+    lg.answer(req, Completion(request_id="long", user_id="u", status="failed", completed_at=datetime.now(UTC)), None)
+    assert lg.unwanted() == {w.part_id for w in work[:3]}
+    assert set(lg.waiting) == {work[3].part_id}
+    assert lg.unwanted() == set()  # looked once per failure

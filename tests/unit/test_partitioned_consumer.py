@@ -71,3 +71,31 @@ def test_without_a_factory_a_fatal_error_stops_the_process() -> None:
     with pytest.raises(FatalError):
         c.note_error(fatal_poll_error(), now=0.0)
     c.note_error(KafkaError(KafkaError._TRANSPORT, "broker down"), now=0.0)  # informational: logged
+
+
+class PausingConsumer(FakeConsumer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused: set[int] = set()
+
+    def pause(self, tps: list[Any]) -> None:
+        self.paused |= {tp.partition for tp in tps}
+
+    def resume(self, tps: list[Any]) -> None:
+        self.paused -= {tp.partition for tp in tps}
+
+
+def test_the_read_ahead_is_bounded_by_bytes_and_pauses_only_the_partitions_holding_their_share() -> None:
+    """Issue 26 item 4: a long request's ~850 KiB of segment records (and the requests behind it in its
+    partition) are read at once under the 2 MiB budget; past it only the partitions holding their
+    share are paused, so the others keep being read."""
+    raw = PausingConsumer()
+    c = PartitionedConsumer(raw, "tts.segments")
+    c.assign({0, 1, 2, 3})
+    budget = 2048 * 1024
+    c.apply_backpressure({0: 850 * 1024, 1: 4000}, budget)
+    assert c.paused == set() and raw.paused == set()  # a whole request at the text limit fits
+    c.apply_backpressure({0: 1900 * 1024, 1: 200 * 1024}, budget)
+    assert c.paused == {0} and raw.paused == {0}      # past the budget: only the one holding its share
+    c.apply_backpressure({0: 100 * 1024}, budget)
+    assert c.paused == set() and raw.paused == set()  # drained: read again

@@ -679,3 +679,18 @@ def test_model_lanes_auto_is_two_for_one_by_one_backends_on_two_cores() -> None:
     assert model_lanes(Settings().replace(backend="hibari", model_lanes=3, threads=2).engine, cores=8) == (3, 1)
     assert model_lanes(Settings().replace(backend="piper").engine, cores=8) == (1, 0)  # batches fill the cores
     assert model_lanes(Settings().replace(backend="hibari", threads=1).engine, cores=8) == (1, 1)  # a budget of one thread
+
+
+def test_a_completion_says_where_its_time_went_along_its_last_part(rig: Rig) -> None:
+    """Issue 32: the places of a request's path (stage to commit wait) are in its timings and add
+    up to the time from its publish to its transaction's start."""
+    rig.publish(0, segments("a", "u1", ["Hello there.", "How are you?"]))
+    rig.run()
+    (c,) = rig.completions()
+    t = c.timings
+    assert t is not None and c.completed_at is not None
+    parts = [t.stage_ms, t.read_ms, t.wait_ms, t.model_ms, t.upload_ms, t.collect_ms, t.join_ms, t.commit_wait_ms]
+    assert all(p is not None and p >= 0 for p in parts), t
+    assert t.model_ms > 0  # type: ignore[operator]
+    # from the request's enqueue to the transaction: the segments' enqueue time is their creation here
+    assert sum(parts) == pytest.approx(t.e2e_ms + t.commit_wait_ms, abs=5.0)  # type: ignore[arg-type, operator]

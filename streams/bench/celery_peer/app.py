@@ -156,6 +156,8 @@ def _synthesize(self: Any, request_id: str, text: str, run_id: str, fmt: str = "
     from streams.stage.text import normalize, split_segments
 
     t0 = time.perf_counter()
+    started_at = time.time()
+    synth_s = upload_s = 0.0
     s = _state.settings
     norm = normalize(text)
     segs = split_segments(norm, s.stage.max_segment_chars)
@@ -168,7 +170,9 @@ def _synthesize(self: Any, request_id: str, text: str, run_id: str, fmt: str = "
         key, _, dur = hit.decode().partition(" ")
         out = {"key": key, "duration_s": float(dur or 0), "segments": len(segs), "cached": True}
     else:
+        t_synth = time.perf_counter()
         results = _state.engine.synthesize([SynthItem(seg, _state.voice) for seg in segs])
+        synth_s = time.perf_counter() - t_synth
         bad = [r for r in results if isinstance(r, Failure)]
         if bad:
             raise RuntimeError(f"{bad[0].code}: {bad[0].message}")
@@ -176,11 +180,14 @@ def _synthesize(self: Any, request_id: str, text: str, run_id: str, fmt: str = "
         joined = audio_codec.join([r.samples for r in results], sr)
         data = audio_codec.encode(joined, sr, fmt)
         key = _state.store.key("req", digest, fmt)
+        t_put = time.perf_counter()
         _state.store.put(key, data, audio_codec.content_type(fmt))
+        upload_s = time.perf_counter() - t_put
         duration = round(len(joined) / sr, 4)
         _state.redis.set(cache_key, f"{key} {duration}", ex=s.redis.cache_ttl_s)
         out = {"key": key, "duration_s": duration, "segments": len(segs), "cached": False}
     _state.redis.rpush(EXEC_NS + run_id, request_id)
     _state.redis.expire(EXEC_NS + run_id, 3600)
     out["task_s"] = round(time.perf_counter() - t0, 4)
+    out.update(started_at=started_at, synth_s=round(synth_s, 4), upload_s=round(upload_s, 4))  # bench's breakdown
     return out
