@@ -129,7 +129,7 @@ def settings_markdown(fields: list[Any] | None = None) -> str:
 
 # --- wire contract ------------------------------------------------------------------------------
 
-_SCHEMA_ORDER = ("request", "segment", "rejection", "completion", "chunk", "done", "dead_letter")
+_SCHEMA_ORDER = ("request", "segment", "rejection", "completion", "chunk", "words", "done", "dead_letter")
 
 
 def _schema_files(schema_dir: Path) -> list[Path]:
@@ -153,8 +153,12 @@ def _type(prop: dict[str, Any], event: str) -> str:
     if "enum" in prop:
         return "string (enum)" if all(isinstance(v, str) for v in prop["enum"]) else "enum"
     t = prop.get("type", "any")
+    if t == "array" and "prefixItems" in prop:  # a tuple
+        return "[" + ", ".join(_type(p, event) for p in prop["prefixItems"]) + "]"
     if t == "array":
         return f"array of {_type(prop.get('items', {}), event)}"
+    if t == "object" and isinstance(prop.get("additionalProperties"), dict):
+        return f"object of {_type(prop['additionalProperties'], event)}"
     return " or ".join(t) if isinstance(t, list) else str(t)
 
 
