@@ -43,11 +43,15 @@ __all__ = [
     "ErrorInfo",
     "LexiconRecord",
     "ModelInfo",
+    "ObjectRef",
     "Rejection",
     "Request",
     "Segment",
+    "SegmentSource",
     "Span",
     "Timings",
+    "WordSpan",
+    "WordTimings",
     "check_content",
     "decode_chunk",
     "decode_completion",
@@ -56,6 +60,7 @@ __all__ = [
     "decode_request",
     "decode_segment",
     "decode_segment_event",
+    "decode_word_timings",
     "encode",
     "peek_request_id",
     "request_hash",
@@ -84,6 +89,10 @@ NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(description="RFC 3339 timestamp; no offset means UTC")]
 Stream = Annotated[bool, msgspec.Meta(description="Also send each segment's audio as a chunk event on tts.chunks as soon "
                                                   "as it is stored; the completion still follows with the joined audio")]
+Timestamps = Annotated[bool, msgspec.Meta(description=(
+    "Also time every word: chunks carry their words inline, the completion references a word-timing "
+    "JSON object and WebVTT/SRT captions in S3. A voice that predicts no durations (chattts) answers "
+    "ok audio without words and says why in words_reason"))]
 TextType = Annotated[Literal["text", "ssml"], msgspec.Meta(
     description="text (default): the text is read as it is, tags included; ssml: the text is an SSML document "
                 "(<speak>...</speak>, the subset in docs/using/pronunciation.md)")]
@@ -109,6 +118,7 @@ class Request(_Event, frozen=True, kw_only=True):
     created_at: AwareDatetime | None = None
     stream: Stream = False
     priority: Priority = "interactive"
+    timestamps: Timestamps = False
     text_type: TextType = "text"
     lexicons: Annotated[list[Annotated[str, msgspec.Meta(pattern=LEXICON_NAME_PATTERN)]], msgspec.Meta(
         max_length=5, description=(
@@ -129,6 +139,26 @@ class Request(_Event, frozen=True, kw_only=True):
     def is_piece(self) -> bool:
         """A delta of a request whose text arrives in pieces (docs/using/streaming-input.md)."""
         return self.seq is not None
+
+
+class SegmentSource(_Event, frozen=True, kw_only=True):
+    """Where a segment's text came from in its request's ``text`` as sent: character ``k`` of the
+    segment is character ``start + k`` of the request, except past a breakpoint ``[i, d]`` of
+    ``map`` (the last with ``i <= k``), where it is ``start + d + (k - i)``. Normalization that
+    changes lengths (``…`` read as ``...``, folded whitespace, removed invisible characters,
+    dropped foreign words) makes breakpoints; a segment copied verbatim has none."""
+
+    start: NonNegInt
+    map: list[tuple[NonNegInt, NonNegInt]] | None = None
+
+    def offset(self, k: int) -> int:
+        """The request-text offset of segment character ``k``."""
+        i, d = 0, 0
+        for bi, bd in self.map or ():
+            if bi > k:
+                break
+            i, d = bi, bd
+        return self.start + d + (k - i)
 
 
 class Span(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -180,6 +210,9 @@ class Segment(_Event, frozen=True, kw_only=True):
     parts: list[Sha256Hex] | None = None
     stream: bool = False
     priority: Priority = "interactive"
+    timestamps: bool = False
+    source: SegmentSource | None = None
+    sources: list[SegmentSource] | None = None
     spans: Annotated[list[Span], msgspec.Meta(description=(
         "Resolved pronunciation of an SSML request's segment (breaks, phonemes, rate, language, marks); "
         "absent for plain text"))] | None = None
@@ -244,6 +277,42 @@ class AudioRef(_Event, frozen=True, kw_only=True):
     url: Annotated[str, msgspec.Meta(max_length=8192, description=(
         "A presigned HTTPS/HTTP GET link to the audio, fetchable without S3 credentials until it expires "
         "(present when the worker runs with TTS_S3_PRESIGN_TTL_S > 0)"))] | None = None
+
+
+class ObjectRef(_Event, frozen=True, kw_only=True):
+    """An object in S3 beside a request's audio (its word timings, its captions)."""
+
+    uri: str
+    bucket: str
+    key: str
+    content_type: str
+    bytes: NonNegInt
+    sha256: Sha256Hex
+    url: Annotated[str, msgspec.Meta(max_length=8192, description=(
+        "A presigned GET link (present when the worker runs with TTS_S3_PRESIGN_TTL_S > 0)"))] | None = None
+
+
+class WordSpan(_Event, frozen=True, kw_only=True):
+    """One written word and when it is spoken: ``start``/``end`` are character offsets into the
+    request's ``text`` as sent (``text[start:end]``), ``start_s``/``end_s`` seconds in the audio
+    (the request's joined audio in a completion's word timings; the chunk's own audio on a chunk).
+    ``word`` is the word as the voice read it (after the stage's NFKC normalization)."""
+
+    word: str
+    start: NonNegInt
+    end: NonNegInt
+    start_s: NonNegFloat
+    end_s: NonNegFloat
+    chars: list[WordSpan] | None = None  # a Mandarin word's characters, each with its own span
+
+
+class WordTimings(_Event, frozen=True, kw_only=True):
+    """The word-timing object a completion's ``words`` points at (JSON in S3, content-addressed):
+    every word of the request, in order, times in the request's joined audio."""
+
+    duration_s: NonNegFloat
+    words: list[WordSpan]
+    schema_version: Literal[1] = 1
 
 
 class ModelInfo(_Event, frozen=True, kw_only=True):
@@ -316,6 +385,13 @@ class Completion(_Event, frozen=True, kw_only=True):
     timings: Timings | None = None
     error: ErrorInfo | None = None
     completed_at: datetime | None = None
+    words: Annotated[ObjectRef, msgspec.Meta(description=(
+        "The request asked for timestamps: its word-timing JSON (a WordTimings object) beside the audio"))] | None = None
+    captions: Annotated[dict[str, ObjectRef], msgspec.Meta(description=(
+        "Caption files from the word timings, by format: vtt (WebVTT) and srt"))] | None = None
+    words_count: NonNegInt | None = None
+    words_reason: Annotated[str, msgspec.Meta(description=(
+        "Why a request that asked for timestamps has no words (a voice without durations)"))] | None = None
     lexicons: Annotated[list[str], msgspec.Meta(description=(
         "The pronunciation lexicons the request applied, as owner/name@version (absent: none)"))] | None = None
     schema_version: Literal[1] = 1
@@ -339,6 +415,13 @@ class Chunk(_Event, frozen=True, kw_only=True):
     cached: bool = False
     model: ModelInfo | None = None
     created_at: datetime | None = None
+    words: Annotated[list[WordSpan], msgspec.Meta(description=(
+        "The request asked for timestamps: this chunk's words, times in the chunk's audio, character "
+        "offsets into the request's text"))] | None = None
+    offset_s: Annotated[float, msgspec.Meta(ge=0, description=(
+        "Where this chunk starts in the request's joined audio (a word's time in it is offset_s + start_s); "
+        "also the sum of the earlier chunks' duration_s plus 0.15 s between each two"))] | None = None
+    words_reason: str | None = None
     more: Annotated[bool, msgspec.Meta(description=(
         "More chunks of this request may follow (its text is still arriving): total is a lower bound; "
         "the completion ends the request"))] = False
@@ -497,6 +580,10 @@ def decode_segment_event(raw: bytes | str) -> Segment | Rejection | End:
     if kind == "end":
         return _decode(raw, End)
     return _decode(raw, Segment)
+
+
+def decode_word_timings(raw: bytes | str) -> WordTimings:
+    return _decode(raw, WordTimings)
 
 
 def decode_dead_letter(raw: bytes | str) -> DeadLetter:

@@ -129,7 +129,7 @@ def settings_markdown(fields: list[Any] | None = None) -> str:
 
 # --- wire contract ------------------------------------------------------------------------------
 
-_SCHEMA_ORDER = ("request", "segment", "rejection", "completion", "chunk", "done", "dead_letter")
+_SCHEMA_ORDER = ("request", "segment", "rejection", "completion", "chunk", "words", "done", "dead_letter")
 
 
 def _schema_files(schema_dir: Path) -> list[Path]:
@@ -153,8 +153,12 @@ def _type(prop: dict[str, Any], event: str) -> str:
     if "enum" in prop:
         return "string (enum)" if all(isinstance(v, str) for v in prop["enum"]) else "enum"
     t = prop.get("type", "any")
+    if t == "array" and "prefixItems" in prop:  # a tuple
+        return "[" + ", ".join(_type(p, event) for p in prop["prefixItems"]) + "]"
     if t == "array":
         return f"array of {_type(prop.get('items', {}), event)}"
+    if t == "object" and isinstance(prop.get("additionalProperties"), dict):
+        return f"object of {_type(prop['additionalProperties'], event)}"
     return " or ".join(t) if isinstance(t, list) else str(t)
 
 
@@ -439,11 +443,13 @@ def _chaos_brokers(r: dict[str, Any]) -> list[Table]:
     kills = [[k.get("killed_at_s"), k.get("service"), k.get("kind"), ", ".join(k.get("why", [])),
               ", ".join(str(x) for x in k.get("led_segments_partitions", [])),
               len(k.get("coordinated_transactional_ids", [])), ", ".join(k.get("coordinated_groups", [])),
-              k.get("down_s"), _get(k, "answers", "window_requests"), _get(k, "answers", "p99_s"),
+              k.get("was_controller"), k.get("waited_for_settled_s"), k.get("restart_s"), k.get("down_s"),
+              _get(k, "answers", "window_requests"), _get(k, "answers", "p99_s"),
               _get(k, "answers", "max_gap_s"), k.get("error")] for k in r.get("broker_kills", [])]
     return [*_chaos(r),
             ("Broker kills", ["killed at s", "broker", "kind", "why", "segments partitions led",
-                              "worker txn ids coordinated", "groups coordinated", "down s", "requests in window",
+                              "worker txn ids coordinated", "groups coordinated", "active controller",
+                              "waited to settle s", "restart s", "down s", "requests in window",
                               "their p99 s", "longest stall s", "error"], kills),
             ("Stall", ["worst p99 s in a kill window", "worst stall s", "p99 s outside kill windows"],
              [[stall.get("worst_p99_s"), stall.get("worst_gap_s"), stall.get("outside_windows_p99_s")]]),

@@ -24,6 +24,7 @@ from engine import lexicon as engine_lexicon
 from engine import mix as engine_mix
 from engine import ssml as engine_ssml
 from engine import voices as engine_voices
+from engine.timing import segment_sources
 from engine.voices import VoiceInfo
 from schemas import (
     DeadLetter,
@@ -32,6 +33,7 @@ from schemas import (
     Request,
     SchemaError,
     Segment,
+    SegmentSource,
     Span,
     check_content,
     decode_request,
@@ -327,13 +329,25 @@ class StageCore:
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
         out_key = key if key else req.user_id.encode()
         n = len(pieces)
+        # timestamps: each segment says where it came from in the text as sent (a word's offsets point
+        # there), and the last one where all of them did (for the request's word timings)
+        # (SSML, and text a lexicon rewrote, are not mapped yet: their segments carry no source)
+        sources: list[SegmentSource | None] = [None] * n
+        if req.timestamps and req.text_type != "ssml":
+            try:
+                sources = [SegmentSource(start=a, map=m or None)
+                           for a, m in segment_sources(req.text, text, [p.text for p in pieces])]
+            except ValueError:  # a segment that is not a piece of the text (a lexicon's alias)
+                sources = [None] * n
         records = tuple(
             Record(self.kafka.topic_segments, out_key, encode(Segment(
                 request_id=rid, user_id=req.user_id, seq=i, total=n, text=p.text, hash=h, request_hash=rh,
                 voice=voice, format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=model,
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
                 parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority,
-                spans=_wire(p.spans), lexicons=named if i == n - 1 else None)))
+                spans=_wire(p.spans), lexicons=named if i == n - 1 else None,
+                timestamps=req.timestamps, source=sources[i],
+                sources=sources if req.timestamps and i == n - 1 else None)))  # type: ignore[arg-type]
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
         return Outcome("segments", records, request_id=rid, remember=rid)
 

@@ -9,11 +9,10 @@ this process; segments are produced the way the stage produces them, on chosen p
   one's. librdkafka's small per-partition fetches (``_FAIR_FETCH``) interleave the two, and
   the batcher's fair order serves the short one in the next batches.
 * **same partition**: the short request sits behind the 30 segments in the log. The worker
-  only sees it once it has read past them: its prefetch (about ``4 x max_batch`` segments and
-  16 KiB per partition fetch) holds all 30 short segments of this test, so it reads it at once
-  and the fair order applies too. A long request whose segments do not fit in that prefetch
-  delays a same-partition follower until the worker has read that far: partitions are the
-  unit of order.
+  only sees it once it has read past them: its read-ahead (``TTS_READ_AHEAD_KB`` of segment
+  records, 2 MiB by default) holds them all, so it reads it at once and the fair order applies
+  too (``test_worker_read_ahead.py`` does the same behind a request far past the old read-ahead
+  of ~32 segments, with a SIGKILL).
 
 The numbers are printed (``pytest -s``) for the issue's report.
 """

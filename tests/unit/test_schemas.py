@@ -33,7 +33,7 @@ from schemas import (
     request_hash,
     segment_hash,
 )
-from schemas.jsonschema import SCHEMAS, render
+from schemas.jsonschema import MESSAGES, SCHEMAS, render
 
 SHA = "ab" * 32
 NOW = datetime(2026, 11, 30, 12, 0, 0, 123000, tzinfo=UTC)
@@ -301,7 +301,7 @@ def test_asyncapi_documents_every_topic_and_existing_schema_files() -> None:
     assert set(doc["channels"]) == {s.kafka.topic_requests, s.kafka.topic_segments, s.kafka.topic_completed, s.kafka.topic_dlq, s.kafka.topic_done,
                                      s.kafka.topic_chunks, s.kafka.topic_lexicons, s.kafka.topic_lexicons_global}
     refs = {m["payload"]["$ref"] for m in doc["components"]["messages"].values() if "$ref" in m["payload"]}
-    assert refs == {f"./json/{name}.schema.json" for name in SCHEMAS}
+    assert refs == {f"./json/{name}.schema.json" for name in MESSAGES}
     for ref in refs:
         assert (here / ref).is_file()
     assert doc["channels"][s.kafka.topic_done]["bindings"]["kafka"]["topicConfiguration"]["cleanup.policy"] == ["compact", "delete"]
