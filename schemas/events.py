@@ -251,6 +251,8 @@ class End(_Event, frozen=True, kw_only=True):
     enqueued_at: datetime | None = None
     stream: bool = False
     priority: Priority = "interactive"
+    timestamps: bool = False
+    sources: list[SegmentSource] | None = None
     schema_version: Literal[1] = 1
 
     def as_last(self) -> Segment:
@@ -260,7 +262,8 @@ class End(_Event, frozen=True, kw_only=True):
                        text=" ", hash=self.parts[-1], request_hash=self.request_hash, voice=self.voice,
                        format=self.format, speed=self.speed, sample_rate=self.sample_rate, model=self.model,
                        model_version=self.model_version, created_at=self.created_at, enqueued_at=self.enqueued_at,
-                       parts=self.parts, stream=self.stream, priority=self.priority)
+                       parts=self.parts, stream=self.stream, priority=self.priority, timestamps=self.timestamps,
+                       sources=self.sources)
 
 
 class AudioRef(_Event, frozen=True, kw_only=True):
