@@ -115,6 +115,15 @@ class Backend(abc.ABC):
         is the length of the audio ``postprocess`` made from ``raw``."""
         raise NotImplementedError(f"{type(self).__name__} predicts no durations")
 
+    def phonemes(self, prepared: Prepared) -> list[str]:
+        """What the model will read for ``prepared``: its phoneme chunks (ids mapped back through the
+        backend's vocabulary, ``_vocab``); empty for a backend without one."""
+        vocab = getattr(self, "_vocab", None)
+        if not isinstance(vocab, dict) or not isinstance(prepared.payload, list):
+            return []
+        inverse = {int(i): c for c, i in vocab.items()}
+        return ["".join(inverse.get(int(i), "") for i in ids[1:-1]) for ids in prepared.payload]
+
     def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
         """``postprocess`` of a span item, with its marks' times (seconds); for backends with ``spans``."""
         return self.postprocess(raw, prepared), ()

@@ -51,7 +51,7 @@ _PINYIN = re.compile(r"^(?:[a-zü:v]{1,7}[1-5])(?:[\s'-]+[a-zü:v]{1,7}[1-5])*$"
 _LANG = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*$")
 _TEXT_ONLY = frozenset({"sub", "say-as", "phoneme"})
 _BLOCKS = frozenset({"p", "s", "paragraph", "sentence"})
-ALPHABETS = ("ipa", "x-pinyin")
+ALPHABETS = ("ipa", "x-pinyin", "x-voice")  # x-voice: the voice's own phonemes, as /dev/phonemize prints them
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +78,9 @@ class _Scope:
 
 
 class _Builder:
-    def __init__(self, lang: str, limits: Limits) -> None:
+    def __init__(self, lang: str, limits: Limits, rewrite: Callable[[Span], list[Span]] | None = None) -> None:
         self.limits = limits
+        self.rewrite = rewrite
         self.default_lang = lang
         self.out: list[Span] = []
         self.buf: list[str] = []
@@ -98,7 +99,9 @@ class _Builder:
         text = "".join(self.buf)
         self.buf = []
         top = self._top
-        self._emit(Span(text=text, rate=top.rate, lang=top.lang if top.lang != self.default_lang else None))
+        span = Span(text=text, rate=top.rate, lang=top.lang if top.lang != self.default_lang else None)
+        for s in (self.rewrite(span) if self.rewrite is not None else (span,)):
+            self._emit(s)
 
     def _emit(self, span: Span) -> None:
         self.out.append(span)
@@ -276,16 +279,17 @@ def safe_parse(document: str, start: Callable[[str, dict[str, str]], None], end:
         raise InvalidSSML("nested too deeply", line=p.CurrentLineNumber, column=p.CurrentColumnNumber + 1) from None
 
 
-def parse(document: str, *, lang: str = "en", limits: Limits = Limits()) -> list[Span]:
+def parse(document: str, *, lang: str = "en", limits: Limits = Limits(),
+          rewrite: Callable[[Span], list[Span]] | None = None) -> list[Span]:
     """``document`` as spans in order (text runs, breaks, marks, :data:`BOUNDARY`); ``lang`` is
-    the voice's language (what ``say-as`` reads in outside any ``xml:lang``). Raises
+    the voice's language (what ``say-as`` reads in outside any ``xml:lang``); ``rewrite`` (lexicons)
+    is applied to each plain text run, never to ``sub``, ``say-as`` or ``phoneme`` content. Raises
     :class:`InvalidSSML` with line, column and reason."""
     if len(document) > limits.max_chars:
         raise InvalidSSML(f"the document has {len(document)} characters; the limit is {limits.max_chars}",
                           line=1, column=1)
-    data = document
-    b = _Builder(lang.lower(), limits)
-    safe_parse(data, b.start, b.end, b.data)
+    b = _Builder(lang.lower(), limits, rewrite)
+    safe_parse(document, b.start, b.end, b.data)
     if not b.root_seen:
         raise InvalidSSML("no <speak> element", line=1, column=1)
     return _merge(b.out)

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Word", "WordPhonemes", "WordPlan", "in_request", "plan_words", "source_offsets", "trim_silent_ends",
-           "word_times", "words_of"]
+__all__ = ["Word", "WordPhonemes", "WordPlan", "in_request", "plan_words", "segment_sources", "source_offsets",
+           "trim_silent_ends", "word_times", "words_of"]
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _TOKEN = re.compile(r"\S+")
@@ -295,31 +295,47 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
     return tuple(out)
 
 
-def source_offsets(original: str, normalized: str) -> np.ndarray:
+def source_offsets(original: str, normalized: str, lookahead: int = 4096) -> np.ndarray:
     """For each character of ``normalized`` (and one past its end), the offset in ``original``
     it came from. ``normalized`` is ``original`` after the stage's normalization (NFKC,
-    invisible characters removed, whitespace folded): identical stretches map one to one;
-    in a rewritten stretch each character maps to the source character whose NFKC form
-    holds it (``Ｈ`` for ``H``, ``…`` for each of ``...``, a run of spaces for its one space).
+    invisible characters removed, whitespace folded, a few foreign words dropped): each
+    character maps to the next source character whose NFKC form holds it (``Ｈ`` for ``H``,
+    ``…`` for each of ``...``, the first of a run of spaces for its one space), walking both
+    texts forward once, so offsets never decrease. A character found nowhere within
+    ``lookahead`` source characters (a composition NFKC made of two) maps where the walk stands.
     """
-    out = np.zeros(len(normalized) + 1, np.int64)
     if original == normalized:
         return np.arange(len(normalized) + 1, dtype=np.int64)
-    sm = difflib.SequenceMatcher(None, original, normalized, autojunk=False)
-    for op, i1, i2, j1, j2 in sm.get_opcodes():
-        if op == "equal":
-            out[j1:j2] = np.arange(i1, i2)
-        elif op == "replace":  # each character to the source character whose NFKC form holds it
-            i = i1
-            for j in range(j1, j2):
-                c, k = normalized[j], i
-                while k < i2 and not (c in unicodedata.normalize("NFKC", original[k]) or
-                                      (c.isspace() and original[k].isspace())):
-                    k += 1
-                i = k if k < i2 else i
-                out[j] = i
-        elif op == "insert":
-            out[j1:j2] = i1
+    out = np.zeros(len(normalized) + 1, np.int64)
+    n = len(original)
+    i, pos = 0, 0  # the source character, and how much of its NFKC form is used up
+    forms: dict[str, str] = {}
+    for j, c in enumerate(normalized):
+        k, p = i, pos
+        limit = min(n, i + lookahead)
+        while k < limit:
+            o = original[k]
+            if o == c and p == 0:
+                p = 1
+                break
+            if c.isspace() and o.isspace():
+                p = len(o)
+                break
+            form = forms.get(o)
+            if form is None:
+                form = forms[o] = unicodedata.normalize("NFKC", o)
+            at = form.find(c, p)
+            if at >= 0:
+                p = at + 1
+                break
+            k, p = k + 1, 0
+        if k < limit:
+            i, pos = k, p
+            if pos >= len(forms.get(original[k], original[k])):  # used up: the next character is next
+                i, pos = k + 1, 0
+            out[j] = k
+        else:
+            out[j] = min(i, max(n - 1, 0))
     out[len(normalized)] = len(original)
     return out
 
@@ -351,3 +367,23 @@ def _placed(original: str, src: np.ndarray, base: int, t0: float, w: Word) -> Wo
     s, e = int(src[base + w.start]), int(src[base + w.end - 1]) + 1
     return Word(original[s:e], s, e, round(w.start_s + t0, 4), round(w.end_s + t0, 4),
                 tuple(_placed(original, src, base, t0, c) for c in w.chars))
+
+
+def segment_sources(original: str, text: str, segments: Sequence[str]) -> list[tuple[int, list[tuple[int, int]]]]:
+    """Where each segment of ``text`` (the stage's normalized text, ``segments`` its pieces in
+    order, as ``split_segments`` makes them) came from in ``original``: per segment, the offset of
+    its first character and the breakpoints ``(i, d)`` after which character ``k`` maps to
+    ``start + d + (k - i)`` (none when the segment is a verbatim copy). Compact: only changes of
+    length make a breakpoint, so a segment carries a few numbers, never its original slice."""
+    src = source_offsets(original, text)
+    out: list[tuple[int, list[tuple[int, int]]]] = []
+    at = 0
+    for seg in segments:
+        base = text.find(seg, at)
+        if base < 0:
+            raise ValueError(f"segment not found in the normalized text after offset {at}: {seg[:40]!r}")
+        at = base + len(seg)
+        rel = src[base:base + len(seg)] - src[base]
+        jumps = np.nonzero(np.diff(rel) != 1)[0] + 1
+        out.append((int(src[base]), [(int(i), int(rel[i])) for i in jumps]))
+    return out

@@ -32,6 +32,7 @@ from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError
 
 __all__ = [
     "FORMATS",
+    "LEXICON_NAME_PATTERN",
     "PRIORITIES",
     "REQUEST_ID_PATTERN",
     "AudioRef",
@@ -40,19 +41,26 @@ __all__ = [
     "DeadLetter",
     "End",
     "ErrorInfo",
+    "LexiconRecord",
     "ModelInfo",
+    "ObjectRef",
     "Rejection",
     "Request",
     "Segment",
+    "SegmentSource",
     "Span",
     "Timings",
+    "WordSpan",
+    "WordTimings",
     "check_content",
     "decode_chunk",
     "decode_completion",
     "decode_dead_letter",
+    "decode_lexicon",
     "decode_request",
     "decode_segment",
     "decode_segment_event",
+    "decode_word_timings",
     "encode",
     "peek_request_id",
     "request_hash",
@@ -61,6 +69,7 @@ __all__ = [
 ]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+LEXICON_NAME_PATTERN = r"^(?:global/)?[A-Za-z0-9._-]{1,64}$"
 FORMATS: tuple[str, ...] = ("wav", "flac", "ogg")
 PRIORITIES: tuple[str, ...] = ("interactive", "bulk")
 _REQUEST_ID_RE = re.compile(REQUEST_ID_PATTERN)
@@ -80,6 +89,10 @@ NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(description="RFC 3339 timestamp; no offset means UTC")]
 Stream = Annotated[bool, msgspec.Meta(description="Also send each segment's audio as a chunk event on tts.chunks as soon "
                                                   "as it is stored; the completion still follows with the joined audio")]
+Timestamps = Annotated[bool, msgspec.Meta(description=(
+    "Also time every word: chunks carry their words inline, the completion references a word-timing "
+    "JSON object and WebVTT/SRT captions in S3. A voice that predicts no durations (chattts) answers "
+    "ok audio without words and says why in words_reason"))]
 TextType = Annotated[Literal["text", "ssml"], msgspec.Meta(
     description="text (default): the text is read as it is, tags included; ssml: the text is an SSML document "
                 "(<speak>...</speak>, the subset in docs/using/pronunciation.md)")]
@@ -105,7 +118,12 @@ class Request(_Event, frozen=True, kw_only=True):
     created_at: AwareDatetime | None = None
     stream: Stream = False
     priority: Priority = "interactive"
+    timestamps: Timestamps = False
     text_type: TextType = "text"
+    lexicons: Annotated[list[Annotated[str, msgspec.Meta(pattern=LEXICON_NAME_PATTERN)]], msgspec.Meta(
+        max_length=5, description=(
+            "Pronunciation lexicons to apply, in order (the first that has a word wins): the user's own by name, "
+            "global ones as global/<name>. At most 5"))] | None = None
     seq: Annotated[int, msgspec.Meta(ge=0, description=(
         "Delta number of a request sent in pieces while its text is still being written (0, 1, 2, ...; "
         "every piece has the same request_id and key). Absent: the whole request in one record. The piece "
@@ -123,6 +141,26 @@ class Request(_Event, frozen=True, kw_only=True):
         return self.seq is not None
 
 
+class SegmentSource(_Event, frozen=True, kw_only=True):
+    """Where a segment's text came from in its request's ``text`` as sent: character ``k`` of the
+    segment is character ``start + k`` of the request, except past a breakpoint ``[i, d]`` of
+    ``map`` (the last with ``i <= k``), where it is ``start + d + (k - i)``. Normalization that
+    changes lengths (``…`` read as ``...``, folded whitespace, removed invisible characters,
+    dropped foreign words) makes breakpoints; a segment copied verbatim has none."""
+
+    start: NonNegInt
+    map: list[tuple[NonNegInt, NonNegInt]] | None = None
+
+    def offset(self, k: int) -> int:
+        """The request-text offset of segment character ``k``."""
+        i, d = 0, 0
+        for bi, bd in self.map or ():
+            if bi > k:
+                break
+            i, d = bi, bd
+        return self.start + d + (k - i)
+
+
 class Span(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One run of a segment's resolved pronunciation (from SSML): text to read, or phonemes for
     that text, or a pause, or a mark. A segment's ``text`` is the concatenation of its spans'
@@ -131,7 +169,7 @@ class Span(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     text: str = ""
     ph: Annotated[str, msgspec.Meta(max_length=2048, description=(
         "Phonemes that replace the reading of text, in alphabet"))] | None = None
-    alphabet: Literal["ipa", "x-pinyin"] | None = None
+    alphabet: Literal["ipa", "x-pinyin", "x-voice"] | None = None
     rate: Annotated[float, msgspec.Meta(gt=0, le=16, description="Speaking rate multiplier of this run "
                                                                  "(on top of the request's speed)")] | None = None
     lang: Annotated[str, msgspec.Meta(max_length=35, description="BCP 47 language of this run (xml:lang)")] | None = None
@@ -172,9 +210,14 @@ class Segment(_Event, frozen=True, kw_only=True):
     parts: list[Sha256Hex] | None = None
     stream: bool = False
     priority: Priority = "interactive"
+    timestamps: bool = False
+    source: SegmentSource | None = None
+    sources: list[SegmentSource] | None = None
     spans: Annotated[list[Span], msgspec.Meta(description=(
         "Resolved pronunciation of an SSML request's segment (breaks, phonemes, rate, language, marks); "
         "absent for plain text"))] | None = None
+    lexicons: Annotated[list[str], msgspec.Meta(description=(
+        "On the last segment: the lexicons the request applied, as owner/name@version"))] | None = None
     more: Annotated[bool, msgspec.Meta(description=(
         "More segments of this request may follow (its text is still arriving): total is a lower bound"))] = False
     schema_version: Literal[1] = 1
@@ -208,6 +251,8 @@ class End(_Event, frozen=True, kw_only=True):
     enqueued_at: datetime | None = None
     stream: bool = False
     priority: Priority = "interactive"
+    timestamps: bool = False
+    sources: list[SegmentSource] | None = None
     schema_version: Literal[1] = 1
 
     def as_last(self) -> Segment:
@@ -217,7 +262,8 @@ class End(_Event, frozen=True, kw_only=True):
                        text=" ", hash=self.parts[-1], request_hash=self.request_hash, voice=self.voice,
                        format=self.format, speed=self.speed, sample_rate=self.sample_rate, model=self.model,
                        model_version=self.model_version, created_at=self.created_at, enqueued_at=self.enqueued_at,
-                       parts=self.parts, stream=self.stream, priority=self.priority)
+                       parts=self.parts, stream=self.stream, priority=self.priority, timestamps=self.timestamps,
+                       sources=self.sources)
 
 
 class AudioRef(_Event, frozen=True, kw_only=True):
@@ -234,6 +280,42 @@ class AudioRef(_Event, frozen=True, kw_only=True):
     url: Annotated[str, msgspec.Meta(max_length=8192, description=(
         "A presigned HTTPS/HTTP GET link to the audio, fetchable without S3 credentials until it expires "
         "(present when the worker runs with TTS_S3_PRESIGN_TTL_S > 0)"))] | None = None
+
+
+class ObjectRef(_Event, frozen=True, kw_only=True):
+    """An object in S3 beside a request's audio (its word timings, its captions)."""
+
+    uri: str
+    bucket: str
+    key: str
+    content_type: str
+    bytes: NonNegInt
+    sha256: Sha256Hex
+    url: Annotated[str, msgspec.Meta(max_length=8192, description=(
+        "A presigned GET link (present when the worker runs with TTS_S3_PRESIGN_TTL_S > 0)"))] | None = None
+
+
+class WordSpan(_Event, frozen=True, kw_only=True):
+    """One written word and when it is spoken: ``start``/``end`` are character offsets into the
+    request's ``text`` as sent (``text[start:end]``), ``start_s``/``end_s`` seconds in the audio
+    (the request's joined audio in a completion's word timings; the chunk's own audio on a chunk).
+    ``word`` is the word as the voice read it (after the stage's NFKC normalization)."""
+
+    word: str
+    start: NonNegInt
+    end: NonNegInt
+    start_s: NonNegFloat
+    end_s: NonNegFloat
+    chars: list[WordSpan] | None = None  # a Mandarin word's characters, each with its own span
+
+
+class WordTimings(_Event, frozen=True, kw_only=True):
+    """The word-timing object a completion's ``words`` points at (JSON in S3, content-addressed):
+    every word of the request, in order, times in the request's joined audio."""
+
+    duration_s: NonNegFloat
+    words: list[WordSpan]
+    schema_version: Literal[1] = 1
 
 
 class ModelInfo(_Event, frozen=True, kw_only=True):
@@ -277,7 +359,7 @@ ErrorCode = Annotated[str, msgspec.Meta(description=(
     "Stable code. From the stage: invalid_json, invalid_field, empty_text, text_too_long, unknown_voice, "
     "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak), "
     "invalid_ssml (text_type ssml and the document is not valid or not allowed SSML: the message gives line, "
-    "column and reason), "
+    "column and reason), unknown_lexicon (a lexicon the request names is not stored, or its document is invalid), "
     "internal_error (a stage bug, answered instead of stopping the partition); for a request sent in pieces: "
     "stream_timeout (no piece for TTS_STREAM_TIMEOUT_S before the final one), too_many_streams (the user has "
     "TTS_MAX_OPEN_STREAMS_PER_USER open), stage_busy (the stage holds TTS_MAX_OPEN_STREAMS open), "
@@ -306,6 +388,15 @@ class Completion(_Event, frozen=True, kw_only=True):
     timings: Timings | None = None
     error: ErrorInfo | None = None
     completed_at: datetime | None = None
+    words: Annotated[ObjectRef, msgspec.Meta(description=(
+        "The request asked for timestamps: its word-timing JSON (a WordTimings object) beside the audio"))] | None = None
+    captions: Annotated[dict[str, ObjectRef], msgspec.Meta(description=(
+        "Caption files from the word timings, by format: vtt (WebVTT) and srt"))] | None = None
+    words_count: NonNegInt | None = None
+    words_reason: Annotated[str, msgspec.Meta(description=(
+        "Why a request that asked for timestamps has no words (a voice without durations)"))] | None = None
+    lexicons: Annotated[list[str], msgspec.Meta(description=(
+        "The pronunciation lexicons the request applied, as owner/name@version (absent: none)"))] | None = None
     schema_version: Literal[1] = 1
 
 
@@ -327,6 +418,13 @@ class Chunk(_Event, frozen=True, kw_only=True):
     cached: bool = False
     model: ModelInfo | None = None
     created_at: datetime | None = None
+    words: Annotated[list[WordSpan], msgspec.Meta(description=(
+        "The request asked for timestamps: this chunk's words, times in the chunk's audio, character "
+        "offsets into the request's text"))] | None = None
+    offset_s: Annotated[float, msgspec.Meta(ge=0, description=(
+        "Where this chunk starts in the request's joined audio (a word's time in it is offset_s + start_s); "
+        "also the sum of the earlier chunks' duration_s plus 0.15 s between each two"))] | None = None
+    words_reason: str | None = None
     more: Annotated[bool, msgspec.Meta(description=(
         "More chunks of this request may follow (its text is still arriving): total is a lower bound; "
         "the completion ends the request"))] = False
@@ -366,6 +464,18 @@ class Rejection(_Event, frozen=True, kw_only=True):
     source_offset: int
     created_at: datetime | None = None
     enqueued_at: datetime | None = None
+    schema_version: Literal[1] = 1
+
+
+class LexiconRecord(_Event, frozen=True, kw_only=True):
+    """A pronunciation lexicon on ``tts.lexicons`` (key ``owner/name``) or ``tts.lexicons.global``
+    (key ``global/name``), compacted; a tombstone (null value) deletes it. ``pls`` is the W3C PLS 1.0
+    document; its version is the digest of ``pls`` (the same document is the same version)."""
+
+    owner: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+    pls: str
+    updated_at: datetime | None = None
     schema_version: Literal[1] = 1
 
 
@@ -475,8 +585,16 @@ def decode_segment_event(raw: bytes | str) -> Segment | Rejection | End:
     return _decode(raw, Segment)
 
 
+def decode_word_timings(raw: bytes | str) -> WordTimings:
+    return _decode(raw, WordTimings)
+
+
 def decode_dead_letter(raw: bytes | str) -> DeadLetter:
     return _decode(raw, DeadLetter)
+
+
+def decode_lexicon(raw: bytes | str) -> LexiconRecord:
+    return _decode(raw, LexiconRecord)
 
 
 def peek_request_id(raw: bytes | str | None) -> str | None:

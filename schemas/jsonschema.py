@@ -12,11 +12,22 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import Chunk, Completion, DeadLetter, Done, End, Rejection, Request, Segment
+from schemas.events import (
+    Chunk,
+    Completion,
+    DeadLetter,
+    Done,
+    End,
+    LexiconRecord,
+    Rejection,
+    Request,
+    Segment,
+    WordTimings,
+)
 
-__all__ = ["SCHEMAS", "render", "write_all"]
+__all__ = ["MESSAGES", "OBJECTS", "SCHEMAS", "render", "write_all"]
 
-SCHEMAS: dict[str, type] = {
+MESSAGES: dict[str, type] = {  # the records of the topics (schemas/asyncapi.yaml)
     "request.v1": Request,
     "segment.v1": Segment,
     "rejection.v1": Rejection,
@@ -25,7 +36,12 @@ SCHEMAS: dict[str, type] = {
     "chunk.v1": Chunk,
     "dead_letter.v1": DeadLetter,
     "done.v1": Done,
+    "lexicon.v1": LexiconRecord,
 }
+OBJECTS: dict[str, type] = {  # JSON objects in S3 that events point at
+    "words.v1": WordTimings,
+}
+SCHEMAS: dict[str, type] = {**MESSAGES, **OBJECTS}
 _DIR = Path(__file__).parent / "json"
 
 

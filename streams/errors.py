@@ -7,7 +7,8 @@ each with one reaction:
 * :class:`RetriableError`: back off (capped, exponential) and try the same step again.
 * :class:`AbortableError` (retriable): the current transaction cannot commit; abort it and
   rewind every assigned partition to its committed offset (the work repeats).
-* :class:`ProducerWedged` (abortable): a transactional call hangs past its timeout; replace
+* :class:`ProducerWedged` (abortable): a transactional call hangs past its timeout, or
+  (:class:`ProducerBroken`) librdkafka declared the producer unusable without fencing it; replace
   the producer under the same ``transactional.id``, then as abortable.
 * :class:`FatalError`: stop the process with a non-zero status; the orchestrator restarts
   it (a fenced producer, an unknown transactional id, too few done-topic partitions);
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 from schemas.errors import TtsflowError
 
 __all__ = [
-    "AbortableError", "FatalError", "KafkaAccessError", "ProducerWedged", "RetriableError", "SettingsError", "StorageFatal", "StreamError",
+    "AbortableError", "FatalError", "KafkaAccessError", "ProducerBroken", "ProducerWedged", "RetriableError", "SettingsError", "StorageFatal", "StreamError",
     "classify",
 ]
 
@@ -58,6 +59,15 @@ class ProducerWedged(AbortableError):
     ``send_offsets_to_transaction`` can ignore it after a broker restart, librdkafka#5456):
     the producer is replaced by one with the same ``transactional.id``, which fences it and
     aborts its transaction, and the consumed work is redone from committed offsets."""
+
+
+class ProducerBroken(ProducerWedged):
+    """librdkafka declared the transactional producer instance unusable though no other instance
+    fenced it: a fatal idempotence error (``OUT_OF_ORDER_SEQUENCE_NUMBER``, "sequence
+    desynchronization", after a partition leader died under a produce that was possibly
+    persisted). Replaced like a wedged one: a new producer with the same ``transactional.id`` bumps
+    the epoch (its sequences start over), fences this one and aborts its transaction; exiting the
+    process would do the same, slower. A fenced producer (another instance took over) stays fatal."""
 
 
 class FatalError(StreamError):

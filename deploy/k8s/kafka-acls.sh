@@ -11,6 +11,11 @@ acl --allow-principal User:ttsflow-user --operation Read --topic tts.completed -
 acl --allow-principal User:ttsflow-user --operation Describe --topic tts.completed --resource-pattern-type literal
 acl --allow-principal User:ttsflow-user --operation Read --topic tts.chunks --resource-pattern-type literal
 acl --allow-principal User:ttsflow-user --operation Describe --topic tts.chunks --resource-pattern-type literal
+acl --allow-principal User:ttsflow-user --operation Read --topic tts.lexicons --resource-pattern-type literal
+acl --allow-principal User:ttsflow-user --operation Write --topic tts.lexicons --resource-pattern-type literal
+acl --allow-principal User:ttsflow-user --operation Describe --topic tts.lexicons --resource-pattern-type literal
+acl --allow-principal User:ttsflow-user --operation Read --topic tts.lexicons.global --resource-pattern-type literal
+acl --allow-principal User:ttsflow-user --operation Describe --topic tts.lexicons.global --resource-pattern-type literal
 acl --allow-principal User:ttsflow-user --operation Read --group ttsflow-client- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-user --operation Describe --group ttsflow-client- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-user --operation Read --group ttsflow-reader- --resource-pattern-type prefixed
@@ -31,6 +36,12 @@ acl --allow-principal User:ttsflow-stage --operation Create --topic ttsflow-stag
 acl --allow-principal User:ttsflow-stage --operation DescribeConfigs --topic ttsflow-stage- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-stage --operation Read --group ttsflow-stage --resource-pattern-type literal
 acl --allow-principal User:ttsflow-stage --operation Describe --group ttsflow-stage --resource-pattern-type literal
+acl --allow-principal User:ttsflow-stage --operation Read --topic tts.lexicons --resource-pattern-type literal
+acl --allow-principal User:ttsflow-stage --operation Describe --topic tts.lexicons --resource-pattern-type literal
+acl --allow-principal User:ttsflow-stage --operation Read --topic tts.lexicons.global --resource-pattern-type literal
+acl --allow-principal User:ttsflow-stage --operation Describe --topic tts.lexicons.global --resource-pattern-type literal
+acl --allow-principal User:ttsflow-stage --operation Read --group ttsflow-reader- --resource-pattern-type prefixed
+acl --allow-principal User:ttsflow-stage --operation Describe --group ttsflow-reader- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-worker --operation Read --topic tts.segments --resource-pattern-type literal
 acl --allow-principal User:ttsflow-worker --operation Describe --topic tts.segments --resource-pattern-type literal
 acl --allow-principal User:ttsflow-worker --operation Write --topic tts.completed --resource-pattern-type literal
@@ -54,3 +65,6 @@ acl --allow-principal User:ttsflow-ops --operation Describe --group ttsflow-work
 acl --allow-principal User:ttsflow-ops --operation Describe --group ttsflow-stage --resource-pattern-type literal
 acl --allow-principal User:ttsflow-ops --operation Read --group ttsflow-lag- --resource-pattern-type prefixed
 acl --allow-principal User:ttsflow-ops --operation Describe --group ttsflow-lag- --resource-pattern-type prefixed
+acl --allow-principal User:ttsflow-ops --operation Read --topic tts.lexicons.global --resource-pattern-type literal
+acl --allow-principal User:ttsflow-ops --operation Write --topic tts.lexicons.global --resource-pattern-type literal
+acl --allow-principal User:ttsflow-ops --operation Describe --topic tts.lexicons.global --resource-pattern-type literal

@@ -129,7 +129,7 @@ def settings_markdown(fields: list[Any] | None = None) -> str:
 
 # --- wire contract ------------------------------------------------------------------------------
 
-_SCHEMA_ORDER = ("request", "segment", "rejection", "completion", "chunk", "done", "dead_letter")
+_SCHEMA_ORDER = ("request", "segment", "rejection", "completion", "chunk", "words", "done", "dead_letter")
 
 
 def _schema_files(schema_dir: Path) -> list[Path]:
@@ -153,8 +153,12 @@ def _type(prop: dict[str, Any], event: str) -> str:
     if "enum" in prop:
         return "string (enum)" if all(isinstance(v, str) for v in prop["enum"]) else "enum"
     t = prop.get("type", "any")
+    if t == "array" and "prefixItems" in prop:  # a tuple
+        return "[" + ", ".join(_type(p, event) for p in prop["prefixItems"]) + "]"
     if t == "array":
         return f"array of {_type(prop.get('items', {}), event)}"
+    if t == "object" and isinstance(prop.get("additionalProperties"), dict):
+        return f"object of {_type(prop['additionalProperties'], event)}"
     return " or ".join(t) if isinstance(t, list) else str(t)
 
 
@@ -411,6 +415,21 @@ def _bigrequest(r: dict[str, Any]) -> list[Table]:
              _rows_of(lat, ["n", "p50_s", "p99_s", "unanswered", "failed"]))]
 
 
+def _streaming_input(r: dict[str, Any]) -> list[Table]:
+    loads = [(f"{x.get('fraction', 0):.0%}", x) for x in r.get("loads", [])]
+    first = [(f"{lang} {when}", _get(r, f"first_chunk_{lang}", when)) for lang in ("en", "zh")
+             for when in ("before", "after") if _get(r, f"first_chunk_{lang}", when) is not None]
+    return [("Word by word at 20 words/s: a sentence's last word to its chunk (capacity "
+             f"{r.get('capacity_sentences_per_s')} sentences/s)",
+             ["load", "streams", "sentences", "p50 ms", "p99 ms", "tail after final p50 ms", "tail p99 ms",
+              "missing", "loadavg 1m"],
+             _rows_of(loads, ["streams", "sentences", "sentence_to_audio.p50_ms", "sentence_to_audio.p99_ms",
+                              "tail_after_final.p50_ms", "tail_after_final.p99_ms", "missing_chunks", "loadavg_1m"])),
+            ("First chunk of a whole streaming request, idle worker (before: first segment a whole sentence)",
+             ["language, when", "n", "p50 ms", "p99 ms", "first sentence chars", "segments"],
+             _rows_of(first, ["n", "p50_ms", "p99_ms", "first_sentence_chars", "segments"]))]
+
+
 def _soak(r: dict[str, Any]) -> list[Table]:
     rss = r.get("worker_rss", {})
     return [("Answers", ["requests", "answered", "failed", "duplicated", "worker restarts", "req/s", "wall s"],
@@ -439,11 +458,13 @@ def _chaos_brokers(r: dict[str, Any]) -> list[Table]:
     kills = [[k.get("killed_at_s"), k.get("service"), k.get("kind"), ", ".join(k.get("why", [])),
               ", ".join(str(x) for x in k.get("led_segments_partitions", [])),
               len(k.get("coordinated_transactional_ids", [])), ", ".join(k.get("coordinated_groups", [])),
-              k.get("down_s"), _get(k, "answers", "window_requests"), _get(k, "answers", "p99_s"),
+              k.get("was_controller"), k.get("waited_for_settled_s"), k.get("restart_s"), k.get("down_s"),
+              _get(k, "answers", "window_requests"), _get(k, "answers", "p99_s"),
               _get(k, "answers", "max_gap_s"), k.get("error")] for k in r.get("broker_kills", [])]
     return [*_chaos(r),
             ("Broker kills", ["killed at s", "broker", "kind", "why", "segments partitions led",
-                              "worker txn ids coordinated", "groups coordinated", "down s", "requests in window",
+                              "worker txn ids coordinated", "groups coordinated", "active controller",
+                              "waited to settle s", "restart s", "down s", "requests in window",
                               "their p99 s", "longest stall s", "error"], kills),
             ("Stall", ["worst p99 s in a kill window", "worst stall s", "p99 s outside kill windows"],
              [[stall.get("worst_p99_s"), stall.get("worst_gap_s"), stall.get("outside_windows_p99_s")]]),
@@ -519,6 +540,8 @@ BENCHES: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[Table]]]] = {
     "chaos-3brokers": ("chaos on three brokers", "ttsflow chaos --brokers 3 --requests 1000 --kill-workers 3 "
                        "--kill-stage 1 --kill-brokers 3 --json", _chaos_brokers),
     "demo": ("demo", "ttsflow demo --json", _demo),
+    "streaming-input": ("text sent in pieces, word by word; fast first audio", "ttsflow bench streaming-input --json",
+                        _streaming_input),
 }
 
 

@@ -10,9 +10,16 @@ Each kill SIGKILLs one broker of the run's private three-broker stack and starts
   leader of its ``__transaction_state`` partition): the worker's transaction in flight meets
   ``COORDINATOR_NOT_AVAILABLE`` / ``NOT_COORDINATOR`` and its coordinator moves.
 
-Kills run one at a time on one thread: before each, the killer waits (bounded) until every
-broker is back in the metadata and no partition is under-replicated, so two brokers are never
-down together (with ``min.insync.replicas`` 2 that would be an outage, not a failover).
+Kills run one at a time on one thread, and one failure at a time: before each, the killer
+waits (bounded) until the cluster is whole again, as *every* broker sees it (:func:`healthy`:
+all brokers registered, no partition under-replicated or offline), so two brokers are never
+down together (with ``min.insync.replicas`` 2 that would be an outage, not a failover), and
+until the pipeline has caught up with the last disruption (the run's ``settled``: no process
+killed lately, no request waiting long), so a kill's window measures its own failover, not the
+backlog of the one before. From the kill until the cluster is whole again after it the killer is
+*busy*: the run's worker and stage kills go through :meth:`BrokerKiller.disrupt`, which holds
+them meanwhile (the same lock decides, so neither kind can slip into the other's moment). The
+killed broker alone is started again (not the whole stack), as an orchestrator restarts one pod.
 
 The report of each kill says which broker, why, what it led or coordinated, and how answers
 fared around it (:func:`kill_window_stats`). The functions at the top are pure (tested in
@@ -26,11 +33,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BrokerKiller", "coordinator_partition", "java_string_hash", "kill_window_stats", "pick_target"]
+__all__ = ["BrokerKiller", "coordinator_partition", "healthy", "java_string_hash", "kill_window_stats", "pick_target"]
 
 
 # --- pure logic ----------------------------------------------------------------------------
@@ -50,6 +57,22 @@ def coordinator_partition(key: str, partitions: int) -> int:
     ``Utils.abs(Integer.MIN_VALUE)`` is 0. Its leader is the key's coordinator."""
     h = java_string_hash(key)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def healthy(views: Sequence[Mapping[str, Any]], brokers: int) -> tuple[bool, str]:
+    """Whether a cluster of ``brokers`` is whole, from each broker's own metadata view (a dict of
+    :func:`~streams.devstack.stack.cluster_status`, one per broker asked): every broker answered,
+    each lists all brokers, and none sees a partition under-replicated or offline (a broker just
+    restarted answers before its followers have caught up; another broker's view can lag the
+    controller's). ``(ok, why not)``."""
+    if len(views) < brokers:
+        return False, f"{len(views)} of {brokers} brokers answered"
+    for v in views:
+        if len(v["brokers"]) < brokers:
+            return False, f"brokers {v['brokers']} registered"
+        if v["under_replicated"] or v["offline"]:
+            return False, f"{v['under_replicated']} partitions under-replicated, {v['offline']} offline"
+    return True, ""
 
 
 def pick_target(kind: str, segment_leaders: Mapping[int, int], txn_coordinators: Mapping[str, int],
@@ -125,12 +148,24 @@ class BrokerKiller:
     groups: Sequence[str]
     down_s: float = 10.0
     healthy_timeout_s: float = 120.0
+    settled: Callable[[], bool] | None = None  # the run: has the pipeline caught up with the last disruption?
+    settle_timeout_s: float = 60.0
     log: list[dict[str, Any]] = field(default_factory=list)
     _queue: list[dict[str, Any]] = field(default_factory=list)
     _cv: threading.Condition = field(default_factory=threading.Condition)
     _thread: threading.Thread | None = None
     _stop: bool = False
+    _busy: bool = False
     error: BaseException | None = None
+
+    def disrupt(self, fn: Callable[[], None]) -> bool:
+        """Run another disruption (a worker or stage kill) now unless a broker kill is under way
+        (from its kill until the cluster is whole again); False when held (the caller tries later)."""
+        with self._cv:
+            if self._busy:
+                return False
+            fn()
+            return True
 
     def kill(self, rec: dict[str, Any]) -> None:
         """Queue one kill; ``rec`` (the event's record) is filled in as it happens."""
@@ -163,6 +198,9 @@ class BrokerKiller:
             except BaseException as e:  # reported by the run; a chaos run must not die silently here
                 rec["error"] = f"{type(e).__name__}: {e}"
                 self.error = self.error or e
+            finally:
+                with self._cv:
+                    self._busy = False
             self.log.append(rec)
             turn += 1
 
@@ -171,31 +209,57 @@ class BrokerKiller:
 
         return stack_admin(self.settings).list_topics(timeout=10)
 
-    def _wait_healthy(self) -> float:
-        """Seconds waited until all brokers are registered and nothing is under-replicated."""
+    def _views(self) -> list[dict[str, Any]]:
+        """Each broker's own view of the cluster (:func:`~streams.devstack.stack.cluster_status`
+        asked of that broker alone); a broker that does not answer is left out."""
+        from streams.devstack.services import broker_services, service_address
         from streams.devstack.stack import cluster_status
 
+        views = []
+        for svc in broker_services(self.settings.local_stack.kafka_brokers):
+            try:
+                views.append(cluster_status(self.settings, timeout=3.0, bootstrap=service_address(svc, self.settings)))
+            except Exception:  # a broker not answering yet is what we wait out
+                pass
+        return views
+
+    def _wait_healthy(self) -> tuple[float, str]:
+        """Seconds waited until the cluster is whole as every broker sees it (:func:`healthy`),
+        and why not if it still is not after ``healthy_timeout_s`` (empty: healthy)."""
         t0 = time.monotonic()
         while True:
-            try:
-                c = cluster_status(self.settings)
-                if len(c["brokers"]) == self.settings.local_stack.kafka_brokers and c["under_replicated"] == 0 \
-                        and c["offline"] == 0:
-                    return time.monotonic() - t0
-            except Exception:  # the cluster not answering yet is what we wait out
-                pass
-            if time.monotonic() - t0 > self.healthy_timeout_s:
-                return time.monotonic() - t0
-            time.sleep(0.5)
+            ok, why = healthy(self._views(), self.settings.local_stack.kafka_brokers)
+            if ok or time.monotonic() - t0 > self.healthy_timeout_s:
+                return time.monotonic() - t0, why
+            time.sleep(0.25)
+
+    def _wait_settled_and_hold(self) -> tuple[float, bool]:
+        """Wait (bounded) until the run says the pipeline has caught up, then become busy (under the
+        lock :meth:`disrupt` takes, so no worker or stage kill comes in between). ``(seconds, settled)``."""
+        t0 = time.monotonic()
+        while True:
+            timed_out = time.monotonic() - t0 >= self.settle_timeout_s
+            with self._cv:
+                ok = self.settled is None or self.settled()
+                if ok or timed_out:
+                    self._busy = True
+                    return time.monotonic() - t0, ok
+            time.sleep(0.25)
 
     def _one(self, rec: dict[str, Any], turn: int) -> None:
-        from streams.devstack import stack
         from streams.devstack.paths import stack_paths
         from streams.devstack.pidfiles import owned_pid, reap
-        from streams.devstack.services import broker_services
+        from streams.devstack.services import broker_services, probe_service, start_service
 
         s = self.settings
-        rec["waited_for_healthy_s"] = round(self._wait_healthy(), 1)
+        waited, why_not = self._wait_healthy()
+        rec["waited_for_healthy_s"] = round(waited, 1)
+        if why_not:  # killing now would take a second broker down: an outage, not a failover
+            raise RuntimeError(f"cluster not whole after {waited:.0f} s ({why_not}): kill skipped")
+        waited, ok = self._wait_settled_and_hold()
+        rec["waited_for_settled_s"] = round(waited, 1)
+        if not ok:
+            rec["settled"] = False  # the machine never caught up within the bound: killed anyway
         md = self._metadata()
         seg = md.topics[s.kafka.topic_segments]
         leaders = {p: pm.leader for p, pm in seg.partitions.items()}
@@ -211,7 +275,7 @@ class BrokerKiller:
         kind = "segments_leader" if turn % 2 == 0 else "txn_coordinator"
         broker, why = pick_target(kind, leaders, txn, turn // 2)
         svc = broker_services(s.local_stack.kafka_brokers)[broker - 1]
-        rec.update(kind=kind, broker=broker, service=svc, why=why,
+        rec.update(kind=kind, broker=broker, service=svc, why=why, was_controller=md.controller_id == broker,
                    led_segments_partitions=sorted(p for p, b in leaders.items() if b == broker),
                    coordinated_transactional_ids=sorted(t for t, b in txn.items() if b == broker),
                    coordinated_groups=sorted(g for g, b in groups.items() if b == broker))
@@ -225,7 +289,17 @@ class BrokerKiller:
             time.sleep(0.05)
         time.sleep(self.down_s)  # the outage itself: a broker that stays dead this long, then returns
         t0 = time.monotonic()
-        stack.stack_up(s, quiet=True)
+        # the killed broker alone, as an orchestrator restarts one pod: no topics, bucket or probes of the rest
+        start_service(svc, s, stack_paths(s))
+        deadline = t0 + self.healthy_timeout_s
+        while (probe := probe_service(svc, s)) is not None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{svc} did not answer within {self.healthy_timeout_s:.0f} s of its restart: {probe}")
+            time.sleep(0.2)
         rec["back_at"] = time.time()
         rec["restart_s"] = round(time.monotonic() - t0, 1)
         rec["down_s"] = round(rec["back_at"] - rec["killed_at"], 1)
+        caught_up, why_not = self._wait_healthy()  # its followers caught up: the failover is over
+        rec["caught_up_s"] = round(caught_up, 1)
+        if why_not:
+            rec["not_caught_up"] = why_not

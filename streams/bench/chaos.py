@@ -9,7 +9,11 @@ up with its own ``TTS_HOME`` and ports, never the shared one). With ``--brokers 
 private stack has three brokers (replication factor 3, ``min.insync.replicas`` 2) and
 ``--kill-brokers N`` SIGKILLs a segments leader or a worker's transaction coordinator,
 alternating, each started again 10 s later (:mod:`streams.bench.brokerkill`; the report's
-``broker_kills`` says which broker, what it led or coordinated, and how answers stalled). A process that exits on its
+``broker_kills`` says which broker, what it led or coordinated, and how answers stalled).
+Broker kills come one failure at a time: each waits until the cluster is whole and the
+pipeline has settled after the last worker or stage kill, and worker and stage kills are held
+while one is under way (``held_s``), so each kill window shows its own failover; every
+request's publish and answer times are kept in ``<out>/<run>/logs/timeline.json``. A process that exits on its
 own (a fenced producer exits non-zero by design) is restarted, as an orchestrator would,
 and counted; so is one whose ``/healthz`` keeps failing for 30 s (a liveness probe). When every request is answered (or ``--timeout`` passes) everything is
 stopped and ``tts.completed`` is read again from the beginning with ``read_committed``.
@@ -138,7 +142,10 @@ def plan_events(seed: int, window_s: float, *, kill_workers: int, kill_stage: in
               for at in moments(kill_workers, start, end)]
     events += [Event(at, "kill_stage") for at in moments(kill_stage, start * window_s, end * window_s)]
     events += [Event(at, "restart_broker") for at in moments(restart_broker, start * window_s, end * window_s)]
-    events += [Event(at, "kill_broker") for at in moments(kill_brokers, start * window_s, end * window_s)]
+    # a broker kill waits for the last disruption to settle and lasts ~10 s plus a restart: planned
+    # in the first two thirds of the window so that the last one still meets traffic
+    last = start + (end - start) * 2 / 3
+    events += [Event(at, "kill_broker") for at in moments(kill_brokers, start * window_s, last * window_s)]
     return sorted(events, key=lambda e: (e.by, e.at))
 
 
@@ -237,6 +244,12 @@ class ChaosConfig:
     brokers: int = 1  # brokers of the stack; above 1 the run brings up a private stack of that many
     kill_brokers: int = 0  # SIGKILLs of a broker (segments leader / transaction coordinator, alternating)
     broker_down_s: float = 10.0  # how long a killed broker stays dead before it is started again
+    # a broker kill waits (at most broker_settle_timeout_s) until no request has waited longer than
+    # this for its answer: one failure at a time, so each kill's window shows its own failover
+    settle_age_s: float = 10.0
+    settle_quiet_s: float = 20.0  # ... and until this long after the last worker or stage kill
+    kill_spacing_s: float = 10.0  # worker and stage kills at least this far apart
+    broker_settle_timeout_s: float = 30.0
 
 
 @dataclass(slots=True)
@@ -356,14 +369,30 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     bad: dict[str, tuple[bytes, str]] = {
         r.request_id: bad_content_request(r.request_id, r.user_id, j)
         for j, r in enumerate(reqs[every - 1::every] if every else [])}
-    # broker kills run one after another, each ~10 s down plus a JVM start (15-40 s on a loaded 2-core
-    # box): a minute of publishing per kill keeps every kill inside the traffic it is meant to disturb
-    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 10.0, 60.0 * cfg.kill_brokers)
+    # broker kills run one after another, each after the last disruption settled, ~10 s down plus a
+    # JVM start (15-40 s on a loaded 2-core box) and its followers' catch-up: 75 s of publishing per
+    # kill keeps every kill inside the traffic it is meant to disturb
+    publish_s = cfg.publish_s if cfg.publish_s is not None else max(10.0, cfg.requests / 10.0, 75.0 * cfg.kill_brokers)
     events = plan_events(seed, publish_s, kill_workers=cfg.kill_workers, kill_stage=cfg.kill_stage,
                          restart_broker=cfg.restart_broker, workers=cfg.workers, kill_brokers=cfg.kill_brokers)
     tids = [f"ttsflow-chaos-{run_id}-w{i}" for i in range(cfg.workers)]
-    killer = BrokerKiller(s, tids, [s.kafka.worker_group, s.stage.stage_app_id], down_s=cfg.broker_down_s)
     published_at: dict[str, float] = {}
+    progress = _Progress()
+    sup = Supervisor(run_dir / "logs")
+
+    last_kill = [0.0]  # monotonic time of the last worker or stage kill
+
+    def settled() -> bool:
+        """(The killer's thread asks.) Every process running, none killed in the last
+        ``settle_quiet_s``, and no request waiting longer than ``settle_age_s`` for its answer:
+        the last disruption and its backlog are over."""
+        if time.monotonic() - last_kill[0] < cfg.settle_quiet_s or not all(p.alive() for p in list(sup.procs.values())):
+            return False
+        answered, cutoff = progress.answered_at.copy(), time.time() - cfg.settle_age_s
+        return not any(t < cutoff and rid not in answered for rid, t in published_at.copy().items())
+
+    killer = BrokerKiller(s, tids, [s.kafka.worker_group, s.stage.stage_app_id], down_s=cfg.broker_down_s,
+                          settled=settled, settle_timeout_s=cfg.broker_settle_timeout_s)
     replication: dict[str, dict[str, int]] = {}
     stack_rss: dict[str, float | None] = {}
     _say(f"run {run_id} seed {seed}: {cfg.requests} requests over {publish_s:.0f}s, events "
@@ -372,8 +401,6 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     fired: list[dict[str, Any]] = []
     crash_restarts = liveness_restarts = 0
     last_probe = 0.0
-    sup = Supervisor(run_dir / "logs")
-    progress = _Progress()
     final: list[tuple[str, str]] = []
     completions: dict[str, list[Any]] = {}
     undecodable = 0
@@ -411,18 +438,26 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                 i += 1
             answered = len(progress.seen) / len(reqs)
             for ev in [e for e in pending if (e.at <= now if e.by == "time" else e.at <= answered)]:
-                pending.remove(ev)
                 rec: dict[str, Any] = {"at_s": round(now, 1), "action": ev.action,
                                        "completed_before": len(progress.seen)}
-                if ev.action == "kill_worker":
-                    rec["target"] = f"worker-{ev.target}"
-                    sup.restart(f"worker-{ev.target}", sig=signal.SIGKILL)
-                elif ev.action == "kill_stage":
-                    rec["target"] = "stage"
-                    sup.restart("stage", sig=signal.SIGKILL)
-                elif ev.action == "kill_broker":
+                if ev.action in ("kill_worker", "kill_stage"):
+                    name = f"worker-{ev.target}" if ev.action == "kill_worker" else "stage"
+
+                    def kill(name: str = name) -> None:
+                        sup.restart(name, sig=signal.SIGKILL)
+                        last_kill[0] = time.monotonic()
+
+                    # held while a broker kill is under way, and spaced (held ones come due together):
+                    # one failure at a time
+                    if time.monotonic() - last_kill[0] < cfg.kill_spacing_s or not killer.disrupt(kill):
+                        continue
+                    rec["target"] = name
+                    if ev.by == "time" and now - ev.at > 1.0:
+                        rec["held_s"] = round(now - ev.at, 1)
+                pending.remove(ev)
+                if ev.action == "kill_broker":
                     killer.kill(rec)  # filled in on the killer's thread: which broker, why, when back
-                else:
+                elif ev.action == "restart_broker":
                     if broker_thread is not None:
                         broker_thread.join()
                     broker_thread = threading.Thread(target=_restart_broker, args=(s, broker_log), daemon=True)
@@ -467,6 +502,13 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
             stack_rss = {svc: e.get("rss_mb") for svc, e in stack.status(s).items()}
         timings["first_publish_to_last_answer_s"] = round((progress.last_at or time.time()) - wall_pub, 1)
         reader.close()
+        # every request's publish and first answer (seconds after the first publish), for looking
+        # at a run's stalls after the fact
+        (run_dir / "logs" / "timeline.json").write_text(json.dumps(
+            {"events": fired, "requests": {rid: [round(t - wall_pub, 3),
+                                                 round(progress.answered_at[rid] - wall_pub, 3)
+                                                 if rid in progress.answered_at else None]
+                                           for rid, t in published_at.items()}}))
 
         # 3. stop everything, then read the whole completions topic as a user would
         codes = sup.stop_all()

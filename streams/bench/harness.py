@@ -55,6 +55,8 @@ def isolated(settings: Settings, run_id: str) -> Settings:
         topic_dlq=f"{settings.kafka.topic_dlq}.{run_id}",
         topic_done=f"{settings.kafka.topic_done}.{run_id}",
         topic_chunks=f"{settings.kafka.topic_chunks}.{run_id}",
+        topic_lexicons=f"{settings.kafka.topic_lexicons}.{run_id}",
+        topic_lexicons_global=f"{settings.kafka.topic_lexicons_global}.{run_id}",
         stage_app_id=f"{settings.stage.stage_app_id}-{run_id}",
         worker_group=f"{settings.kafka.worker_group}-{run_id}",
     )

@@ -17,6 +17,15 @@ In one run, on one generated corpus (a fresh seed, so nothing is cached):
 Latencies are what a client sees (its publish time to its receipt of the committed
 completion). The machine is shared: read the ratio, not the absolute numbers. The last
 line printed is one JSON object.
+
+``--timestamps-cost``: instead, what word timings cost the worker. One stage and one worker;
+rounds of fresh texts (nothing cached) alternate between requests without and with
+``"timestamps": true`` (ABBA order, so a drift of the machine's load falls on both), each round
+published at once and waited for. Per side: audio seconds per wall second and the worker's own
+synthesis milliseconds per audio second (the completions' ``synth_ms``: model, DSP, words) and the
+worker process's CPU milliseconds per audio second (all its threads: front end, model, words,
+uploads); the ratios with/without. Then one long request with timestamps (``--long-chars``, its sentences
+repeating so most parts come from the cache) gives the size of its word-timing object.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "run_bench"]
+__all__ = ["main", "run_bench", "run_timestamps_cost"]
 
 
 def _say(msg: str) -> None:
@@ -230,6 +239,124 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
     return report
 
 
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads; 0 if unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int = 100_000, seed: int | None = None,
+                        out_dir: Path = Path("out/bench-pipeline"), timeout_s: float = 900.0) -> dict[str, Any]:
+    """Throughput with and without word timings, side by side in one run (see the module docstring)."""
+    from schemas import Request, encode
+    from streams.bench.corpus import ASR_SENTENCES, bench_texts
+    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.devstack import stack
+    from streams.devstack.procs import Supervisor
+    from streams.settings import load_settings
+
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    run_id = new_run_id()
+    base = load_settings()
+    require_stack_up(base)
+    s = isolated(base, run_id)
+    stack.ensure_topics(s)
+    rng = random.Random(seed)
+    texts = bench_texts(rounds * 2 * per_round + 3, seed=seed)
+    users = [f"bench-user-{i:02d}" for i in range(16)]
+    report: dict[str, Any] = {"mode": "timestamps_cost", "run_id": run_id, "seed": seed, "cpus": os.cpu_count(),
+                              "backend": s.engine.backend, "rounds": rounds, "per_round": per_round,
+                              "loadavg_start": list(os.getloadavg())}
+    sides: dict[str, dict[str, float]] = {k: {"audio_s": 0.0, "wall_s": 0.0, "synth_ms": 0.0, "requests": 0.0,
+                                              "words": 0.0, "worker_cpu_s": 0.0} for k in ("without", "with")}
+    spread: dict[str, list[float]] = {"without": [], "with": []}  # audio s per s of each round (the spread)
+    sup = Supervisor(out_dir / run_id / "logs")
+    driver: _Driver | None = None
+    try:
+        sup.stage("stage", s)
+        sup.worker("worker", s.replace(transactional_id=f"ttsflow-bench-{run_id}"))
+        for p in list(sup.procs.values()):
+            sup.wait_ready(p, timeout=180)
+        driver = _Driver(s)
+        warm = [Request(request_id=f"bench-{run_id}-warm-{i}", user_id=users[i], text=t, timestamps=bool(i % 2))
+                for i, t in enumerate(texts[-3:])]
+        for r in warm:
+            driver.publish(r)
+        driver.wait([r.request_id for r in warm], timeout_s, sup)
+        k = 0
+        for rnd in range(rounds):
+            order = ("without", "with") if rnd % 2 == 0 else ("with", "without")  # ABBA
+            for side in order:
+                batch = [Request(request_id=f"bench-{run_id}-{side}-{k + i:05d}", user_id=rng.choice(users),
+                                 text=texts[k + i], timestamps=side == "with") for i in range(per_round)]
+                k += per_round
+                cpu0 = _cpu_s(sup.procs["worker"].pid)
+                t0 = time.time()
+                for r in batch:
+                    driver.publish(r)
+                driver.wait([r.request_id for r in batch], timeout_s, sup)
+                cs = [driver.got[r.request_id][0] for r in batch]
+                acc = sides[side]
+                acc["worker_cpu_s"] += _cpu_s(sup.procs["worker"].pid) - cpu0
+                wall = max(driver.got[r.request_id][1] for r in batch) - t0
+                audio = sum(c.audio.duration_s for c in cs if c.audio is not None)
+                spread[side].append(round(audio / wall, 2))
+                acc["wall_s"] += wall
+                acc["audio_s"] += audio
+                acc["synth_ms"] += sum(c.timings.synth_ms for c in cs if c.timings is not None)
+                acc["requests"] += len(cs)
+                acc["words"] += sum(c.words_count or 0 for c in cs)
+                if any(c.status != "ok" for c in cs):
+                    raise RuntimeError(f"failed requests in the {side} round: "
+                                       f"{[c.error for c in cs if c.status != 'ok'][:3]}")
+                _say(f"round {rnd + 1}/{rounds} {side}: {len(cs)} requests")
+        for side, acc in sides.items():
+            report[side] = {"requests": int(acc["requests"]), "audio_s": round(acc["audio_s"], 2),
+                            "wall_s": round(acc["wall_s"], 2), "audio_s_per_s": round(acc["audio_s"] / acc["wall_s"], 3),
+                            "synth_ms_per_audio_s": round(acc["synth_ms"] / acc["audio_s"], 2),
+                            "worker_cpu_ms_per_audio_s": round(acc["worker_cpu_s"] * 1000 / acc["audio_s"], 2),
+                            "words": int(acc["words"]), "rounds_audio_s_per_s": spread[side]}
+        w, wo = report["with"], report["without"]
+        report["throughput_ratio"] = round(w["audio_s_per_s"] / wo["audio_s_per_s"], 4)  # < 1: timings cost
+        report["synth_ratio"] = round(w["synth_ms_per_audio_s"] / wo["synth_ms_per_audio_s"], 4)  # > 1: timings cost
+        # the worker process's own CPU seconds (all its threads) per audio second: what the timings cost the
+        # worker, less swayed by other processes on a shared machine than wall time is
+        report["worker_cpu_ratio"] = round(w["worker_cpu_ms_per_audio_s"] / wo["worker_cpu_ms_per_audio_s"], 4)
+        if long_chars > 0:
+            sents: list[str] = []
+            while sum(len(x) + 1 for x in sents) < long_chars:
+                sents.append(ASR_SENTENCES[len(sents) % len(ASR_SENTENCES)])
+            text = " ".join(sents)[:long_chars].rsplit(" ", 1)[0]
+            _say(f"one long request with timestamps: {len(text)} characters")
+            r = Request(request_id=f"bench-{run_id}-long", user_id="bench-long", text=text, timestamps=True)
+            t0 = time.time()
+            driver.publish(r)
+            driver.wait([r.request_id], timeout_s, sup)
+            c = driver.got[r.request_id][0]
+            if c.status != "ok" or c.words is None:
+                raise RuntimeError(f"the long request: {c.status} {c.error} {c.words_reason}")
+            report["longest"] = {"chars": len(text), "segments": c.segments, "cached_segments": c.cached_segments,
+                                 "audio_s": c.audio.duration_s if c.audio else None, "words": c.words_count,
+                                 "words_object_bytes": c.words.bytes,
+                                 "bytes_per_word": round(c.words.bytes / max(1, c.words_count or 0), 1),
+                                 "vtt_bytes": (c.captions or {})["vtt"].bytes,
+                                 "srt_bytes": (c.captions or {})["srt"].bytes,
+                                 "completion_record_bytes": len(encode(c)),
+                                 "wall_s": round(driver.got[r.request_id][1] - t0, 1)}
+        report["loadavg_end"] = list(os.getloadavg())
+    finally:
+        if driver is not None:
+            driver.close()
+        sup.stop_all()
+        cleanup_run_topics(s, _say)
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow bench pipeline", description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=60, help="texts in the saturation run (1-3 sentences each)")
@@ -239,7 +366,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", choices=("en", "zh"), default="en",
                     help="en: English texts, the configured backend; zh: Mandarin texts, the kokoro backend")
     ap.add_argument("--json", action="store_true", help="print only the JSON object (always the last line)")
+    ap.add_argument("--timestamps-cost", action="store_true",
+                    help="instead: throughput without and with \"timestamps\": true, ABBA rounds side by side, and the "
+                         "word-timing object of one long request")
+    ap.add_argument("--rounds", type=int, default=8, help="--timestamps-cost: rounds per side")
+    ap.add_argument("--per-round", type=int, default=12, help="--timestamps-cost: requests per round")
+    ap.add_argument("--long-chars", type=int, default=100_000,
+                    help="--timestamps-cost: characters of the long request (0: none)")
     ns = ap.parse_args(argv)
+    if ns.timestamps_cost:
+        try:
+            t = run_timestamps_cost(rounds=ns.rounds, per_round=ns.per_round, long_chars=ns.long_chars, seed=ns.seed)
+        except Exception as e:
+            print(f"ttsflow bench pipeline: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        if not ns.json:
+            print(f"throughput with/without timestamps {t['throughput_ratio']}, synth ms per audio s "
+                  f"{t['synth_ratio']}, worker CPU per audio s {t['worker_cpu_ratio']}; longest request's word-timing object "
+                  f"{(t.get('longest') or {}).get('words_object_bytes')} bytes")
+        print(json.dumps(t))
+        return 0
     if ns.requests < 1 or not 0 < ns.load <= 2:
         print("ttsflow bench pipeline: --requests >= 1 and 0 < --load <= 2", file=sys.stderr)
         return 2

@@ -25,6 +25,11 @@ requests/s, 4,000 requests, 128-character ids; docs: "Earlier measurements").
 its changelog against an empty one (and, with ``--store rocksdb``, after a SIGTERM and a
 SIGKILL restart, which read the table from disk).
 
+``--pronunciation`` measures, in process, what SSML and lexicons cost per request at the stage: the
+same English texts through :meth:`StageCore.handle` as plain text, as SSML (a break, a prosody span, a
+say-as, a phoneme), plain with ``--lexicons`` lexicons of ``--entries`` entries each, and SSML with
+them, alternating request by request; p50/p99 of each and of the difference to plain text.
+
 ``--kill`` runs the loss/duplicate check instead: two stage processes on four partitions,
 requests at a steady rate, a stage SIGKILLed (and restarted at once) every few seconds,
 then a ``read_committed`` reader counts lost and duplicated segments by
@@ -146,6 +151,86 @@ def _pure(texts: list[str], settings: Settings, min_s: float = 2.0) -> dict[str,
                 res[f"{name}_segments_per_s"] = round(segs / dt, 1)
             res[f"{name}_requests_per_cpu_s"] = max(res.get(f"{name}_requests_per_cpu_s", 0), round(done / dc, 1))
     res["segments_per_request"] = round(text_only() / len(texts), 2)
+    return res
+
+
+def _ssml_of(text: str, i: int) -> str:
+    """``text`` as an SSML document with a break, a say-as, a phoneme and a prosody span."""
+    from xml.sax.saxutils import escape
+
+    words = escape(text).split(" ")
+    mid = len(words) // 2
+    return (f'<speak><p>{" ".join(words[:mid])} <break time="300ms"/> <prosody rate="slow">{" ".join(words[mid:])}'
+            f'</prosody></p><s>Order <say-as interpret-as="digits">{1000 + i}</say-as>, '
+            '<phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme>.</s></speak>')
+
+
+def _lexicon_docs(n: int, entries: int, texts: list[str], seed: int) -> list[str]:
+    """``n`` PLS documents of ``entries`` entries each: mostly made-up words, a few that occur in ``texts``."""
+    rng = random.Random(seed)
+    real = sorted({w.strip(".,!?;:") for t in texts for w in t.split() if w.isascii() and w.strip(".,!?;:").isalpha()})
+    docs = []
+    for k in range(n):
+        lexemes = []
+        for j in range(entries):
+            if j < 5 and real:
+                g = rng.choice(real)
+            else:
+                g = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(4, 10))) + str(k)
+            body = (f"<alias>{g} alias</alias>" if j % 2 else "<phoneme>təˈmɑːtoʊ</phoneme>")
+            lexemes.append(f"<lexeme><grapheme>{g}</grapheme>{body}</lexeme>")
+        docs.append('<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" '
+                    f'alphabet="ipa" xml:lang="en-US">{"".join(lexemes)}</lexicon>')
+    return docs
+
+
+def _pronunciation(settings: Settings, *, requests: int, lexicons: int, entries: int, seed: int) -> dict[str, Any]:
+    """The stage's per-request cost (``StageCore.handle``) of SSML and of lexicons, side by side: the same
+    English texts as plain text, as SSML, plain with ``lexicons`` lexicons of ``entries`` entries, and SSML
+    with them; the configurations alternate request by request, so load on the machine hits all alike."""
+    from schemas import LexiconRecord
+    from streams.stage.core import StageCore
+    from streams.stage.lexicons import LexiconStore, lexicon_limits
+
+    rng = random.Random(seed)
+    texts = [" ".join(rng.choice(_EN) for _ in range(2)) for _ in range(requests)]
+    store = LexiconStore(lexicon_limits(settings.stage))
+    names = []
+    t0 = time.perf_counter()
+    for k, doc in enumerate(_lexicon_docs(lexicons, entries, texts, seed)):
+        name = f"bench{k}"
+        store.put(f"u/{name}", encode(LexiconRecord(owner="u", name=name, pls=doc)))
+        names.append(name)
+    load_s = time.perf_counter() - t0
+    core = StageCore(settings.stage, settings.kafka, settings.engine, voices=("heart",), lexicons=store)
+    configs: dict[str, dict[str, Any]] = {"plain": {}, "ssml": {"text_type": "ssml"}, "lexicons": {"lexicons": names},
+               "ssml_lexicons": {"text_type": "ssml", "lexicons": names}}
+    times: dict[str, list[float]] = {c: [] for c in configs}
+    cpu: dict[str, list[float]] = {c: [] for c in configs}  # this thread's CPU time: what preemption does not inflate
+    failed: Counter[str] = Counter()
+    for i, t in enumerate(texts):
+        for c, extra in configs.items():
+            body = {"request_id": f"p{i}", "user_id": "u", "text": _ssml_of(t, i) if "ssml" in c else t, **extra}
+            raw = json.dumps(body).encode()
+            t1, c1 = time.perf_counter(), time.thread_time()
+            out = core.handle(b"u", raw, partition=0, offset=i, timestamp_ms=None, seen={})
+            cpu[c].append((time.thread_time() - c1) * 1000)
+            times[c].append((time.perf_counter() - t1) * 1000)
+            if out.kind != "segments":
+                failed[f"{c}:{out.code}"] += 1
+    from streams.bench.harness import percentile
+
+    res: dict[str, Any] = {"mode": "pronunciation", "requests": requests, "lexicons": lexicons,
+                           "entries_per_lexicon": entries, "lexicon_load_s": round(load_s, 3),
+                           "text_chars_mean": round(sum(len(t) for t in texts) / len(texts), 1), "failed": dict(failed)}
+    for kind, table in (("wall", times), ("cpu", cpu)):
+        for c, xs in table.items():
+            res[f"{c}_{kind}_p50_ms"] = round(percentile(xs, 50) or 0, 4)
+            res[f"{c}_{kind}_p99_ms"] = round(percentile(xs, 99) or 0, 4)
+        for c in ("ssml", "lexicons", "ssml_lexicons"):
+            added = [a - b for a, b in zip(table[c], table["plain"], strict=True)]
+            res[f"{c}_added_{kind}_p50_ms"] = round(percentile(added, 50) or 0, 4)
+            res[f"{c}_added_{kind}_p99_ms"] = round(percentile(added, 99) or 0, 4)
     return res
 
 
@@ -604,6 +689,10 @@ def main(argv: list[str]) -> int:
                     help="memory and restore time of a dedup table of --ids ids (0 and --ids, side by side)")
     ap.add_argument("--ids", type=int, default=1_000_000, help="request ids in the table of --restore")
     ap.add_argument("--store", choices=("memory", "rocksdb"), default=None, help="dedup store of --restore")
+    ap.add_argument("--pronunciation", action="store_true",
+                    help="per-request cost of SSML and lexicons at the stage (in process), side by side with plain text")
+    ap.add_argument("--lexicons", type=int, default=5, help="lexicons of --pronunciation")
+    ap.add_argument("--entries", type=int, default=1000, help="entries per lexicon of --pronunciation")
     ns = ap.parse_args(argv)
     # the corpus mixes Mandarin and English: a voice that speaks both, so every text is split
     # as before the language check (the stage loads no model)
@@ -611,7 +700,10 @@ def main(argv: list[str]) -> int:
     guarantee = base.stage.stage_guarantee
     commit_ms = ns.commit_interval_ms or base.stage.stage_commit_interval_ms
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    if ns.restore:
+    if ns.pronunciation:
+        res = _pronunciation(base, requests=min(ns.requests, 2000), lexicons=ns.lexicons, entries=ns.entries,
+                             seed=ns.seed)
+    elif ns.restore:
         store = ns.store or base.stage.stage_store
         empty = _restore_run(base, ids=0, store=store, restarts=())
         full = _restore_run(base, ids=ns.ids, store=store)

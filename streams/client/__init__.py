@@ -9,10 +9,18 @@
 
 from streams.client.aio import AsyncTTSClient
 from streams.client.audio import fetch_audio, fetch_chunk
-from streams.client.errors import AudioFetchError, ClientError, CompletionTimeout, RequestFailed, StackUnavailable
+from streams.client.errors import (
+    AudioFetchError,
+    ClientError,
+    CompletionTimeout,
+    NoWords,
+    RequestFailed,
+    StackUnavailable,
+)
 from streams.client.history import find_completion, pipeline_problems, probe_kafka, tail_completions
 from streams.client.sync import TTSClient
 
-__all__ = ["AsyncTTSClient", "AudioFetchError", "ClientError", "CompletionTimeout", "RequestFailed", "StackUnavailable",
+__all__ = ["AsyncTTSClient", "AudioFetchError", "ClientError", "CompletionTimeout", "NoWords", "RequestFailed",
+           "StackUnavailable",
            "TTSClient", "fetch_audio", "fetch_chunk", "find_completion", "pipeline_problems", "probe_kafka",
            "tail_completions"]

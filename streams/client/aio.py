@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from schemas import Chunk, Completion
+from schemas import Chunk, Completion, WordSpan
 from streams.client.audio import raise_if_failed
 from streams.client.errors import CompletionTimeout
 from streams.client.sync import TTSClient
@@ -79,6 +79,12 @@ class AsyncTTSClient:
                 yield item  # type: ignore[misc]
         finally:
             await loop.run_in_executor(None, it.close)
+
+    async def words(self, completion: Completion) -> list[WordSpan]:
+        return await asyncio.get_running_loop().run_in_executor(None, self.sync.words, completion)
+
+    async def captions(self, completion: Completion, fmt: str = "vtt") -> str:
+        return await asyncio.get_running_loop().run_in_executor(None, self.sync.captions, completion, fmt)
 
     async def save(self, completion: Completion, path: str | os.PathLike[str]) -> Path:
         return await asyncio.get_running_loop().run_in_executor(None, self.sync.save, completion, path)

@@ -95,6 +95,14 @@ def main_say(argv: list[str]) -> int:
                          "(NNN = its seq, playable at once), then the whole request to OUT")
     ap.add_argument("--priority", default="interactive", choices=("interactive", "bulk"),
                     help="bulk (audiobooks, backfills) yields to interactive requests for a while")
+    ap.add_argument("--captions", default=None, metavar="FILE",
+                    help="ask for word timings and write the captions to FILE (.vtt: WebVTT, .srt: SubRip)")
+    ap.add_argument("--timestamps", action="store_true", help="ask for word timings (implied by --captions)")
+    ap.add_argument("--json", action="store_true",
+                    help="print the completion as one JSON object (with its words, when timed) instead of a line")
+    ap.add_argument("--ssml", action="store_true", help="TEXT is an SSML document (text_type ssml)")
+    ap.add_argument("--lexicon", action="append", default=None, metavar="NAME",
+                    help="apply this lexicon (yours by name, global/NAME a global one); repeat for up to 5, in order")
     ap.add_argument("--stdin-stream", action="store_true",
                     help="read the text from standard input as it is typed or piped and send it in pieces: each "
                          "sentence is spoken as soon as it is complete (chunks written like --stream); end of input "
@@ -103,6 +111,9 @@ def main_say(argv: list[str]) -> int:
     if (a.text is None) != a.stdin_stream:
         ap.error("give TEXT, or --stdin-stream (and no TEXT)")
     fmt = a.format or (Path(a.out).suffix.lstrip(".").lower() if Path(a.out).suffix else "wav")
+    if a.captions is not None and Path(a.captions).suffix.lower() not in (".vtt", ".srt"):
+        return _fail("say", f"captions go to a .vtt or .srt file, not {a.captions!r}")
+    a.timestamps = a.timestamps or a.captions is not None
     from streams.client import TTSClient
 
     try:
@@ -115,7 +126,9 @@ def main_say(argv: list[str]) -> int:
             elif a.stream:
                 c = _say_streaming(client, a, fmt, t0)
             else:
-                rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority)
+                rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority,
+                                    text_type="ssml" if a.ssml else "text", lexicons=a.lexicon,
+                                    timestamps=a.timestamps)
                 dog = _Watchdog("say", settings, a.timeout)
                 try:
                     c = client.wait(rid, min(a.timeout, dog.probe_s))
@@ -123,10 +136,32 @@ def main_say(argv: list[str]) -> int:
                     dog.check()
                     c = client.wait(rid, max(a.timeout - (time.monotonic() - t0), 0.0))
             path = client.save(c, a.out)
+            words = _timed_words(client, c, a)
     except ClientError as e:
         return _fail("say", e)
+    if a.json:
+        obj = json.loads(encode(c))
+        if words is not None:
+            obj["words"] = [json.loads(encode(w)) for w in words]
+        print(json.dumps(obj, ensure_ascii=False))
+        return 0
     print(f"saved {path} ({_describe(c)}; {time.monotonic() - t0:.2f}s wall)")
+    if a.timestamps and c.words_reason:
+        print(f"no word timings: {c.words_reason}", file=sys.stderr)
     return 0
+
+
+def _timed_words(client: Any, c: Completion, a: argparse.Namespace) -> list[Any] | None:
+    """The completion's words (for ``--json``) and its captions written to ``--captions``; None
+    without them (not asked for, or the voice cannot time words: the completion says why)."""
+    from streams.client.audio import write_atomic
+
+    if not a.timestamps or c.words is None:
+        return None
+    if a.captions is not None:
+        fmt = Path(a.captions).suffix.lower().lstrip(".")
+        write_atomic(Path(a.captions), client.captions(c, fmt).encode("utf-8"))
+    return list(client.words(c)) if a.json else None
 
 
 def chunk_path(out: str | Path, seq: int) -> Path:
@@ -157,13 +192,16 @@ def _say_streaming(client: Any, a: argparse.Namespace, fmt: str, t0: float, item
     from streams.client.audio import write_atomic
 
     if items is None:
-        items = client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout)
+        items = client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout,
+                              timestamps=a.timestamps)
     for item in items:
         if isinstance(item, Chunk):
             path = write_atomic(chunk_path(a.out, item.seq), client.fetch_chunk(item))
-            of = "" if item.more else f"/{item.total}"  # a request sent in pieces: its count is known at the end
-            print(f"chunk {item.seq + 1}{of} {path} {item.audio.duration_s:.2f}s "
-                  f"at {time.monotonic() - t0:.2f}s", flush=True)
+            if not a.json:
+                of = "" if item.more else f"/{item.total}"  # a request sent in pieces: its count is known at the end
+                said = f" words={len(item.words)}" if item.words is not None else ""
+                print(f"chunk {item.seq + 1}{of} {path} {item.audio.duration_s:.2f}s "
+                      f"at {time.monotonic() - t0:.2f}s{said}", flush=True)
         else:
             return item
     raise AssertionError("stream() ends with the completion")
@@ -423,4 +461,42 @@ def main_fetch(argv: list[str]) -> int:
     except ClientError as e:
         return _fail("fetch", e)
     print(f"saved {path} ({_describe(c)})")
+    return 0
+
+
+def main_lexicon(argv: list[str]) -> int:
+    """``ttsflow lexicon put|get|list|delete``: a user's pronunciation lexicons (W3C PLS) on their topic."""
+    ap = argparse.ArgumentParser(prog="ttsflow lexicon", description=(
+        "Store, show, list or delete pronunciation lexicons (W3C PLS 1.0). NAME is yours; global/NAME is a "
+        "global one (operators write those)."))
+    sub = ap.add_subparsers(dest="op", required=True)
+    put = sub.add_parser("put", help="store or replace lexicon NAME from a PLS file")
+    put.add_argument("name")
+    put.add_argument("file", help="the PLS document (- for stdin)")
+    for op in ("get", "delete"):
+        sp = sub.add_parser(op, help=f"{op} lexicon NAME")
+        sp.add_argument("name")
+    sub.add_parser("list", help="your lexicons and the global ones")
+    for sp in sub.choices.values():
+        sp.add_argument("--user", default="cli", help="the owner (user id)")
+    a = ap.parse_args(argv)
+    from streams.client import lexicons
+
+    try:
+        settings = load_settings()
+        if a.op == "put":
+            pls = sys.stdin.read() if a.file == "-" else Path(a.file).read_text(encoding="utf-8")
+            print(lexicons.put_lexicon(settings, a.user, a.name, pls))
+        elif a.op == "get":
+            doc = lexicons.get_lexicon(settings, a.user, a.name)
+            if doc is None:
+                return _fail("lexicon", f"no lexicon {a.name!r} for {a.user}")
+            sys.stdout.write(doc if doc.endswith("\n") else doc + "\n")
+        elif a.op == "list":
+            for row in lexicons.list_lexicons(settings, a.user):
+                print(f"{row['key']}\t{row['version']}\t{row['entries']}\t{row['updated_at'] or ''}")
+        elif not lexicons.delete_lexicon(settings, a.user, a.name):
+            return _fail("lexicon", f"no lexicon {a.name!r} for {a.user}")
+    except (lexicons.LexiconError, OSError, ClientError) as e:
+        return _fail("lexicon", e)
     return 0

@@ -10,7 +10,8 @@ from typing import Any
 
 from streams.errors import KafkaAccessError, RetriableError, StreamError
 
-__all__ = ["AccessDenied", "AudioFetchError", "ClientError", "CompletionTimeout", "RequestFailed", "StackUnavailable"]
+__all__ = ["AccessDenied", "AudioFetchError", "ClientError", "CompletionTimeout", "NoWords", "RequestFailed",
+           "StackUnavailable"]
 
 
 class ClientError(StreamError):
@@ -47,3 +48,14 @@ class RequestFailed(ClientError):
 
 class AudioFetchError(ClientError):
     """The audio could not be downloaded, or its bytes do not match the completion's sha256."""
+
+
+class NoWords(ClientError):
+    """The request has no word timings: it did not ask for them (``timestamps=True``), or its voice
+    cannot time words (``reason``: the completion's ``words_reason``)."""
+
+    def __init__(self, request_id: str, reason: str | None) -> None:
+        super().__init__(f"request {request_id!r} has no word timings: "
+                         f"{reason or 'it was not submitted with timestamps=True'}")
+        self.request_id = request_id
+        self.reason = reason

@@ -14,7 +14,8 @@ Guarantees:
   submitted until ``wait`` takes them, for any other id in a bounded map of recent
   results (``recent_max`` entries, oldest dropped first).
 * ``fetch`` returns the bytes only if their SHA-256 matches the completion's (``fetch_chunk``:
-  the chunk's).
+  the chunk's); so do ``words`` and ``captions`` (the word-timing object and caption files of a
+  request submitted with ``timestamps=True``).
 * ``stream`` publishes with ``stream: true`` and yields the request's :class:`~schemas.Chunk`
   events as they commit (a ``read_committed`` reader of ``tts.chunks``, one per client,
   started at the first ``stream`` before anything is published, so no chunk is missed), each
@@ -45,10 +46,21 @@ from typing import Any
 
 import msgspec
 
-from schemas import AudioRef, Chunk, Completion, Request, SchemaError, decode_completion, encode
+from schemas import (
+    AudioRef,
+    Chunk,
+    Completion,
+    ObjectRef,
+    Request,
+    SchemaError,
+    WordSpan,
+    decode_completion,
+    decode_word_timings,
+    encode,
+)
 from streams.client.audio import audio_ref, fetch_audio, fetch_chunk, raise_if_failed, write_atomic
 from streams.client.chunks import ChunkReader
-from streams.client.errors import AudioFetchError, CompletionTimeout, StackUnavailable
+from streams.client.errors import AudioFetchError, CompletionTimeout, NoWords, StackUnavailable
 from streams.client.history import probe_kafka
 from streams.client.readers import librdkafka_logger, partitions, reader, start_offsets
 from streams.kafka.consumer import consume_ready
@@ -176,16 +188,20 @@ class TTSClient:
     # -- submit ----------------------------------------------------------------------------
     def submit(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
-               block: bool = True, timeout: float = 30.0, stream: bool = False, priority: str = "interactive") -> str:
+               block: bool = True, timeout: float = 30.0, stream: bool = False, priority: str = "interactive",
+               text_type: str = "text", lexicons: list[str] | None = None, timestamps: bool = False) -> str:
         """Publish one request; returns its id. ``block`` waits for the broker's ack. ``stream`` asks
         the worker for a chunk per segment on ``tts.chunks`` (see :meth:`stream`); ``priority`` is
-        ``interactive`` or ``bulk`` (audiobooks, backfills: yields to interactive work for a while)."""
+        ``interactive`` or ``bulk`` (audiobooks, backfills: yields to interactive work for a while);
+        ``text_type`` ``ssml`` reads ``text`` as SSML; ``lexicons`` names up to 5 lexicons to apply;
+        ``timestamps`` asks for every word's time (:meth:`words`, :meth:`captions`; chunks carry theirs)."""
         rid = request_id or uuid.uuid4().hex
         from datetime import UTC, datetime
 
         req = Request(request_id=rid, user_id=user_id, text=text, voice=voice, format=format, speed=speed,
                       sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
-                      priority=priority)  # type: ignore[arg-type]
+                      priority=priority, text_type=text_type, lexicons=lexicons,  # type: ignore[arg-type]
+                      timestamps=timestamps)
         with self._lock:
             self._expected.add(rid)
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -213,6 +229,32 @@ class TTSClient:
             self._producer.poll(0.05)
         done.result()
         return rid
+
+    # -- pronunciation lexicons (streams.client.lexicons) ---------------------------------
+    def put_lexicon(self, user_id: str, name: str, pls: str) -> str:
+        """Store (or replace) ``user_id``'s lexicon ``name`` (a W3C PLS document); returns
+        ``owner/name@version``. Raises ``LexiconError`` with the reason for a bad one."""
+        from streams.client import lexicons
+
+        return lexicons.put_lexicon(self.settings, user_id, name, pls)
+
+    def get_lexicon(self, user_id: str, name: str) -> str | None:
+        """The PLS document of ``user_id``'s lexicon ``name`` (``global/<name>`` for a global one), or None."""
+        from streams.client import lexicons
+
+        return lexicons.get_lexicon(self.settings, user_id, name)
+
+    def list_lexicons(self, user_id: str) -> list[dict[str, Any]]:
+        """``user_id``'s lexicons and the global ones: key, version, entries."""
+        from streams.client import lexicons
+
+        return lexicons.list_lexicons(self.settings, user_id)
+
+    def delete_lexicon(self, user_id: str, name: str) -> bool:
+        """Delete ``user_id``'s lexicon ``name`` (a tombstone); False if there was none."""
+        from streams.client import lexicons
+
+        return lexicons.delete_lexicon(self.settings, user_id, name)
 
     def _produce(self, user_id: str, value: bytes) -> None:
         while True:
@@ -274,29 +316,31 @@ class TTSClient:
     def stream(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
                priority: str = "interactive", timeout: float = 120.0, raise_on_failure: bool = True,
-               chunk_grace_s: float = _CHUNK_GRACE_S) -> Generator[Chunk | Completion, None, None]:
+               chunk_grace_s: float = _CHUNK_GRACE_S, timestamps: bool = False
+               ) -> Generator[Chunk | Completion, None, None]:
         """Publish a streaming request (when iteration starts) and yield its chunks as they commit,
         once each and in ``seq`` order, then its completion (last). A chunk's ``audio`` is one
         segment's audio (a WAV part at the engine's rate; :meth:`fetch_chunk` downloads it); the
         completion's is the whole request in ``format``. Raises :class:`CompletionTimeout` when
         no completion comes within ``timeout``, :class:`RequestFailed` for a failed one (after the
-        chunks that came) unless ``raise_on_failure`` is false."""
+        chunks that came) unless ``raise_on_failure`` is false. With ``timestamps`` each chunk carries
+        its ``words`` (times in the chunk's audio; ``chunk.offset_s`` is where it starts in the request)."""
         rid = request_id or uuid.uuid4().hex
 
         def publish() -> float:
             self.submit(text, user_id, voice=voice, format=format, request_id=rid, speed=speed,
-                        sample_rate=sample_rate, stream=True, priority=priority)
+                        sample_rate=sample_rate, stream=True, priority=priority, timestamps=timestamps)
             return time.monotonic() + timeout
 
         yield from self._follow(rid, publish, timeout, raise_on_failure, chunk_grace_s)
 
     def open_text(self, user_id: str, voice: str | None = None, format: str = "wav", request_id: str | None = None,
                   *, speed: float = 1.0, sample_rate: int | None = None, stream: bool = True,
-                  priority: str = "interactive") -> TextPieces:
+                  priority: str = "interactive", timestamps: bool = False) -> TextPieces:
         """A request whose text is still being written: :meth:`TextPieces.write` each piece as it comes,
         :meth:`TextPieces.close` after the last (docs/using/streaming-input.md)."""
         return TextPieces(self, user_id, request_id or uuid.uuid4().hex, voice=voice, format=format, speed=speed,
-                          sample_rate=sample_rate, stream=stream, priority=priority)
+                          sample_rate=sample_rate, stream=stream, priority=priority, timestamps=timestamps)
 
     def stream_text(self, pieces: Iterable[str], user_id: str, voice: str | None = None, format: str = "wav",
                     request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
@@ -389,7 +433,7 @@ class TTSClient:
         """The completion's audio, checked against its sha256."""
         return fetch_audio(self.s3, completion, store=self._store(audio_ref(completion).bucket))
 
-    def fetch_ref(self, ref: AudioRef) -> bytes:
+    def fetch_ref(self, ref: AudioRef | ObjectRef) -> bytes:
         """The bytes of one stored object (a chunk's part), checked against its sha256."""
         from storage import StorageError
 
@@ -401,14 +445,37 @@ class TTSClient:
             raise AudioFetchError(f"audio at s3://{ref.bucket}/{ref.key} does not match its sha256")
         return data
 
+    def fetch_object(self, ref: ObjectRef) -> bytes:
+        """The bytes of an object a completion points at (word timings, captions), checked against its sha256."""
+        return self.fetch_ref(ref)
+
+    def words(self, completion: Completion) -> list[WordSpan]:
+        """Every word of a request submitted with ``timestamps=True``: ``start``/``end`` offsets into
+        its text as sent, ``start_s``/``end_s`` in its audio. Raises :class:`RequestFailed` for a
+        failed request, :class:`NoWords` (with the completion's ``words_reason``) when it has none."""
+        raise_if_failed(completion)
+        if completion.words is None:
+            raise NoWords(completion.request_id, completion.words_reason)
+        return decode_word_timings(self.fetch_object(completion.words)).words
+
+    def captions(self, completion: Completion, fmt: str = "vtt") -> str:
+        """The request's captions as a ``vtt`` (WebVTT) or ``srt`` file's text (see :meth:`words`)."""
+        raise_if_failed(completion)
+        ref = (completion.captions or {}).get(fmt)
+        if fmt not in ("vtt", "srt"):
+            raise ValueError(f"captions come as vtt or srt, not {fmt!r}")
+        if ref is None:
+            raise NoWords(completion.request_id, completion.words_reason)
+        return self.fetch_object(ref).decode("utf-8")
+
     def save(self, completion: Completion, path: str | os.PathLike[str]) -> Path:
         """Write the completion's audio to ``path`` (atomically) and return the path."""
         return write_atomic(Path(path), self.fetch(completion))
 
     def say(self, text: str, user_id: str, path: str | os.PathLike[str], *, voice: str | None = None,
-            format: str = "wav", timeout: float = 120.0) -> Completion:
+            format: str = "wav", timeout: float = 120.0, timestamps: bool = False) -> Completion:
         """Submit, wait and save in one call."""
-        rid = self.submit(text, user_id, voice=voice, format=format)
+        rid = self.submit(text, user_id, voice=voice, format=format, timestamps=timestamps)
         c = self.wait(rid, timeout)
         self.save(c, path)
         return c
@@ -419,13 +486,13 @@ class TextPieces:
     piece 0 carries the settings. Not thread-safe: write from one thread."""
 
     def __init__(self, client: TTSClient, user_id: str, request_id: str, *, voice: str | None, format: str,
-                 speed: float, sample_rate: int | None, stream: bool, priority: str) -> None:
+                 speed: float, sample_rate: int | None, stream: bool, priority: str, timestamps: bool = False) -> None:
         from datetime import UTC, datetime
 
         self.client, self.user_id, self.request_id = client, user_id, request_id
         self._first = Request(request_id=request_id, user_id=user_id, text="", voice=voice, format=format,
                               speed=speed, sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
-                              priority=priority, seq=0)  # type: ignore[arg-type]
+                              priority=priority, seq=0, timestamps=timestamps)  # type: ignore[arg-type]
         self.seq = 0
         self.closed = False
         with client._lock:

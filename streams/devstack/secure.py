@@ -199,6 +199,8 @@ def acl_specs(settings: Settings, *, ops: bool = False) -> list[AclSpec]:
     allow(user, "TOPIC", k.topic_requests, ("WRITE", "DESCRIBE"))
     allow(user, "TOPIC", k.topic_completed, ("READ", "DESCRIBE"))
     allow(user, "TOPIC", k.topic_chunks, ("READ", "DESCRIBE"))
+    allow(user, "TOPIC", k.topic_lexicons, ("READ", "WRITE", "DESCRIBE"))  # its own lexicons (owner = its user id)
+    allow(user, "TOPIC", k.topic_lexicons_global, ("READ", "DESCRIBE"))  # global ones: read, never write
     # (ttsflow's group-less readers name a group librdkafka looks up but never join: ttsflow-reader-*)
     for prefix in ("ttsflow-client-", "ttsflow-reader-", f"{PRINCIPALS['user']}-"):
         allow(user, "GROUP", prefix, ("READ", "DESCRIBE"), "PREFIXED")
@@ -210,6 +212,9 @@ def acl_specs(settings: Settings, *, ops: bool = False) -> list[AclSpec]:
     allow(stage, "TOPIC", k.topic_dlq, ("WRITE", "DESCRIBE"))
     allow(stage, "TOPIC", f"{app}-", ("READ", "WRITE", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS"), "PREFIXED")
     allow(stage, "GROUP", app, ("READ", "DESCRIBE"))
+    for topic in (k.topic_lexicons, k.topic_lexicons_global):  # read whole, group-less (assigned partitions)
+        allow(stage, "TOPIC", topic, ("READ", "DESCRIBE"))
+    allow(stage, "GROUP", "ttsflow-reader-", ("READ", "DESCRIBE"), "PREFIXED")  # (the reader's unused group name)
     # worker: segments in; completions, chunks, done records out in its transactions; the done
     # topic read back after a restart; its group's offsets committed in the transaction
     allow(worker, "TOPIC", k.topic_segments, ("READ", "DESCRIBE"))
@@ -230,6 +235,7 @@ def acl_specs(settings: Settings, *, ops: bool = False) -> list[AclSpec]:
         for group in (k.worker_group, app):
             allow(lag, "GROUP", group, ("DESCRIBE",))
         allow(lag, "GROUP", "ttsflow-lag-", ("READ", "DESCRIBE"), "PREFIXED")
+        allow(lag, "TOPIC", k.topic_lexicons_global, ("READ", "WRITE", "DESCRIBE"))  # only operators write global lexicons
     return out
 
 

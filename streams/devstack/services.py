@@ -55,8 +55,10 @@ __all__ = [
 ]
 
 _KAFKA_HEAP = ("-Xms256m", "-Xmx512m")
-# three brokers share the 2-core, 24 GiB box with the pipeline and colleagues' models
-_KAFKA_CLUSTER_HEAP = ("-Xms192m", "-Xmx384m")
+# three brokers share the 2-core, 24 GiB box with the pipeline and colleagues' models; C1 only: a
+# broker restarted under load (chaos --kill-brokers) took 35-55 s to answer, most of it compiling,
+# on the cores the pipeline needs meanwhile (the local cluster's traffic never needs C2's code)
+_KAFKA_CLUSTER_HEAP = ("-Xms192m", "-Xmx384m", "-XX:TieredStopAtLevel=1")
 # s3proxy buffers a PUT body on its heap: with 256 MiB a single PUT of 64 MiB passed and one of
 # 100 MiB (or a 2 h request's 330 MB wav) got 500 OutOfMemoryError. Nothing ttsflow stores goes in
 # one request above 8 MiB (AudioStore.put_file sends larger objects as 8 MiB multipart parts; a
@@ -159,8 +161,10 @@ def _start_kafka(settings: Settings, p: StackPaths, node: int = 1) -> int:
     conf = _render("server.properties.template", p.conf / f"server{suffix}.properties",
                    kafka_port=kafka_port, controller_port=controller_port, log_dirs=data,
                    partitions=settings.kafka.partitions, node_id=node, replication=factor, min_isr=min_isr,
-                   session_timeout_ms=9000 if len(ports) == 1 else 4500,
-                   heartbeat_interval_ms=2000 if len(ports) == 1 else 750,
+                   session_timeout_ms=9000 if len(ports) == 1 else 3000,
+                   heartbeat_interval_ms=2000 if len(ports) == 1 else 500,
+                   quorum_fetch_timeout_ms=2000 if len(ports) == 1 else 1500,
+                   quorum_election_timeout_ms=1000 if len(ports) == 1 else 500,
                    quorum_voters=",".join(f"{i}@127.0.0.1:{c}" for i, (_k, c) in enumerate(ports, start=1)))
     scram: list[str] = []
     if secure.is_secure(p.home):  # SASL_SSL listener, SCRAM users, StandardAuthorizer (streams/devstack/secure.py)

@@ -279,12 +279,12 @@ def status(settings: Settings) -> dict[str, Any]:
     return out
 
 
-def cluster_status(settings: Settings, *, timeout: float = 5.0) -> dict[str, Any]:
+def cluster_status(settings: Settings, *, timeout: float = 5.0, bootstrap: str | None = None) -> dict[str, Any]:
     """What the cluster's metadata says now: the brokers registered, the partitions (internal
     topics included) whose in-sync replicas are fewer than their replicas (under-replicated:
     on three brokers, the state while one is down or catching up) and those without a leader
-    (offline)."""
-    md = stack_admin(settings).list_topics(timeout=timeout)
+    (offline). ``bootstrap``: ask that broker alone (its own view), else any."""
+    md = stack_admin(settings, bootstrap).list_topics(timeout=timeout)
     under: list[str] = []
     offline: list[str] = []
     partitions = 0

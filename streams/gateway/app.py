@@ -1,14 +1,19 @@
 """The HTTP surface: OpenAI's ``POST /v1/audio/speech`` and its neighbours, on FastAPI.
 
-=========================  =======================================================
-``POST /v1/audio/speech``  OpenAI's body; audio bytes (or SSE events) back
-``GET /v1/models``         the model names accepted in ``model``
-``GET /v1/audio/voices``   our voices and the aliases that map onto them
-``WS .../stream-input``    ``/v1/text-to-speech/{voice_id}/stream-input``: ElevenLabs' text-in WebSocket
-``GET /``                  the playground page
-``/healthz`` ``/readyz``   liveness (the completions reader runs) and readiness
-``/metrics``               Prometheus: requests by status, latency, in flight
-=========================  =======================================================
+==========================  ======================================================
+``POST /v1/audio/speech``   OpenAI's body; audio bytes (or SSE events) back; with
+                            ``"timestamps": true``: JSON, base64 audio and its words
+``POST /dev/captioned_speech``  Kokoro-FastAPI's captioned speech: base64 audio with
+                            ``timestamps`` (streamed: one JSON object per line)
+``GET /v1/models``          the model names accepted in ``model``
+``GET /v1/audio/voices``    our voices and the aliases that map onto them
+``WS .../stream-input``     ``/v1/text-to-speech/{voice_id}/stream-input``: ElevenLabs' text-in WebSocket
+``/v1/lexicons[/{name}]``   pronunciation lexicons; ``POST /dev/phonemize``, ``/dev/generate_from_phonemes``
+                            (Kokoro-FastAPI's shapes): :mod:`streams.gateway.pronunciation`
+``GET /``                   the playground page
+``/healthz`` ``/readyz``    liveness (the completions reader runs) and readiness
+``/metrics``                Prometheus: requests by status, latency, in flight
+==========================  ======================================================
 
 Guarantees: every error is OpenAI's ``{"error": {...}}`` shape (:mod:`streams.gateway.errors`);
 every answer about a request carries ``x-request-id``; ``instructions`` is accepted and ignored
@@ -37,16 +42,18 @@ from pydantic import BaseModel, ConfigDict
 
 from engine import mix as engine_mix
 from engine import voices as engine_voices
-from schemas import Chunk, Completion
+from schemas import Chunk, Completion, WordSpan
 from streams.gateway.audio import CONTENT_TYPES, StreamEncoder, to_rate, transcode
 from streams.gateway.auth import ApiKey, KeyRing, Limiter, load_keys
 from streams.gateway.errors import ApiError
 from streams.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from streams.gateway.pipeline import Pipeline, request_id_for
+from streams.gateway.pronunciation import add_routes
 from streams.gateway.stream_input import serve_stream_input
+from streams.gateway.words import Carry, kokoro, ours
 from streams.settings import Settings
 
-__all__ = ["MODELS", "SpeechBody", "build_app"]
+__all__ = ["MODELS", "CaptionedBody", "SpeechBody", "build_app"]
 
 _log = logging.getLogger("ttsflow.gateway")
 
@@ -67,6 +74,24 @@ class SpeechBody(BaseModel):
     speed: float = 1.0
     instructions: str | None = None  # accepted and ignored: the voices take no style prompt
     stream_format: str = "audio"
+    text_type: str = "text"  # ttsflow's: "ssml" reads input as SSML (docs/using/pronunciation.md)
+    lexicons: list[str] | None = None  # ttsflow's: up to 5 of the caller's (or global/NAME) lexicons
+    timestamps: bool = False  # ttsflow's: every word's time (the OpenAI SDK sends it with extra_body)
+
+
+class CaptionedBody(BaseModel):
+    """Kokoro-FastAPI's ``/dev/captioned_speech`` request (``lang_code``, ``volume_multiplier``,
+    ``normalization_options`` and ``return_download_link`` are accepted and ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = "kokoro"
+    input: str
+    voice: str | dict[str, Any] | None = None  # None: the default voice
+    response_format: str = "mp3"
+    speed: float = 1.0
+    stream: bool = True
+    return_timestamps: bool = True
 
 
 class Voices:
@@ -118,6 +143,14 @@ def _validate(body: SpeechBody, settings: Settings) -> None:
                        code="invalid_value")
     if body.stream_format not in ("audio", "sse"):
         raise ApiError(400, "stream_format must be 'audio' or 'sse'.", param="stream_format", code="invalid_value")
+    if body.text_type not in ("text", "ssml"):
+        raise ApiError(400, "text_type must be 'text' or 'ssml'.", param="text_type", code="invalid_value")
+    if body.lexicons is not None and len(body.lexicons) > 5:
+        raise ApiError(400, f"lexicons names {len(body.lexicons)}; at most 5.", param="lexicons", code="invalid_value")
+    if body.timestamps and "stream_format" in body.model_fields_set and body.stream_format == "audio":
+        raise ApiError(400, "timestamps come with stream_format 'sse' (words on each event) or without streaming "
+                            "(one JSON answer); raw streamed audio has no place for them.", param="timestamps",
+                       code="invalid_value")
 
 
 def _error_response(e: ApiError) -> JSONResponse:
@@ -209,6 +242,8 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
         await serve_stream_input(ws, voice_id, pipeline=state["pipeline"], authenticate=_ws_caller,
                                  resolve_voice=voices.resolve, enter=limiter.enter, leave=limiter.leave)
 
+    add_routes(app, settings, caller=_caller, state=state, voices=voices)
+
     @app.get("/", response_class=HTMLResponse)
     async def playground() -> HTMLResponse:
         return HTMLResponse(resources.files("streams.gateway").joinpath("playground.html").read_text("utf-8"))
@@ -237,7 +272,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
                                headers={"Retry-After": "1"})
             rid = request_id_for(key.user, idem)
             ask: dict[str, Any] = {"rid": rid, "user": key.user, "text": body.input, "voice": voice, "speed": body.speed,
-                   "idempotent": idem is not None}
+                   "idempotent": idem is not None, "timestamps": body.timestamps}
             headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA}
             sse = body.stream_format == "sse"
             if "stream_format" in body.model_fields_set:  # asked to stream: audio as each segment commits
@@ -246,12 +281,13 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
                 if isinstance(first, Chunk):
                     status, handed_off = 200, True
                     headers["x-ttsflow-streamed"] = "true"
-                    gen = _stream(p, first, events, body.response_format, sse, t0, key, rid)
+                    gen = _stream(p, first, events, body.response_format, "sse" if sse else "audio", t0, key, rid,
+                                  body.timestamps)
                     return StreamingResponse(gen, headers=headers,
                                              media_type="text/event-stream" if sse else CONTENT_TYPES[fmt])
                 c, found = first, "memory"
             else:
-                c, found = await p.completion(**ask)
+                c, found = await p.completion(**ask, text_type=body.text_type, lexicons=body.lexicons)
             data = await p.audio(c)
             out, duration = await p.run(transcode, data, body.response_format)
             headers.update({"x-ttsflow-found": found,
@@ -260,10 +296,17 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
                             "x-ttsflow-latency-ms": f"{(time.monotonic() - t0) * 1000:.0f}"})
             _log.info("event=speech request_id=%s user=%r voice=%s format=%s found=%s chars=%d ms=%.0f", rid,
                       key.user, voice, body.response_format, found, len(body.input), (time.monotonic() - t0) * 1000)
+            words = await p.words(c) if body.timestamps else None
             status = 200
             metrics.first_byte(fmt, time.monotonic() - t0)
             if sse:
-                return StreamingResponse(_sse([out]), media_type="text/event-stream", headers=headers)
+                extra = _words_fields(words, c.words_reason) if body.timestamps else {}
+                return StreamingResponse(_sse([out], extra), media_type="text/event-stream", headers=headers)
+            if body.timestamps:  # one JSON answer: the audio in base64 and its words
+                return JSONResponse({"request_id": rid, "format": body.response_format,
+                                     "content_type": CONTENT_TYPES[body.response_format], "duration_s": duration,
+                                     "audio": base64.b64encode(out).decode("ascii"),
+                                     **_words_fields(words, c.words_reason)}, headers=headers)
             return Response(out, media_type=CONTENT_TYPES[body.response_format], headers=headers)
         except ApiError as e:
             status = e.status
@@ -277,28 +320,97 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
                     limiter.leave(key)
                 metrics.finished(status, fmt, time.monotonic() - t0)
 
-    async def _stream(p: Pipeline, first: Chunk, events: AsyncIterator[Chunk | Completion], fmt: str, sse: bool,
-                      t0: float, key: ApiKey, rid: str) -> AsyncIterator[bytes]:
-        """The body of a streamed answer: each chunk's part fetched, resampled and encoded as it comes."""
+    @app.post("/dev/captioned_speech")
+    async def captioned_speech(request: Request, body: CaptionedBody) -> Response:
+        """Kokoro-FastAPI's captioned speech: ``{"audio": base64, "audio_format", "timestamps": [{"word",
+        "start_time", "end_time"}]}``; streamed (``stream``, the default): one such JSON object per line,
+        each with the audio encoded since the previous one and the words it carries."""
+        t0 = time.monotonic()
+        fmt = body.response_format if body.response_format in CONTENT_TYPES else "invalid"
+        metrics.started()
+        status = 500
+        key: ApiKey | None = None
+        entered = handed_off = False
+        try:
+            key = _caller(request)
+            sb = SpeechBody(model=settings.engine.backend, input=body.input, voice=body.voice or voices.default,
+                            response_format=body.response_format, speed=body.speed)
+            _validate(sb, settings)
+            voice = voices.resolve(sb.voice)
+            limiter.enter(key)
+            entered = True
+            p: Pipeline | None = state["pipeline"]
+            if p is None:
+                raise ApiError(503, "The gateway is starting.", type="server_error", code="unavailable",
+                               headers={"Retry-After": "1"})
+            rid = request_id_for(key.user, None)
+            ask: dict[str, Any] = {"rid": rid, "user": key.user, "text": body.input, "voice": voice,
+                                   "speed": body.speed, "idempotent": False, "timestamps": body.return_timestamps}
+            headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA}
+            if body.stream:
+                events = p.events(**ask)
+                first = await anext(events)
+                if isinstance(first, Chunk):
+                    status, handed_off = 200, True
+                    headers["x-ttsflow-streamed"] = "true"
+                    gen = _stream(p, first, events, body.response_format, "kokoro", t0, key, rid, True)
+                    return StreamingResponse(gen, headers=headers, media_type="application/json")
+                c = first
+            else:
+                c, _found = await p.completion(**ask)
+            data = await p.audio(c)
+            out, _duration = await p.run(transcode, data, body.response_format)
+            words = await p.words(c) if body.return_timestamps else None
+            if body.return_timestamps and words is None and c.words_reason:
+                headers["x-ttsflow-words-reason"] = c.words_reason
+            status = 200
+            metrics.first_byte(fmt, time.monotonic() - t0)
+            line = _kokoro_line(out, body.response_format, words or [])
+            return Response(line, media_type="application/json", headers=headers)
+        except ApiError as e:
+            status = e.status
+            return _error_response(e)
+        finally:
+            if not handed_off:
+                if entered and key is not None:
+                    limiter.leave(key)
+                metrics.finished(status, fmt, time.monotonic() - t0)
+
+    async def _stream(p: Pipeline, first: Chunk, events: AsyncIterator[Chunk | Completion], fmt: str, shape: str,
+                      t0: float, key: ApiKey, rid: str, timestamps: bool = False) -> AsyncIterator[bytes]:
+        """The body of a streamed answer: each chunk's part fetched, resampled and encoded as it comes;
+        ``shape``: ``audio`` (bytes), ``sse`` (OpenAI's events, with each chunk's ``words`` when
+        ``timestamps``) or ``kokoro`` (Kokoro-FastAPI's JSON lines with ``timestamps``). Words go out
+        with the first piece of audio sent after their chunk (an encoder may hold audio back)."""
         enc = StreamEncoder(fmt)
+        carry = Carry()
         sent = 0
         outcome = 200
+
+        def wrap(piece: bytes) -> bytes:
+            if shape == "sse":
+                return _sse_event(piece, _words_fields(carry.take(), carry.reason) if timestamps else None)
+            if shape == "kokoro":
+                return _kokoro_line(piece, fmt, carry.take())
+            return piece
+
         try:
             ev: Chunk | Completion | None = first
             while ev is not None:
                 if isinstance(ev, Chunk):
+                    carry.add(ev)
                     samples = await p.run(to_rate, await p.part(ev))
                     piece = await p.run(enc.feed, samples)
                     if piece:
                         if sent == 0:
                             metrics.first_byte(fmt, time.monotonic() - t0)
                         sent += len(piece)
-                        yield _sse_event(piece) if sse else piece
+                        yield wrap(piece)
                 ev = await anext(events, None)
             tail = await p.run(enc.close)
             if tail:
-                yield _sse_event(tail) if sse else tail
-            if sse:
+                yield wrap(tail)
+            if shape == "sse":
                 yield _sse_done()
         except ApiError as e:  # the status line is gone: end the body short and say why in the log
             outcome = e.status
@@ -312,8 +424,20 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
     return app
 
 
-def _sse_event(piece: bytes) -> bytes:
-    return f"data: {json.dumps({'type': 'speech.audio.delta', 'audio': base64.b64encode(piece).decode()})}\n\n".encode()
+def _words_fields(words: list[WordSpan] | None, reason: str | None) -> dict[str, Any]:
+    """``words`` (ttsflow's shape) and, when there are none, ``words_reason``."""
+    return {"words": ours(words)} if words is not None else {"words": None, "words_reason": reason}
+
+
+def _sse_event(piece: bytes, extra: dict[str, Any] | None = None) -> bytes:
+    ev = {"type": "speech.audio.delta", "audio": base64.b64encode(piece).decode(), **(extra or {})}
+    return f"data: {json.dumps(ev, ensure_ascii=False)}\n\n".encode()
+
+
+def _kokoro_line(piece: bytes, fmt: str, words: list[WordSpan]) -> bytes:
+    """One line of Kokoro-FastAPI's streamed captioned speech."""
+    line = {"audio": base64.b64encode(piece).decode(), "audio_format": CONTENT_TYPES[fmt], "timestamps": kokoro(words)}
+    return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
 def _sse_done() -> bytes:
@@ -321,9 +445,11 @@ def _sse_done() -> bytes:
     return f"data: {json.dumps(done)}\n\n".encode()
 
 
-async def _sse(pieces: list[bytes], chunk: int = 32_768) -> AsyncIterator[bytes]:
-    """OpenAI's speech SSE: ``speech.audio.delta`` events with base64 audio, then ``speech.audio.done``."""
+async def _sse(pieces: list[bytes], extra: dict[str, Any] | None = None, chunk: int = 32_768) -> AsyncIterator[bytes]:
+    """OpenAI's speech SSE: ``speech.audio.delta`` events with base64 audio, then ``speech.audio.done``;
+    ``extra`` (the words) rides on the first event."""
     for audio in pieces:
         for i in range(0, len(audio), chunk):
-            yield _sse_event(audio[i:i + chunk])
+            yield _sse_event(audio[i:i + chunk], extra)
+            extra = None
     yield _sse_done()

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from schemas import Chunk, Completion
+from schemas import Chunk, Completion, WordSpan
 from streams.client import TTSClient
 from streams.client.errors import ClientError, StackUnavailable
 from streams.client.history import find_completion, pipeline_problems
@@ -47,6 +47,7 @@ from streams.settings import Settings
 __all__ = ["Pipeline", "Spoken", "request_id_for"]
 
 _log = logging.getLogger("ttsflow.gateway")
+_CHUNK_GRACE_S = 5.0  # after a streaming request's completion, how long its missing chunks are waited for
 
 # failed completions' codes (schemas ErrorCode) -> HTTP status and OpenAI error type
 _FAILED: dict[str, tuple[int, str]] = {
@@ -56,6 +57,8 @@ _FAILED: dict[str, tuple[int, str]] = {
     "unknown_voice": (400, "invalid_request_error"),
     "unsupported_format": (400, "invalid_request_error"),
     "unsupported_language": (400, "invalid_request_error"),
+    "invalid_ssml": (400, "invalid_request_error"),
+    "unknown_lexicon": (400, "invalid_request_error"),
     "text_too_long": (413, "invalid_request_error"),
     "audio_too_long": (413, "invalid_request_error"),
     "storage_failed": (502, "server_error"),
@@ -129,7 +132,8 @@ class Pipeline:
             return self._recent.get(rid)
 
     async def completion(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
-                         idempotent: bool, stream: bool = False) -> tuple[Completion, str]:
+                         idempotent: bool, stream: bool = False, timestamps: bool = False, text_type: str = "text",
+                         lexicons: list[str] | None = None) -> tuple[Completion, str]:
         """The request's completion (ok or failed) and where it was found; raises :class:`ApiError`."""
         c = self._recalled(rid)
         if c is not None:
@@ -140,7 +144,8 @@ class Pipeline:
         t0 = time.monotonic()
         try:
             await self.run(lambda: self.client.submit(text, user, voice=voice, format="wav", request_id=rid,
-                                                      speed=speed, sample_rate=RATE, timeout=10.0, stream=stream))
+                                                      speed=speed, sample_rate=RATE, timeout=10.0, stream=stream,
+                                                      timestamps=timestamps, text_type=text_type, lexicons=lexicons))
         except StackUnavailable as e:
             self.client._forget(rid, fut)
             raise ApiError(503, f"The pipeline is unreachable: {e}", type="server_error", code="unavailable",
@@ -191,7 +196,7 @@ class Pipeline:
                        type="server_error", code="timeout", headers={"x-request-id": rid})
 
     async def events(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
-                     idempotent: bool) -> AsyncIterator[Chunk | Completion]:
+                     idempotent: bool, timestamps: bool = False) -> AsyncIterator[Chunk | Completion]:
         """A streaming request: its chunks as each segment commits (in ``seq`` order), ending with
         the last chunk, or with its completion when that comes first (a failed request, or one
         answered before: from memory, the reader or the topic). Raises :class:`ApiError` 504 when
@@ -209,7 +214,7 @@ class Pipeline:
         self.client.listen_chunks(rid, on_chunk)
         try:
             task = asyncio.ensure_future(self.completion(rid=rid, user=user, text=text, voice=voice, speed=speed,
-                                                         idempotent=idempotent, stream=True))
+                                                         idempotent=idempotent, stream=True, timestamps=timestamps))
             task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else queue.put_nowait(t.result()[0]))
             seen = 0
             pending: set[asyncio.Future[object]] = {task}  # type: ignore[arg-type]
@@ -224,6 +229,17 @@ class Pipeline:
                     continue  # the completion is queued by the task's callback
                 ev = get.result()
                 if isinstance(ev, Completion):
+                    # the last chunks commit with the completion, but reach this replica on another reader:
+                    # wait a little for the ones not seen yet, so a streamed answer is never cut short
+                    grace = loop.time() + _CHUNK_GRACE_S
+                    while ev.status == "ok" and seen < ev.segments and (left := grace - loop.time()) > 0:
+                        try:
+                            late = await asyncio.wait_for(queue.get(), left)
+                        except TimeoutError:
+                            break
+                        if isinstance(late, Chunk) and late.seq >= seen:
+                            seen = late.seq + 1
+                            yield late
                     yield ev
                     return
                 if ev.seq < seen:  # each chunk is read once (read_committed); a repeat would be harmless
@@ -242,6 +258,19 @@ class Pipeline:
             raise ApiError(502, f"A part of request {ch.request_id} could not be fetched: {e}", type="server_error",
                            code="storage_failed", headers={"x-request-id": ch.request_id}) from None
         return data
+
+    async def words(self, c: Completion) -> list[WordSpan] | None:
+        """The completion's words (None when it has none: ``c.words_reason`` says why)."""
+        if c.status != "ok":
+            raise failed_error(c)
+        if c.words is None:
+            return None
+        try:
+            words: list[WordSpan] = await self.run(self.client.words, c)
+        except ClientError as e:
+            raise ApiError(502, f"The word timings of request {c.request_id} could not be fetched: {e}",
+                           type="server_error", code="storage_failed", headers={"x-request-id": c.request_id}) from None
+        return words
 
     async def audio(self, c: Completion) -> bytes:
         """The completion's audio bytes (sha256-checked); raises :class:`ApiError` for a failed one."""

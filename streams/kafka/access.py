@@ -85,7 +85,8 @@ def role_needs(kafka: KafkaSettings, role: str, *, stage_app_id: str = "") -> li
         # WRITE on requests: the stage's own timer records for requests sent in pieces (streams/stage/pieces.py)
         return [("topic", kafka.topic_requests, "READ"), ("topic", kafka.topic_requests, "WRITE"),
                 ("topic", kafka.topic_segments, "WRITE"),
-                ("topic", kafka.topic_dlq, "WRITE"), ("group", stage_app_id, "READ")]
+                ("topic", kafka.topic_dlq, "WRITE"), ("group", stage_app_id, "READ"),
+                ("topic", kafka.topic_lexicons, "READ"), ("topic", kafka.topic_lexicons_global, "READ")]
     raise ValueError(f"unknown role {role!r}")
 
 

@@ -6,9 +6,9 @@ the transaction protocol (it alone begins, commits and aborts, through :meth:`ru
 
 * Every transactional call runs on one helper thread (the *txn thread*), so at most one
   transaction is in flight. A call made through :meth:`bounded` is waited for at most
-  ``OP_TIMEOUT_S + wedge_grace_s`` (10 s by default), beating ``/healthz`` meanwhile; one
-  still running then is *wedged* (librdkafka's ``send_offsets_to_transaction`` after a broker
-  restart, librdkafka#5456) and raises :class:`~streams.errors.ProducerWedged`. Work handed to
+  ``OP_TIMEOUT_S + wedge_grace_s`` (5 s by default), beating ``/healthz`` meanwhile; one
+  still running then is *wedged* (librdkafka's ``send_offsets_to_transaction`` after the group
+  coordinator's broker died, librdkafka#5456 and #5511) and raises :class:`~streams.errors.ProducerWedged`. Work handed to
   :meth:`run` returns at once; :meth:`check` raises ``ProducerWedged`` when a call made in it
   through :meth:`call` has run that long. A call that times out by librdkafka's own
   ``OP_TIMEOUT_S`` is retriable and is retried, so a slow broker costs retries, not a wedge.
@@ -27,7 +27,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, StreamError, classify
+from streams.errors import (
+    AbortableError,
+    FatalError,
+    ProducerBroken,
+    ProducerWedged,
+    RetriableError,
+    StreamError,
+    classify,
+)
 from streams.kafka.retry import call_with_retry
 
 __all__ = ["OP_TIMEOUT_S", "WEDGE_GRACE_S", "Record", "TransactionalProducer", "produce_record", "transaction_error"]
@@ -35,18 +43,40 @@ __all__ = ["OP_TIMEOUT_S", "WEDGE_GRACE_S", "Record", "TransactionalProducer", "
 _log = logging.getLogger("ttsflow.worker")
 _T = TypeVar("_T")
 
-OP_TIMEOUT_S = 5.0  # librdkafka's own timeout for each transactional call (a timeout is retried)
-WEDGE_GRACE_S = 5.0  # a call still running this long past OP_TIMEOUT_S is wedged: given up after 10 s
+# librdkafka's own timeout for each transactional call; a call that times out is retried (a commit
+# resumes), so this bounds how long one attempt waits, not how long a slow broker may take
+OP_TIMEOUT_S = 3.0
+# a call still running this long past OP_TIMEOUT_S is wedged: given up after 5 s. librdkafka returns
+# _TIMED_OUT on time except from coordinator requests (send_offsets_to_transaction), which ignore it
+# (librdkafka#5456) and hang for good once the group coordinator's broker died and was dropped from
+# the metadata (#5511): waiting longer only stalls the worker's partitions; replacing the producer
+# costs ~1 s and a redo of uncommitted work, never a duplicate (the new one fences the old)
+WEDGE_GRACE_S = 2.0
 
 Record = tuple[str, bytes, "bytes | None", "int | None"]  # topic, key, value (None: a tombstone), partition
 
 
-def transaction_error(e: Exception) -> StreamError:
+# Fatal errors of librdkafka's idempotence layer: this producer instance's sequence state is lost
+# (a produce possibly persisted on a leader that died, then OUT_OF_ORDER_SEQUENCE_NUMBER on the
+# new one: seen once in chaos --kill-brokers), not a newer instance fencing it
+_BROKEN_NAMES = frozenset({"OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID", "INVALID_PRODUCER_ID_MAPPING",
+                           "DUPLICATE_SEQUENCE_NUMBER", "_INCONSISTENT", "_GAPLESS_GUARANTEE"})
+
+
+def transaction_error(e: Exception, *, during: str = "transaction") -> StreamError:
     """A ``KafkaException`` inside an open transaction, classified: a retriable one becomes
-    abortable (the open transaction cannot be resumed: abort and redo)."""
-    exc = classify(e, during="transaction")
+    abortable (the open transaction cannot be resumed: abort and redo); a fatal one of the
+    idempotence layer :class:`ProducerBroken` (replace the producer, not the process)."""
+    exc = classify(e, during=during)
     if type(exc) is RetriableError:
         exc = AbortableError(str(exc))
+    elif type(exc) is FatalError:
+        err = getattr(exc, "kafka_error", None)
+        name = getattr(err, "name", None)
+        if callable(name) and name() in _BROKEN_NAMES:
+            broken = ProducerBroken(str(exc))
+            broken.kafka_error = err  # type: ignore[attr-defined]
+            exc = broken
     return exc
 
 

@@ -23,6 +23,9 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
+_COMPACT = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": str(3600 * 1000)}
+
+
 def done_topic_config(dedup_window_s: int) -> dict[str, str]:
     return {"cleanup.policy": "compact,delete", "retention.ms": str(2 * dedup_window_s * 1000),
             "min.compaction.lag.ms": "0", "segment.ms": str(3600 * 1000)}
@@ -45,6 +48,8 @@ def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int |
         TopicSpec(open_changelog_topic(stage), n, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0",
                                                    "segment.ms": str(3600 * 1000)}),
         TopicSpec(f"{app}-__assignor-__leader", 1),
+        # pronunciation lexicons (streams/stage/lexicons.py): small, read whole by every stage
+        TopicSpec(kafka.topic_lexicons, 1, _COMPACT), TopicSpec(kafka.topic_lexicons_global, 1, _COMPACT),
     ]
 
 

@@ -20,6 +20,7 @@ from streams.kafka.topics import dedup_table_name, open_table_name
 from streams.settings import Settings
 from streams.stage.core import Record, StageCore, served_voices
 from streams.stage.dedup import SeenIndex, UserSeen
+from streams.stage.lexicons import LexiconReader, LexiconStore, lexicon_limits
 from streams.stage.patches import fetch_state, leave_group_on_stop, stage_app_class
 from streams.stage.pieces import CONTROL_HEADER, OpenIndex, OpenRequest, decode_open, open_key, tick_value
 from streams.stage.watch import InputWatch
@@ -87,8 +88,14 @@ async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
     """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
     _StageApp = stage_app_class()
-    core = core or StageCore(settings.stage, settings.kafka, settings.engine, voices=served_voices(settings.engine),
-                             on_dropped=metrics.foreign_dropped)
+    if core is None:
+        # the lexicon topics, read whole before the first request is handled (streams/stage/lexicons.py)
+        lexicons = LexiconStore(lexicon_limits(settings.stage))
+        reader = LexiconReader(settings.kafka, lexicons)
+        if not reader.start(wait_s=30.0):
+            _log.warning("event=lexicons_not_loaded waited_s=30 count=%d", len(lexicons))
+        core = StageCore(settings.stage, settings.kafka, settings.engine, voices=served_voices(settings.engine),
+                         on_dropped=metrics.foreign_dropped, lexicons=lexicons)
     brokers = [f"kafka://{b.strip()}" for b in settings.kafka.bootstrap_servers.split(",") if b.strip()]
     # Static membership (KIP-345): a stage restarted after a SIGKILL rejoins under the same
     # group.instance.id and gets its partitions back without a rebalance, so the other

@@ -20,9 +20,11 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from engine import lexicon as engine_lexicon
 from engine import mix as engine_mix
 from engine import ssml as engine_ssml
 from engine import voices as engine_voices
+from engine.timing import segment_sources
 from engine.voices import VoiceInfo
 from schemas import (
     DeadLetter,
@@ -31,6 +33,7 @@ from schemas import (
     Request,
     SchemaError,
     Segment,
+    SegmentSource,
     Span,
     check_content,
     decode_request,
@@ -43,6 +46,7 @@ from schemas import (
 from schemas.errors import ContentError
 from streams.settings import EngineSettings, KafkaSettings, StageSettings
 from streams.stage.cut import budget_for, shorten_first
+from streams.stage.lexicons import LexiconStore
 from streams.stage.pieces import OpenView, PieceHandler
 from streams.stage.spans import Piece, cut_spans
 from streams.stage.text import normalize, split_segments
@@ -135,8 +139,9 @@ class StageCore:
 
     def __init__(self, stage: StageSettings, kafka: KafkaSettings, engine: EngineSettings, *,
                  voices: tuple[str, ...] | None = None, clock: Callable[[], float] = time.time,
-                 on_dropped: Callable[[str, int], None] | None = None) -> None:
+                 on_dropped: Callable[[str, int], None] | None = None, lexicons: LexiconStore | None = None) -> None:
         self.stage, self.kafka, self.engine = stage, kafka, engine  # limits and dedup; topics; model identity
+        self.lexicons = lexicons if lexicons is not None else LexiconStore()  # the stage's materialized view
         self.voices = voices
         self.default_voice = engine.voice or (voices[0] if voices else engine.backend)
         self.clock = clock
@@ -246,22 +251,23 @@ class StageCore:
                       ",".join(f"{sc}:{n}" for sc, n in sorted(j.dropped.items())))
         return j.voice.voice, j.text
 
-    def _ssml(self, req: Request, requested: str | None) -> tuple[str, list[Piece]]:
+    def _ssml(self, req: Request, requested: str | None,
+              rewrite: Callable[[Span], list[Span]] | None) -> tuple[str, list[Piece]]:
         """An SSML request's voice and segments: parsed in the voice's language (again in the chosen
-        voice's, when the text picks another voice), checked like plain text. Raises ``SchemaError``
-        (``invalid_ssml`` and the plain checks)."""
+        voice's, when the text picks another voice), lexicons applied to its plain runs (``rewrite``),
+        checked like plain text. Raises ``SchemaError`` (``invalid_ssml`` and the plain checks)."""
         stage = self.stage
         limits = engine_ssml.Limits(max_chars=stage.ssml_max_chars, max_depth=stage.ssml_max_depth,
                                     max_elements=stage.ssml_max_elements)
         lang = _language(requested or self.default_voice)
-        spans = engine_ssml.parse(req.text, lang=lang, limits=limits)
+        spans = engine_ssml.parse(req.text, lang=lang, limits=limits, rewrite=rewrite)
         pieces = cut_spans(spans, stage.max_segment_chars)
         text = " ".join(p.text for p in pieces)
         check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
                       max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
         voice, _ = self._speakable(req.request_id, requested, text)  # foreign words are read, not cut, in SSML
         if _language(voice) != lang:
-            pieces = cut_spans(engine_ssml.parse(req.text, lang=_language(voice), limits=limits),
+            pieces = cut_spans(engine_ssml.parse(req.text, lang=_language(voice), limits=limits, rewrite=rewrite),
                                stage.max_segment_chars)
         return voice, pieces
 
@@ -286,36 +292,62 @@ class StageCore:
         try:
             req = decode_request(value)
             requested = self._mix(req.voice)
+            lexicons = self.lexicons.resolve(req.user_id, req.lexicons)
+            used: set[str] = set()
+            applier = engine_lexicon.Applier(lexicons)
+
+            def rewrite(span: Span) -> list[Span]:
+                return applier(span, used)
+
             if req.text_type == "ssml":
-                voice, pieces = self._ssml(req, requested)
+                voice, pieces = self._ssml(req, requested, rewrite if lexicons else None)
             else:
                 text = normalize(req.text)
                 check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
                               max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
                 voice, text = self._speakable(rid, requested, text)
-                cuts = split_segments(text, stage.max_segment_chars)
-                budget = budget_for(text, stage.first_budgets) if req.stream else None
-                if budget is not None:  # fast first audio: a short first segment (streams/stage/cut.py)
-                    cuts = shorten_first(cuts, budget)
-                pieces = [Piece(p, None) for p in cuts]
+                if lexicons:  # plain text with lexicons: the matched words become spans (alias text, phonemes)
+                    pieces = cut_spans(rewrite(Span(text=text)), stage.max_segment_chars)
+                else:
+                    cuts = split_segments(text, stage.max_segment_chars)
+                    budget = budget_for(text, stage.first_budgets) if req.stream else None
+                    if budget is not None:  # fast first audio: a short first segment (streams/stage/cut.py)
+                        cuts = shorten_first(cuts, budget)
+                    pieces = [Piece(p, None) for p in cuts]
         except SchemaError as e:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
         model = self.model_for(voice)
+        # what else decides the sound: the spans, and the versions of the lexicons that matched
+        lex_key = "lex:" + ",".join(sorted(used)) if used else ""
         hashes = [segment_hash(p.text, voice=voice, model=model, model_version=engine.model_version, speed=req.speed,
-                               sample_rate=req.sample_rate, format=req.format, pronunciation=spans_key(p.spans))
+                               sample_rate=req.sample_rate, format=req.format,
+                               pronunciation=spans_key(p.spans) + lex_key)
                   for p in pieces]
+        named = [lex.ref for lex in lexicons] or None
         rh = request_hash(hashes, format=req.format)
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
         out_key = key if key else req.user_id.encode()
         n = len(pieces)
+        # timestamps: each segment says where it came from in the text as sent (a word's offsets point
+        # there), and the last one where all of them did (for the request's word timings)
+        # (SSML, and text a lexicon rewrote, are not mapped yet: their segments carry no source)
+        sources: list[SegmentSource | None] = [None] * n
+        if req.timestamps and req.text_type != "ssml":
+            try:
+                sources = [SegmentSource(start=a, map=m or None)
+                           for a, m in segment_sources(req.text, text, [p.text for p in pieces])]
+            except ValueError:  # a segment that is not a piece of the text (a lexicon's alias)
+                sources = [None] * n
         records = tuple(
             Record(self.kafka.topic_segments, out_key, encode(Segment(
                 request_id=rid, user_id=req.user_id, seq=i, total=n, text=p.text, hash=h, request_hash=rh,
                 voice=voice, format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=model,
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
                 parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority,
-                spans=_wire(p.spans))))
+                spans=_wire(p.spans), lexicons=named if i == n - 1 else None,
+                timestamps=req.timestamps, source=sources[i],
+                sources=sources if req.timestamps and i == n - 1 else None)))  # type: ignore[arg-type]
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
         return Outcome("segments", records, request_id=rid, remember=rid)
 

@@ -8,14 +8,17 @@ import msgspec
 
 from schemas import AudioRef, Completion, ErrorInfo, ModelInfo, Timings
 from streams.worker.ledger import Request
+from streams.worker.timings import RequestTimings
 
 __all__ = ["build_completion"]
 
 
 def build_completion(req: Request, *, status: str, model_info: ModelInfo, now: datetime,
-                     audio: AudioRef | None = None, error: ErrorInfo | None = None) -> tuple[Completion, float | None]:
+                     audio: AudioRef | None = None, error: ErrorInfo | None = None,
+                     words: RequestTimings | None = None) -> tuple[Completion, float | None]:
     """The completion of ``req`` and its end-to-end latency (None when the request's start is unknown).
-    ``model`` names the serving model and the voice that spoke the request."""
+    ``model`` names the serving model and the voice that spoke the request; ``words``: its word
+    timings and captions (or why there are none), when it asked for timestamps."""
     start = (req.first.created_at or req.first.enqueued_at) if req.first is not None else req.start
     e2e_s = (now - start).total_seconds() if start is not None else None
     cached = sum(1 for p in req.parts.values() if p.cached)
@@ -26,7 +29,10 @@ def build_completion(req: Request, *, status: str, model_info: ModelInfo, now: d
         audio=audio, segments=req.total, cached_segments=cached, model=model,
         timings=Timings(e2e_ms=round(max(0.0, e2e_s or 0.0) * 1000, 3), synth_ms=round(req.synth_s * 1000, 3),
                         queue_ms=round(req.queue_s * 1000, 3), **_path(req, now.timestamp())),
-        error=error, completed_at=now)
+        error=error, completed_at=now, lexicons=req.last.lexicons if req.last is not None else None)
+    if words is not None and status == "ok":
+        c = msgspec.structs.replace(c, words=words.words, captions=words.captions, words_count=words.count,
+                                    words_reason=words.reason)
     return c, e2e_s
 
 

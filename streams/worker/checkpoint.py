@@ -15,10 +15,11 @@ module calls ``begin_transaction``, ``commit_transaction`` or ``abort_transactio
   synthesizes; at most one is in flight (:meth:`Checkpoint.start` does nothing while one runs).
 * **Each failure has one answer, decided here**: a commit that times out is retried, never
   aborted; an abortable error (the transaction's, or the loop's own) aborts the open
-  transaction; a call still running 5 s past its own 5 s timeout (librdkafka#5456 after a
-  broker restart) is *wedged*: the producer is replaced under the same ``transactional.id``
-  (its ``init_transactions`` fences the old one and ends its open transaction); a fenced
-  producer is fatal. After an abort or a replacement the caller redoes its work from the
+  transaction; a call still running 2 s past its own 3 s timeout (librdkafka#5456, #5511:
+  ``send_offsets_to_transaction`` hangs once the group coordinator's broker died and left the
+  metadata) is *wedged*: the producer is replaced under the same ``transactional.id`` (its
+  ``init_transactions`` fences the old one and ends its open transaction), on a revoke too;
+  a fenced producer is fatal. After an abort or a replacement the caller redoes its work from the
   committed offsets (:class:`~streams.worker.recovery.Recovery`), so only invisible work repeats.
 """
 
@@ -31,7 +32,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from streams.errors import AbortableError, FatalError, ProducerWedged, RetriableError, StreamError, classify
+from streams.errors import AbortableError, FatalError, ProducerBroken, ProducerWedged, RetriableError, StreamError
 from streams.kafka.consumer import PartitionedConsumer
 from streams.kafka.producer import OP_TIMEOUT_S, TransactionalProducer, produce_record, transaction_error
 from streams.worker.core import TxnPlan, WorkerCore
@@ -39,6 +40,20 @@ from streams.worker.core import TxnPlan, WorkerCore
 __all__ = ["Checkpoint"]
 
 _log = logging.getLogger("ttsflow.worker")
+
+_BROKEN_LIMIT = 3  # broken producers replaced within the window; one more is fatal (exit, restart)
+_BROKEN_WINDOW_S = 300.0
+
+
+def _broken(e: FatalError) -> ProducerBroken | None:
+    """``e`` as :class:`ProducerBroken` when librdkafka broke the producer (not fenced), else None."""
+    err = getattr(e, "kafka_error", None)
+    if err is None:
+        return None
+    from confluent_kafka import KafkaException
+
+    exc = transaction_error(KafkaException(err))
+    return exc if isinstance(exc, ProducerBroken) else None
 
 
 @dataclass(slots=True)
@@ -60,6 +75,7 @@ class Checkpoint:
         self._inflight: _InFlight | None = None
         self._open = False  # a transaction begun here is neither committed nor aborted
         self._last = clock()
+        self._broken_at: list[float] = []  # when producers broke lately (ProducerBroken)
 
     @property
     def in_flight(self) -> bool:
@@ -104,6 +120,11 @@ class Checkpoint:
                 raise transaction_error(e) from e
             except RetriableError as e:  # still retrying while stopping: the transaction is given up
                 raise AbortableError(str(e)) from e
+            except FatalError as e:  # from a retried call: librdkafka broke the producer, or fenced it
+                broken = _broken(e)
+                if broken is None:
+                    raise
+                raise broken from e
             return time.perf_counter() - t0
 
         return work
@@ -171,17 +192,31 @@ class Checkpoint:
         except ProducerWedged as e:
             self._replace(e)
             return
+        except FatalError as e:
+            broken = _broken(e)
+            if broken is None:
+                raise
+            self._replace(broken)
+            return
         self._open = False
 
     def abort_quietly(self, reason: BaseException | None = None) -> None:
-        """Shutdown, or a revoke whose commit failed: settle, then one bounded abort of what is still
-        open, its failure logged (fenced: raised). Never replaces the producer."""
+        """Shutdown, or a revoke whose commit failed: settle, then end what is still open: one bounded
+        abort, its failure logged (fenced: raised); or, when the commit wedged (``reason`` is
+        :class:`ProducerWedged`), a fresh producer, since the txn thread is still stuck in the wedged
+        call and an abort queued behind it would only wedge too (10 s more, seen on a revoke after a
+        group coordinator's death). Ending it now matters: until it ends, the partitions' next owner
+        cannot read their committed offsets (the coordinator holds the pending transactional ones)."""
         if reason is not None:
             _log.warning("event=commit_failed error=%s", reason)
         self.settle()
-        if self._open:
-            self.metrics.transaction(False)
-            self._abort_once()
+        if not self._open:
+            return
+        if isinstance(reason, ProducerWedged):
+            self._replace(reason)
+            return
+        self.metrics.transaction(False)
+        self._abort_once()
 
     def _abort_once(self) -> None:
         from confluent_kafka import KafkaException
@@ -189,7 +224,10 @@ class Checkpoint:
         try:
             self.producer.bounded("abort_transaction", lambda p: p.abort_transaction(OP_TIMEOUT_S), retry=False)
         except KafkaException as e:
-            exc = classify(e, during="abort")
+            exc = transaction_error(e, during="abort")
+            if isinstance(exc, ProducerBroken):
+                self._replace(exc)
+                return
             if isinstance(exc, FatalError):
                 raise exc from e
             _log.warning("event=abort_failed error=%s", e)
@@ -198,9 +236,18 @@ class Checkpoint:
         self._open = False
 
     def _replace(self, err: BaseException) -> None:
-        """A transactional call is wedged: a new producer with the same transactional.id takes over;
-        the in-flight transaction's outcome no longer matters (the new init completes or aborts it)."""
-        _log.error("event=producer_wedged error=%s; replacing the producer", err)
+        """A transactional call is wedged, or librdkafka broke the producer (:class:`ProducerBroken`):
+        a new producer with the same transactional.id takes over; the in-flight transaction's outcome
+        no longer matters (the new init completes or aborts it). A producer that keeps breaking
+        (``_BROKEN_LIMIT`` times in ``_BROKEN_WINDOW_S``) is fatal after all."""
+        if isinstance(err, ProducerBroken):
+            now = time.monotonic()
+            self._broken_at = [t for t in self._broken_at if now - t < _BROKEN_WINDOW_S] + [now]
+            if len(self._broken_at) > _BROKEN_LIMIT:
+                raise FatalError(f"producer broken {len(self._broken_at)} times in {_BROKEN_WINDOW_S:.0f} s: {err}")
+            _log.error("event=producer_broken error=%s; replacing the producer", err)
+        else:
+            _log.error("event=producer_wedged error=%s; replacing the producer", err)
         self.metrics.transaction(False)
         self._inflight = None
         self.producer.replace()

@@ -38,6 +38,7 @@ from streams.worker.done_log import done_record, piece_done_record
 from streams.worker.intake import admit_record
 from streams.worker.keys import PART_FORMAT
 from streams.worker.ledger import Answer, ChunkDue, Ledger, PartResult, Request, Seg
+from streams.worker.timings import NO_SOURCE_REASON, RequestTimings, chunk_offset, chunk_words, no_words_reason
 
 __all__ = ["JoinJob", "Models", "Topics", "TxnPlan", "WorkerCore"]
 
@@ -84,8 +85,9 @@ class WorkerCore:
     """The ledger and the answers of one worker, driven by the loop's thread."""
 
     def __init__(self, ledger: Ledger, models: Models, metrics: Any, *, topics: Topics,
-                 uri: Callable[[str], str], bucket: str, sample_rate: int) -> None:
+                 uri: Callable[[str], str], bucket: str, sample_rate: int, engine_times: bool = True) -> None:
         self.ledger, self.models, self.metrics, self.topics = ledger, models, metrics, topics
+        self.engine_times = engine_times  # the engine's word on timing voices the registry does not know
         self._uri, self._bucket, self._sample_rate = uri, bucket, sample_rate
 
     # -- 2) admit ---------------------------------------------------------------------------
@@ -105,9 +107,9 @@ class WorkerCore:
         for s, made, share, wait_s in results:
             self.ledger.queued(s, wait_s)
             if isinstance(made, Failure):
-                self.parts_failed([(s.part_id, made)])
+                self.parts_failed([(s.work_id, made)])
             else:
-                self.ledger.part_made(s.part_id, made, share)
+                self.ledger.part_made(s.work_id, made, share)
 
     # -- 7) answers -----------------------------------------------------------------------------
     def to_join(self) -> list[JoinJob]:
@@ -125,23 +127,23 @@ class WorkerCore:
                                     [self.models.identity, *self.models.old_identities]))
         return jobs
 
-    def joined(self, results: Iterable[tuple[Request, AudioRef | ErrorInfo]]) -> None:
-        """Answer each joined request (its audio, or why the join failed) unless its partition moved on."""
-        for req, res in results:
+    def joined(self, results: Iterable[tuple[Request, AudioRef | ErrorInfo, RequestTimings | None]]) -> None:
+        """Answer each joined request (its audio and words, or why the join failed) unless its partition moved on."""
+        for req, res, words in results:
             if not self.ledger.current(req.partition, req.gen):
                 continue
             if isinstance(res, ErrorInfo):
                 self.answer(req, status="failed", error=res)
             else:
-                self.answer(req, status="ok", audio=res)
+                self.answer(req, status="ok", audio=res, words=words)
 
     def answer(self, req: Request, *, status: str, audio: AudioRef | None = None,
-               error: ErrorInfo | None = None) -> None:
+               error: ErrorInfo | None = None, words: RequestTimings | None = None) -> None:
         """Build the completion; it is produced and its offsets committed by the next transaction."""
         seg = req.last or req.first  # several backends: the completion names the one that spoke (its voice)
         model_info = self.models.model_info_for(seg.voice if seg is not None else None)
         c, e2e_s = build_completion(req, status=status, model_info=model_info, now=datetime.now(UTC),
-                                    audio=audio, error=error)
+                                    audio=audio, error=error, words=words)
         self.ledger.answer(req, c, e2e_s)
         log = _log.warning if status == "failed" else _log.info
         log("event=completion request_id=%s user_id=%s status=%s segments=%d cached=%d code=%s",
@@ -190,8 +192,20 @@ class WorkerCore:
 
     def chunk(self, c: ChunkDue) -> Chunk:
         p = c.part
+        words = offset_s = reason = None
+        if c.segment is not None and c.segment.timestamps:  # its words, and where it starts in the request
+            if p.words is None:
+                reason = no_words_reason(c.voice, self.engine_times)
+            elif c.segment.source is None:
+                reason = NO_SOURCE_REASON
+            else:
+                words = chunk_words(p.words, c.segment.source)
+            if c.request is not None:
+                offset_s = chunk_offset({k: q.duration_s for k, q in c.request.parts.items()}, c.seq,
+                                        self._sample_rate)
         return Chunk(request_id=c.request_id, user_id=c.user_id, seq=c.seq, total=c.total, cached=p.cached, more=c.more,
                      audio=AudioRef(uri=self._uri(p.key), bucket=self._bucket, key=p.key, format=PART_FORMAT,
                                     sample_rate=self._sample_rate, duration_s=p.duration_s, bytes=p.bytes,
                                     sha256=p.sha256),
-                     model=msgspec.structs.replace(self.models.model_info, voice=c.voice), created_at=datetime.now(UTC))
+                     model=msgspec.structs.replace(self.models.model_info, voice=c.voice), created_at=datetime.now(UTC),
+                     words=words, offset_s=offset_s, words_reason=reason)

@@ -13,6 +13,10 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
   them (an older worker's) keeps its bytes and sha256 (Ogg differs run to run).
 * Limits: a request whose audio passes ``max_audio_s`` fails with ``audio_too_long`` as soon
   as the join passes it.
+* Word timings (a request that asked for timestamps): after the audio, the parts' words
+  objects (from memory, else S3) are placed in the request and stored with its captions
+  (:mod:`~streams.worker.timings`); a voice without durations, or a part whose words are
+  gone, answers ok audio with the reason instead of words.
 * Failures of one object are that request's: an S3 call on it (a part's GET, the upload)
   that still fails after ``attempts`` tries fails the request with ``storage_failed`` if S3
   answers a ping, so the other partitions go on; only if the ping fails too is it an
@@ -35,11 +39,21 @@ import numpy as np
 
 from engine import audio as audio_codec
 from engine.errors import ItemError
-from schemas import AudioRef, ErrorInfo, TtsflowError
+from schemas import AudioRef, ErrorInfo, Segment, TtsflowError
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 from storage.s3 import AudioStore
 from streams.worker.keys import PART_FORMAT, part_id, request_digest
 from streams.worker.ledger import Part, Request
+from streams.worker.timings import (
+    NO_SOURCE_REASON,
+    PartWords,
+    RequestTimings,
+    decode_part_words,
+    no_words_reason,
+    part_words_key,
+    store_request_timings,
+    voice_times,
+)
 
 __all__ = ["JoinSpec", "Joiner", "join_upload"]
 
@@ -143,12 +157,14 @@ class Joiner:
     """Finished requests joined on the S3 pool, one join per request at a time
     (the core marks :attr:`Request.finalizing`, and drops a join finished for a revoked or rewound partition)."""
 
-    def __init__(self, store: AudioStore, io: ThreadPoolExecutor, *, sample_rate: int, max_audio_s: float) -> None:
+    def __init__(self, store: AudioStore, io: ThreadPoolExecutor, *, sample_rate: int, max_audio_s: float,
+                 engine_times: bool = True) -> None:
         self.store = store
         self._io = io
         self.sample_rate = sample_rate
         self.max_audio_s = max_audio_s
-        self._futs: list[tuple[Request, Future[AudioRef | ErrorInfo]]] = []
+        self.engine_times = engine_times  # the engine's word on timing voices the registry does not know
+        self._futs: list[tuple[Request, Future[tuple[AudioRef | ErrorInfo, RequestTimings | None]]]] = []
 
     def submit(self, req: Request, hashes: list[str], identities: list[str]) -> None:
         """Join ``req``'s parts (in memory, else from S3) into its object; ``identities``: the serving
@@ -160,7 +176,45 @@ class Joiner:
         key = self.store.key("req", request_digest(hashes, last.format, identities[0], out_sr), last.format)
         spec = JoinSpec(key=key, fmt=last.format, sr_in=self.sample_rate, sr_out=out_sr,
                         max_audio_s=self.max_audio_s, request_id=req.request_id)
-        self._futs.append((req, self._io.submit(self._join, spec, hashes, parts, identities)))
+        self._futs.append((req, self._io.submit(self._join_all, spec, hashes, parts, identities, last)))
+
+    def _join_all(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
+                  last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
+        """Pool thread: the request's audio, then (if it asked for them) its word timings."""
+        audio = self._join(spec, hashes, parts, identities)
+        if isinstance(audio, ErrorInfo) or not last.timestamps:
+            return audio, None
+        return audio, self._timings(hashes, parts, identities, last, audio.duration_s)
+
+    def _timings(self, hashes: list[str], parts: dict[int, Part], identities: list[str], last: Segment,
+                 duration_s: float) -> RequestTimings:
+        """Every part's words (memory, else S3) placed in the request and stored with its captions."""
+        if not voice_times(last.voice, self.engine_times):
+            return RequestTimings(reason=no_words_reason(last.voice, self.engine_times))
+        sources = last.sources if last.sources is not None and len(last.sources) == len(hashes) else \
+            [last.source] * len(hashes) if len(hashes) == 1 else None
+        if sources is None or any(x is None for x in sources):
+            return RequestTimings(reason=NO_SOURCE_REASON)
+        words: list[PartWords] = []
+        for seq, h in enumerate(hashes):
+            part = parts.get(seq)
+            pw = part.words if part is not None else None
+            if pw is None:
+                pw = self._fetch_words(part.key if part is not None else None, h, identities)
+            if pw is None:
+                return RequestTimings(reason=f"the word timings of segment {seq} are not in the store")
+            words.append(pw)
+        return store_request_timings(self.store, words, sources, duration_s)
+
+    def _fetch_words(self, key: str | None, segment_hash: str, identities: list[str]) -> PartWords | None:
+        keys = [key] if key is not None else \
+            [self.store.key("part", part_id(segment_hash, i), PART_FORMAT) for i in identities]
+        for k in keys:
+            try:
+                return decode_part_words(self.store.get(part_words_key(k)))
+            except ObjectMissing:
+                continue
+        return None
 
     def _join(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part],
               identities: list[str]) -> AudioRef | ErrorInfo:
@@ -191,15 +245,16 @@ class Joiner:
                 continue
         return None
 
-    def collect(self) -> list[tuple[Request, AudioRef | ErrorInfo]]:
-        """Every request whose join finished, with its audio or why it failed (S3 unreachable: raised)."""
+    def collect(self) -> list[tuple[Request, AudioRef | ErrorInfo, RequestTimings | None]]:
+        """Every request whose join finished, with its audio (and word timings) or why it failed (S3
+        unreachable: raised)."""
         keep, out = [], []
         for req, fut in self._futs:
             if not fut.done():
                 keep.append((req, fut))
                 continue
             try:
-                out.append((req, fut.result()))
+                out.append((req, *fut.result()))
             except S3Unavailable:
                 self._futs = []
                 raise

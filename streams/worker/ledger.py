@@ -46,6 +46,7 @@ import numpy as np
 from engine.base import Failure, Prepared
 from schemas import Completion, End, ErrorInfo, Rejection, Segment
 from streams.worker.offsets import OffsetTracker
+from streams.worker.timings import PartWords
 
 __all__ = ["Answer", "ChunkDue", "Ledger", "Part", "PartResult", "Request", "Seg", "piece_key"]
 
@@ -76,6 +77,12 @@ class Seg:
     model_s: float = 0.0       # its share of the model call and DSP
     uploaded_at: float = 0.0   # its part was in S3
 
+    @property
+    def work_id(self) -> str:
+        """What is being made: the part, with its words when the segment asked for timestamps (a part
+        made without words cannot serve it, so the two are made, and waited for, apart)."""
+        return self.part_id + ("+words" if self.seg.timestamps else "")
+
 
 @dataclass(slots=True)
 class Part:
@@ -85,6 +92,7 @@ class Part:
     sha256: str = ""        # of the stored object (a streaming request's chunk names it)
     bytes: int = 0
     duration_s: float = 0.0
+    words: PartWords | None = None  # its words (streams.worker.timings), when made or found with them
 
 
 # a model call's result for one segment: the part made (in S3) or why not, its share of the
@@ -104,6 +112,8 @@ class ChunkDue:
     total: int
     voice: str
     part: Part
+    request: Request | None = None  # where the earlier parts' lengths are (a chunk's offset_s)
+    segment: Segment | None = None
     more: bool = False  # of a request still arriving in pieces (total is a lower bound)
 
 
@@ -163,7 +173,7 @@ class Ledger:
         self.wall = wall
         self.tracker = OffsetTracker()
         self.requests: dict[tuple[int, str], Request] = {}
-        self.waiting: dict[str, list[Seg]] = {}            # part_id -> segments waiting for its audio
+        self.waiting: dict[str, list[Seg]] = {}            # work id -> segments waiting for its part
         self.answers: list[Answer] = []
         self.chunks: dict[int, list[ChunkDue]] = {}        # partition -> chunks waiting for their offset's commit
         self._seen: set[tuple[int, str, int]] = set()      # (partition, request_id, seq) in flight here
@@ -290,22 +300,22 @@ class Ledger:
     # -- 3), 6) parts ---------------------------------------------------------------------
     def join_waiting(self, s: Seg) -> bool:
         """The same audio is being made already: ``s`` waits for it (True), else False."""
-        if s.part_id in self.waiting:
-            self.waiting[s.part_id].append(s)
+        if s.work_id in self.waiting:
+            self.waiting[s.work_id].append(s)
             return True
         return False
 
     def start_waiting(self, s: Seg) -> None:
-        self.waiting[s.part_id] = [s]
+        self.waiting[s.work_id] = [s]
 
     def queued(self, s: Seg, wait_s: float) -> None:
         req = self.requests.get((s.partition, s.seg.request_id))
         if req is not None:
             req.queue_s = max(req.queue_s, wait_s)
 
-    def part_made(self, part_id: str, part: Part, synth_s: float) -> None:
-        """The audio of ``part_id`` is in S3: every segment waiting for it is ready."""
-        for i, s in enumerate(self.waiting.pop(part_id, [])):
+    def part_made(self, work_id: str, part: Part, synth_s: float) -> None:
+        """The part of ``work_id`` (:attr:`Seg.work_id`) is in S3: every segment waiting for it is ready."""
+        for i, s in enumerate(self.waiting.pop(work_id, [])):
             if i == 0:
                 req = self.requests.get((s.partition, s.seg.request_id))
                 if req is not None:
@@ -326,14 +336,14 @@ class Ledger:
         if s.seg.stream and req.failure is None:
             self.chunks.setdefault(s.partition, []).append(ChunkDue(
                 s.partition, s.offset, req.request_id, req.user_id, s.seg.seq, s.seg.total, s.seg.voice, part,
-                more=s.seg.more))
+                req, s.seg, more=s.seg.more))
         if not s.seg.last:  # a last segment is done only with its completion
             self.tracker.mark_done(s.partition, s.offset)
 
-    def part_failed(self, part_id: str, error: ErrorInfo) -> list[tuple[Request, int]]:
-        """Every request waiting for ``part_id`` fails with ``error``; returns the ones that failed now (and the seq)."""
+    def part_failed(self, work_id: str, error: ErrorInfo) -> list[tuple[Request, int]]:
+        """Every request waiting for ``work_id`` fails with ``error``; returns the ones that failed now (and the seq)."""
         failed = []
-        for s in self.waiting.pop(part_id, []):
+        for s in self.waiting.pop(work_id, []):
             req = self.requests.get((s.partition, s.seg.request_id))
             if req is not None and req.failure is None:
                 req.failure = error

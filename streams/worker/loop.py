@@ -135,7 +135,8 @@ class Worker:
                              join_memory_bytes=batching.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
         self.core = WorkerCore(self.ledger, self.gate, metrics,
                                topics=Topics(kafka.topic_completed, kafka.topic_chunks, kafka.topic_done),
-                               uri=store.uri, bucket=store.bucket, sample_rate=engine.sample_rate)
+                               uri=store.uri, bucket=store.bucket, sample_rate=engine.sample_rate,
+                               engine_times=bool(getattr(engine, "timestamps", False)))
 
         # static membership: a worker restarted under its transactional id gets its partitions back at once
         def new_consumer() -> Any:
@@ -166,7 +167,8 @@ class Worker:
         self.lanes = lanes
         self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batcher.max_batch,
                                overlap=self.overlap, io=self._io, lanes=lanes)
-        self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s)
+        self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s,
+                             engine_times=bool(getattr(engine, "timestamps", False)))
         self.checkpoint = Checkpoint(core=self.core, producer=producer_, consumer=self.consumer,
                                      segments_topic=kafka.topic_segments, metrics=metrics, clock=clock,
                                      interval_s=kafka.worker_commit_interval_ms / 1000,
@@ -296,7 +298,7 @@ class Worker:
         for s in fresh:
             if self.ledger.join_waiting(s):
                 continue
-            hit = self.parts.cached(s.part_id)
+            hit = self.parts.cached(s)
             if hit is not None:
                 self.ledger.part_ready(s, hit)
                 continue

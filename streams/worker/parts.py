@@ -9,6 +9,9 @@ Invariants:
   (:func:`streams.worker.keys.part_id`: segment hash + model identity).
 * A Redis cache hit counts only when S3 still has the object; a stale pointer is deleted.
   Redis down means a cache bypass (counted), never an error.
+* A part for a segment that asked for timestamps is made with its words, and made only once
+  its words object is in S3 beside its audio (:mod:`~streams.worker.timings`); a cache hit
+  serves such a segment only if that object is there (else it is made again, same key).
 * An engine failure on one item fails that item; a failure of the model call fails every
   item of that call (and nothing else).
 * S3 unreachable during an upload raises :class:`~storage.errors.S3Unavailable` into the
@@ -31,6 +34,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from engine import audio as audio_codec
 from engine import voices as engine_voices
 from engine.base import Audio, Failure, Prepared, SynthItem
@@ -42,6 +47,7 @@ from storage.s3 import AudioStore
 from streams.worker.batcher import MicroBatcher
 from streams.worker.keys import PART_FORMAT
 from streams.worker.ledger import Part, PartResult, Seg
+from streams.worker.timings import PartWords, decode_part_words, encode_part_words, part_words_key, voice_times
 
 if TYPE_CHECKING:
     from engine.reload import ModelManager
@@ -50,8 +56,8 @@ __all__ = ["PartMaker"]
 
 _log = logging.getLogger("ttsflow.worker")
 
-# segment, result, key, synth share, sha256, bytes, wait
-_Made = tuple[Seg, Audio | Failure, str, float, str, int, float]
+# segment, result, key, synth share, sha256, bytes, wait, words
+_Made = tuple[Seg, Audio | Failure, str, float, str, int, float, PartWords | None]
 
 
 class PartMaker:
@@ -78,19 +84,34 @@ class PartMaker:
         self._dropped: list[Future[Any]] = []  # jobs of dropped calls still running (busy until they end)
 
     # -- 3) cache, 4) batch ---------------------------------------------------------------
-    def cached(self, part_id: str) -> Part | None:
-        """The part from the cache, if its object is still in S3."""
-        key = self.cache.get(part_id)
+    def cached(self, s: Seg) -> Part | None:
+        """The part of ``s`` from the cache, if its object is still in S3 (and, when ``s`` asked for
+        timestamps from a voice that times words, its words object beside it)."""
+        key = self.cache.get(s.part_id)
         head = self.store.head(key) if key is not None else None
         if key is not None and head is not None:
+            words = None
+            if s.seg.timestamps and voice_times(s.seg.voice, bool(getattr(self.engine, "timestamps", False))):
+                words = self._stored_words(key)
+                if words is None:  # made without timestamps: made again, with them (same audio, same key)
+                    self.metrics.cache(False)
+                    return None
             self.metrics.cache(True)
             size = int(head["bytes"])  # a part is 16-bit mono WAV: its duration from its size (44-byte header)
             return Part(key, None, cached=True, sha256=str(head.get("sha256") or ""), bytes=size,
-                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4))
+                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4), words=words)
         if key is not None:
-            self.cache.delete(part_id)  # the object expired: the pointer is stale
+            self.cache.delete(s.part_id)  # the object expired: the pointer is stale
         self.metrics.cache(False)
         return None
+
+    def _stored_words(self, audio_key: str) -> PartWords | None:
+        from storage.errors import ObjectMissing
+
+        try:
+            return decode_part_words(self.store.get(part_words_key(audio_key)))
+        except ObjectMissing:
+            return None
 
     def batch(self, misses: list[Seg]) -> list[tuple[str, Failure]]:
         """The CPU front end as segments arrive; its length picks the padding bucket. Returns the
@@ -98,12 +119,12 @@ class PartMaker:
         failed: list[tuple[str, Failure]] = []
         if not misses:
             return failed
-        prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed,
+        prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed, s.seg.timestamps,
                                                        spans=tuple(s.seg.spans) if s.seg.spans else None)
                                              for s in misses])
         for s, p in zip(misses, prepared, strict=True):
             if isinstance(p, Failure):
-                failed.append((s.part_id, p))
+                failed.append((s.work_id, p))
                 continue
             s.prepared = p
             group: tuple[Any, ...] = (p.item.voice, round(p.item.speed, 4))
@@ -152,7 +173,7 @@ class PartMaker:
             raw = self.engine.infer_batch(prepared)
         except EngineError as e:  # the model failed on the batch: every item of it fails
             _log.warning("event=batch_failed size=%d error=%s", len(segs), e)
-            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w) for s, w in zip(segs, waits, strict=True)])
+            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w, None) for s, w in zip(segs, waits, strict=True)])
             return
         except BaseException as e:  # not an engine's failure: raised into the loop at collect
             done.set_exception(e)
@@ -174,22 +195,31 @@ class PartMaker:
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
         uploads: list[tuple[Future[str], int] | None] = []
+        word_uploads: list[tuple[Future[str], PartWords] | None] = []
         for i, (s, r) in enumerate(zip(segs, results, strict=True)):
+            word_uploads.append(None)
             if isinstance(r, Audio):
                 data = audio_codec.encode(r.samples, r.sample_rate, PART_FORMAT)
                 # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
                 results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
-                uploads.append((self._io.submit(self.store.put, self.store.key("part", s.part_id, PART_FORMAT),
-                                                data, audio_codec.content_type(PART_FORMAT)), len(data)))
+                key = self.store.key("part", s.part_id, PART_FORMAT)
+                uploads.append((self._io.submit(self.store.put, key, data, audio_codec.content_type(PART_FORMAT)),
+                                len(data)))
+                if s.seg.timestamps and r.words is not None:  # its words beside it, under the same address
+                    pw = encode_part_words(s.seg.text, r.words, len(r.samples), r.sample_rate)
+                    word_uploads[i] = (self._io.submit(self.store.put, part_words_key(key), msgspec.json.encode(pw),
+                                                       "application/json"), pw)
             else:
                 uploads.append(None)
         out: list[_Made] = []
         share = synth_s / max(1, len(segs))
-        for s, r, up, w in zip(segs, results, uploads, waits, strict=True):
+        for s, r, up, wu, w in zip(segs, results, uploads, word_uploads, waits, strict=True):
             key = self.store.key("part", s.part_id, PART_FORMAT)
             sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
+            if wu is not None:
+                wu[0].result()
             s.model_s, s.uploaded_at = share, time.time()
-            out.append((s, r, key, share, sha, size, w))
+            out.append((s, r, key, share, sha, size, w, wu[1] if wu is not None else None))
         return out
 
     def _learn_cost(self, prepared: list[Prepared], synth_s: float) -> None:
@@ -229,13 +259,13 @@ class PartMaker:
             except BaseException:
                 self._futs = []
                 raise
-            for s, r, key, share, sha, size, w in results:
+            for s, r, key, share, sha, size, w, pw in results:
                 if isinstance(r, Failure):
                     out.append((s, r, share, w))
                     continue
                 self.cache.set(s.part_id, key)  # the audio is in S3 whoever waits for it now
                 out.append((s, Part(key, r.samples, cached=False, sha256=sha, bytes=size,
-                                    duration_s=round(len(r.samples) / r.sample_rate, 4)), share, w))
+                                    duration_s=round(len(r.samples) / r.sample_rate, 4), words=pw), share, w))
         self._futs = keep
         return out
 

@@ -10,7 +10,10 @@ One stage and one worker answer every request of this module in one run (lean: h
 - hostile SSML (billion laughs, an external entity naming a local file, 100,000 nested elements,
   unclosed tags, ~1 MB of attributes: the most a Kafka record holds) is answered once each with
   ``invalid_ssml`` giving line and column, while other users' plain requests in the same
-  partitions are answered ok.
+  partitions are answered ok;
+- a lexicon alias (stored on ``tts.lexicons`` before the stage starts) is heard; the lexicon is then
+  updated while the stage runs, and the same text is spoken anew with the new alias (not served
+  from the cache), the completion naming the new version.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import pytest
 from engine.pron import SILENCE_PEAK
 from streams.settings import Settings
 from tests.support.asr import normalize_text, recognize
-from tests.support.pipeline import answer_requests, by_request, check_audio
+from tests.support.pipeline import by_request, check_audio, completions
 
 pytestmark = [pytest.mark.integration]
 
@@ -57,7 +60,27 @@ def _longest_pause_ms(x: np.ndarray, sr: int) -> int:
     return best * 10
 
 
-def test_ssml_is_heard_as_written_and_hostile_ssml_fails_alone(settings: Settings, tmp_path: Path) -> None:
+def _lexicon(alias: str) -> str:
+    return ('<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="ipa" '
+            f'xml:lang="en-US"><lexeme><grapheme>Qzx</grapheme><alias>{alias}</alias></lexeme></lexicon>')
+
+
+def _publish(settings: Settings, reqs: list[dict[str, object]]) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "partitioner": "murmur2_random"})
+    for r in reqs:
+        p.produce(settings.kafka.topic_requests, key=str(r["user_id"]).encode(), value=json.dumps(r).encode())
+    assert p.flush(30) == 0
+
+
+def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(settings: Settings,
+                                                                               tmp_path: Path) -> None:
+    import time
+
+    from streams.client.lexicons import put_lexicon
+    from streams.devstack.procs import Supervisor
+
     ssml = {
         "break": '<speak>Please hold on. <break time="1500ms"/> Thank you for waiting.</speak>',
         "nobreak": "<speak>Please hold on. Thank you for waiting.</speak>",
@@ -70,8 +93,26 @@ def test_ssml_is_heard_as_written_and_hostile_ssml_fails_alone(settings: Setting
     for i, (k, doc) in enumerate(HOSTILE.items()):  # other users' plain requests around each hostile one
         reqs.append({"request_id": f"bad-{k}", "user_id": f"mallory-{i}", "text": doc, "text_type": "ssml"})
         reqs.append({"request_id": f"ok-{k}", "user_id": f"user-{i}", "text": f"Request {i} is fine."})
-    cs = answer_requests(settings, tmp_path / "logs", reqs, timeout=240)
-    assert by_request(cs) == Counter({r["request_id"]: 1 for r in reqs})
+    v1 = put_lexicon(settings, "lex-user", "brand", _lexicon("green apple"))
+    said = "Please buy Qzx today."
+    reqs.append({"request_id": "lex-1", "user_id": "lex-user", "text": said, "lexicons": ["brand"]})
+    _publish(settings, reqs)
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.stage("stage", settings)
+        sup.worker("worker", settings)
+        cs = completions(settings, count=len(reqs), timeout=240)
+        assert by_request(cs) == Counter({r["request_id"]: 1 for r in reqs})
+        # the lexicon changes while the stage runs: the same text again until the stage has the new version
+        v2 = put_lexicon(settings, "lex-user", "brand", _lexicon("blue ocean"))
+        deadline, again = time.monotonic() + 90, None
+        for i in range(30):
+            _publish(settings, [{"request_id": f"lex-2-{i}", "user_id": "lex-user", "text": said,
+                                 "lexicons": ["brand"]}])
+            (again,) = [c for c in completions(settings, count=len(reqs) + i + 1, timeout=60)
+                        if c.request_id == f"lex-2-{i}"]
+            if again.lexicons == [v2] or time.monotonic() > deadline:
+                break
+        sup.check_alive()
     got = {c.request_id: c for c in cs}
 
     answers = {}
@@ -82,15 +123,22 @@ def test_ssml_is_heard_as_written_and_hostile_ssml_fails_alone(settings: Setting
         answers[k] = bad.error.message[:120]
         assert got[f"ok-{k}"].status == "ok"
 
+    assert again is not None and v1 != v2
+    first = got["lex-1"]
+    assert first.lexicons == [v1] and again.lexicons == [v2], (first.lexicons, again.lexicons)
+    assert again.cached_segments == 0 and again.audio is not None and first.audio is not None
+    assert again.audio.sha256 != first.audio.sha256
+    lex_heard = [normalize_text(recognize(*check_audio(settings, c))) for c in (first, again)]
     audio = {k: check_audio(settings, got[k]) for k in [*ssml, "plain-phone"]}
     pause = _longest_pause_ms(*audio["break"])
     plain_pause = _longest_pause_ms(*audio["nobreak"])
     heard = {k: normalize_text(recognize(*audio[k])) for k in ("phone", "plain-phone", "chars", "sub")}
     print(json.dumps({"pause_ms": pause, "pause_without_break_ms": plain_pause, "heard": heard,
-                      "hostile": answers}))
+                      "hostile": answers, "lexicon_heard": lex_heard, "lexicon_versions": [v1, v2]}))
     assert abs(pause - 1500) <= 150, pause
     assert plain_pause < 1000
     assert "one five five five five zero one two three" in heard["phone"], heard
     assert "million" in heard["plain-phone"] or "billion" in heard["plain-phone"], heard  # the contrast
     assert "kay seven" in heard["chars"], heard
     assert "structured query language" in heard["sub"], heard
+    assert "green apple" in lex_heard[0] and "blue ocean" in lex_heard[1], lex_heard

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.bench.brokerkill import coordinator_partition, java_string_hash, kill_window_stats, pick_target
+from streams.bench.brokerkill import coordinator_partition, healthy, java_string_hash, kill_window_stats, pick_target
 
 
 def test_java_string_hash_matches_java() -> None:
@@ -65,6 +65,22 @@ def test_kill_window_stats_counts_unanswered_and_trailing_silence() -> None:
     assert st["max_gap_s"] == 37.0  # b waited past the end of the span: 103 -> 140
     assert kill_window_stats(100.0, 110.0, {"x": 90.0}, {"x": 125.0})["max_gap_s"] == 25.0  # from the kill
     assert kill_window_stats(100.0, 110.0, {}, {})["p99_s"] is None
+
+
+def _view(brokers: list[int], under: int = 0, offline: int = 0) -> dict[str, object]:
+    return {"brokers": brokers, "under_replicated": under, "offline": offline}
+
+
+def test_healthy_needs_every_broker_to_see_the_whole_cluster() -> None:
+    whole = _view([1, 2, 3])
+    assert healthy([whole, whole, whole], 3) == (True, "")
+    # the broker just restarted answers, but another still counts its partitions under-replicated
+    ok, why = healthy([whole, _view([1, 2, 3], under=23), whole], 3)
+    assert not ok and "23 partitions under-replicated" in why
+    assert not healthy([whole, whole], 3)[0]  # one broker did not answer at all
+    assert not healthy([whole, _view([1, 3]), whole], 3)[0]  # one view has not registered broker 2 yet
+    assert not healthy([whole, whole, _view([1, 2, 3], offline=1)], 3)[0]
+    assert healthy([_view([1])], 1) == (True, "")
 
 
 def test_kafka_brokers_setting_bootstraps_from_every_broker_and_replicates_on_three() -> None:

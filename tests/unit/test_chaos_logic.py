@@ -59,6 +59,12 @@ def test_plan_events_is_seeded_and_inside_the_window() -> None:
     assert sorted(int((k - 0.1) / 0.16) for k in kills) == [0, 1, 2, 3, 4]
 
 
+def test_plan_events_puts_broker_kills_in_the_first_two_thirds() -> None:
+    kills = [e.at for e in plan_events(3, 225.0, kill_workers=0, kill_stage=0, restart_broker=0, kill_brokers=3)]
+    assert len(kills) == 3 and kills == sorted(kills)
+    assert 22.5 <= kills[0] and kills[-1] <= 22.5 + 180.0 * 2 / 3  # room after the last for its restart
+
+
 def test_plan_events_none_requested() -> None:
     assert plan_events(1, 10.0, kill_workers=0, kill_stage=0, restart_broker=0) == []
     with pytest.raises(ValueError):

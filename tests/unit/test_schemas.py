@@ -33,7 +33,7 @@ from schemas import (
     request_hash,
     segment_hash,
 )
-from schemas.jsonschema import SCHEMAS, render
+from schemas.jsonschema import MESSAGES, SCHEMAS, render
 
 SHA = "ab" * 32
 NOW = datetime(2026, 11, 30, 12, 0, 0, 123000, tzinfo=UTC)
@@ -299,9 +299,9 @@ def test_asyncapi_documents_every_topic_and_existing_schema_files() -> None:
     doc = yaml.safe_load((here / "asyncapi.yaml").read_text())
     s = Settings()
     assert set(doc["channels"]) == {s.kafka.topic_requests, s.kafka.topic_segments, s.kafka.topic_completed, s.kafka.topic_dlq, s.kafka.topic_done,
-                                     s.kafka.topic_chunks}
+                                     s.kafka.topic_chunks, s.kafka.topic_lexicons, s.kafka.topic_lexicons_global}
     refs = {m["payload"]["$ref"] for m in doc["components"]["messages"].values() if "$ref" in m["payload"]}
-    assert refs == {f"./json/{name}.schema.json" for name in SCHEMAS}
+    assert refs == {f"./json/{name}.schema.json" for name in MESSAGES}
     for ref in refs:
         assert (here / ref).is_file()
     assert doc["channels"][s.kafka.topic_done]["bindings"]["kafka"]["topicConfiguration"]["cleanup.policy"] == ["compact", "delete"]
@@ -311,7 +311,7 @@ def test_every_stable_error_code_is_documented_in_schema_asyncapi_and_user_docs(
     root = Path(__file__).resolve().parents[2]
     codes = {"invalid_json", "invalid_field", "empty_text", "text_too_long", "unknown_voice", "unsupported_format",
              "unsupported_language", "internal_error", "synthesis_failed", "engine_error", "part_missing",
-             "audio_too_long", "storage_failed", "join_failed"}
+             "audio_too_long", "storage_failed", "join_failed", "invalid_ssml", "unknown_lexicon"}
     completion = json.loads((root / "schemas" / "json" / "completion.v1.schema.json").read_text())
     described = completion["$defs"]["ErrorInfo"]["properties"]["code"]["description"]
     for where, text in (("completion schema", described), ("asyncapi", (root / "schemas" / "asyncapi.yaml").read_text()),

@@ -109,7 +109,7 @@ def test_a_join_finished_after_its_partition_moved_on_answers_nothing() -> None:
     c.parts_done([made(segs[0])])
     (job,) = c.to_join()
     c.ledger.forget({1})  # revoked while the join ran
-    c.joined([(job.req, ref("r"))])
+    c.joined([(job.req, ref("r"), None)])
     assert c.ledger.answers == []
 
 
@@ -118,7 +118,7 @@ def test_a_join_that_failed_answers_failed_with_its_reason() -> None:
     (s,) = admit(c, 0, "r", 1)
     c.parts_done([made(s)])
     (job,) = c.to_join()
-    c.joined([(job.req, ErrorInfo(code="audio_too_long", message="too long"))])
+    c.joined([(job.req, ErrorInfo(code="audio_too_long", message="too long"), None)])
     (a,) = c.ledger.answers
     assert a.completion.status == "failed" and a.completion.error is not None
     assert a.completion.error.code == "audio_too_long"
@@ -129,7 +129,7 @@ def test_a_transaction_carries_chunks_before_their_completion_and_is_durable_onl
     segs = admit(c, 0, "s", 2, stream=True)
     c.parts_done([made(s) for s in segs])
     (job,) = c.to_join()
-    c.joined([(job.req, ref("s"))])
+    c.joined([(job.req, ref("s"), None)])
     plan = c.take_commit({0})
     assert [r[0] for r in plan.records] == ["chunks", "chunks", "completed", "done"]
     assert plan.offsets == {0: 2} and [a.request_id for a in plan.answers] == ["s"]
@@ -156,9 +156,69 @@ def test_answers_name_the_voice_that_spoke() -> None:
     (s,) = admit(c, 0, "r", 1)
     c.parts_done([made(s)])
     (job,) = c.to_join()
-    c.joined([(job.req, ref("r"))])
+    c.joined([(job.req, ref("r"), None)])
     completion: Completion = c.ledger.answers[0].completion
     assert completion.status == "ok" and completion.model is not None and completion.model.voice == "heart"
+
+
+def test_a_timed_streaming_request_has_its_words_on_each_chunk_and_on_the_completion() -> None:
+    import dataclasses
+
+    import msgspec
+
+    from schemas import SegmentSource, WordSpan
+    from streams.worker.timings import PartWords, RequestTimings
+
+    c = core()
+    n = 2
+    hashes = [f"t{i:063x}" for i in range(n)]
+    sources = [SegmentSource(start=0), SegmentSource(start=7)]
+    works = []
+    for i, voice in enumerate(("heart", "heart")):
+        seg = Segment(request_id="t", user_id="u", seq=i, total=n, text=f"part {i}", hash=hashes[i],
+                      request_hash="0" * 64, voice=voice, stream=True, timestamps=True, source=sources[i],
+                      sources=sources if i == n - 1 else None, parts=hashes if i == n - 1 else None)
+        c.ledger.consumed(0, i)
+        w, _ = c.ledger.admit(0, i, seg, f"pid-t-{i}", 0.0)
+        assert w is not None and w.work_id == f"pid-t-{i}+words"  # made apart from an untimed copy of its audio
+        c.ledger.start_waiting(w)
+        works.append(w)
+    pw = PartWords(text="part x", samples=SR // 10, sample_rate=SR,
+                   words=[WordSpan(word="part", start=0, end=4, start_s=0.01, end_s=0.05)])
+    c.parts_done([(s, dataclasses.replace(made(s)[1], words=pw), 0.05, 0.01) for s in works])
+    jobs = c.to_join()
+    first = c.take_commit({0})
+    c.committed(first)
+    words = RequestTimings(reason="because")
+    c.joined([(jobs[0].req, ref("t"), words)])
+    done = c.take_commit({0})  # the last chunk commits with the completion
+    chunks = [msgspec.json.decode(v) for t, _, v, _ in first.records + done.records if t == "chunks"]
+    assert [ch["words"] for ch in chunks] == [[{"word": "part", "start": 0, "end": 4, "start_s": 0.01,
+                                                "end_s": 0.05, "chars": None}],
+                                              [{"word": "part", "start": 7, "end": 11, "start_s": 0.01,
+                                                "end_s": 0.05, "chars": None}]]
+    assert [ch["offset_s"] for ch in chunks] == [0.0, 0.25]  # 0.1 s of the first part and the 0.15 s pause
+    comp = msgspec.json.decode(next(v for t, _, v, _ in done.records if t == "completed"))
+    assert comp["status"] == "ok" and comp["words"] is None and comp["words_reason"] == "because"
+
+
+def test_a_chunk_of_a_voice_without_durations_says_why_it_has_no_words() -> None:
+    from engine.voices import NO_TIMESTAMPS_REASON
+
+    c = core()
+    seg = Segment(request_id="z", user_id="u", seq=0, total=2, text="你好", hash="e" * 64, request_hash="0" * 64,
+                  voice="chattts", stream=True, timestamps=True)
+    c.ledger.consumed(0, 0)
+    w, _ = c.ledger.admit(0, 0, seg, "pid-z-0", 0.0)
+    assert w is not None
+    c.ledger.start_waiting(w)
+    c.parts_done([made(w)])
+    plan = c.take_commit({0})
+    chunk = next(v for t, _, v, _ in plan.records if t == "chunks")
+    import json
+
+    d = json.loads(chunk)
+    assert d["words"] is None and d["words_reason"] == NO_TIMESTAMPS_REASON and d["offset_s"] == 0.0
 
 
 # -- requests sent in pieces ----------------------------------------------------------------
@@ -204,7 +264,7 @@ def test_pieces_chunk_with_their_own_done_record_and_the_end_record_answers_once
     assert c.ledger.admit_end(0, 7, end) is None
     (job,) = c.to_join()
     assert job.hashes == hashes  # part 0 comes from S3
-    c.joined([(job.req, ref("p"))])
+    c.joined([(job.req, ref("p"), None)])
     plan = c.take_commit({0})
     kinds = [(r[0], r[1], r[2] is None) for r in plan.records]
     assert kinds[:2] == [("chunks", b"u", False), ("done", b"p/1", False)]

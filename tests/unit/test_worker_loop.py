@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent import futures
 from datetime import UTC, datetime
 from typing import Any
 
@@ -458,6 +459,87 @@ def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkey
         wedged.release.set()
     time.sleep(0.1)  # the abandoned call ends (fenced) on its own thread; nothing more is written
     assert Counter(c.request_id for c in rig.completions()) == Counter({"w": 1, "v": 1})
+
+
+def test_a_commit_wedged_at_a_revoke_replaces_the_producer_without_aborting_on_it(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A revoke's commit wedges (the group coordinator's broker died, librdkafka#5511): an abort
+    queued behind the stuck call would wedge too, so a fresh producer ends the transaction at once,
+    and the partition kept answers once."""
+    monkeypatch.setattr("streams.kafka.producer.OP_TIMEOUT_S", 0.05)
+    wedged = WedgedProducer(rig.broker)
+    fresh: list[FakeProducer] = []
+
+    def factory() -> FakeProducer:
+        fresh.append(FakeProducer(rig.broker))
+        return fresh[-1]
+
+    rig.worker.close()
+    rig.consumer = FakeConsumer(rig.broker)
+    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
+                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=wedged, producer_factory=factory,
+                        reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now, wedge_grace_s=0.2)
+    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    try:
+        rig.publish(0, segments("kept", "u1", ["Stays here."]))
+        rig.publish(1, segments("moved", "u2", ["Goes elsewhere."]))
+        deadline = time.monotonic() + 10
+        while "commit" not in wedged.calls:  # the loop's own turns, without waiting on the stuck call
+            assert time.monotonic() < deadline, "no transaction reached its commit"
+            rig.now += 0.1
+            rig.worker.run_once()
+            futures.wait(rig.worker.joiner.futures() + rig.worker.parts.futures(), 10)
+        rig.worker.on_revoke(rig.consumer, [TopicPartition(SEG, 1)])
+        assert "abort" not in wedged.calls, "an abort was queued behind the wedged call"
+        assert len(fresh) == 1 and fresh[0].calls[:1] == ["init"], "no new producer ended the transaction"
+        assert rig.worker.abandoned == [wedged]
+        assert rig.worker.consumer.assigned == {0}
+        rig.run()
+        assert Counter(c.request_id for c in rig.completions()) == Counter({"kept": 1})
+    finally:
+        wedged.release.set()
+
+
+class BrokenProducer(FakeProducer):
+    """The first commit fails as librdkafka's idempotence layer breaks the instance: a produce
+    possibly persisted on a leader that died, then OUT_OF_ORDER_SEQUENCE_NUMBER on the new one."""
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        raise KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                        "sequence desynchronization with broker 1", fatal=True))
+
+
+def test_a_producer_broken_by_librdkafka_is_replaced_not_the_process(rig: Rig) -> None:
+    broken = BrokenProducer(rig.broker)
+    fresh: list[FakeProducer] = []
+
+    def factory() -> FakeProducer:
+        fresh.append(FakeProducer(rig.broker))
+        return fresh[-1]
+
+    rig.worker.close()
+    rig.consumer = FakeConsumer(rig.broker)
+    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
+                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=broken, producer_factory=factory,
+                        reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now)
+    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    rig.publish(0, segments("b", "u1", ["Broken once."]))
+    rig.run()
+    assert broken.calls.count("commit") == 1 and "abort" not in broken.calls
+    assert len(fresh) == 1 and fresh[0].calls[:1] == ["init"], "no new producer took over"
+    assert Counter(c.request_id for c in rig.completions()) == Counter({"b": 1})
+    assert rig.metrics.value("ttsflow_worker_producer_replacements_total") == 1
+
+
+def test_a_fenced_producer_stays_fatal() -> None:
+    from streams.errors import FatalError, ProducerBroken
+    from streams.kafka.producer import transaction_error
+
+    fenced = transaction_error(KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True)))
+    assert type(fenced) is FatalError
+    oos = transaction_error(KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "desync", fatal=True)))
+    assert isinstance(oos, ProducerBroken)
 
 
 class SlowOffsetsConsumer(FakeConsumer):

@@ -1,0 +1,179 @@
+"""Word timings through the worker: a part's words beside its audio, a request's placed, captioned and stored.
+
+Invariants (docs/concepts/timing.md):
+
+* **A part keeps the timings it was made with.** A part made for a segment that asked for
+  timestamps is made only once its words object (:class:`PartWords`: the segment's text, the
+  part's length and every word with its offsets in the segment and its times in the part) is
+  in S3 beside its audio, under the same content address (``part/<id>.json``). A cached part
+  counts for such a segment only if that object is there too; if not (a part made without
+  timestamps), the part is made again: the same audio under the same key, now with its words.
+  So a cache hit is as captioned as a miss.
+* **Placed, never estimated.** A word's character offsets map through its segment's
+  :class:`~schemas.SegmentSource` (written by the stage) into the request's text as sent;
+  its time moves by its part's start in the joined audio (:func:`engine.audio.part_starts`:
+  the earlier parts and a 150 ms pause between each two), so the speed and the pauses are
+  counted. A chunk's words keep times in the chunk's own audio (``offset_s`` says where the
+  chunk starts in the request's).
+* **Referenced, never inlined.** A completion points at three content-addressed objects (the
+  word-timing JSON, WebVTT and SRT; their keys are their SHA-256): a two-hour request has
+  ~20,000 words, far past a Kafka record. Caption lines are at most 42 characters, 2 lines
+  a cue, cut at word boundaries (:mod:`engine.captions`).
+* **Nothing invented.** A voice without durations (ChatTTS) answers ok audio with words
+  absent and ``words_reason`` (:data:`engine.voices.NO_TIMESTAMPS_REASON`); a part whose
+  words object is gone gives a reason too, never made-up times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from engine import voices as engine_voices
+from engine.audio import part_starts
+from engine.captions import cues, to_srt, to_vtt
+from engine.timing import Word
+from schemas import ObjectRef, SegmentSource, WordSpan, WordTimings, encode
+
+__all__ = ["GAP_MS", "NO_SOURCE_REASON", "PartWords", "RequestTimings", "chunk_offset", "chunk_words", "decode_part_words",
+           "encode_part_words", "no_words_reason", "part_words_key", "request_timings", "store_request_timings",
+           "voice_times"]
+
+GAP_MS = 150.0  # the pause the join puts between two parts (engine.audio.join's default)
+# why a timed request's segments carry no source (the stage maps plain text only, for now)
+NO_SOURCE_REASON = "word timings of SSML, or of text a lexicon rewrote, are not offered yet"
+_JSON = "application/json"
+
+
+class PartWords(msgspec.Struct, frozen=True, kw_only=True):
+    """A part's words object in S3: segment-relative (offsets into ``text``, times in the part)."""
+
+    text: str
+    samples: int
+    sample_rate: int
+    words: list[WordSpan]
+
+
+_part_decoder = msgspec.json.Decoder(PartWords)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTimings:
+    """What a completion says about its words: the objects, or why there are none."""
+
+    words: ObjectRef | None = None
+    captions: dict[str, ObjectRef] | None = None
+    count: int | None = None
+    reason: str | None = None
+
+
+def part_words_key(audio_key: str) -> str:
+    """The words object's key beside a part's audio key (``.../<id>.wav`` -> ``.../<id>.json``)."""
+    stem, dot, _ext = audio_key.rpartition(".")
+    return (stem if dot else audio_key) + ".json"
+
+
+def _span(w: Word) -> WordSpan:
+    return WordSpan(word=w.text, start=w.start, end=w.end, start_s=w.start_s, end_s=w.end_s,
+                    chars=[_span(c) for c in w.chars] or None)
+
+
+def encode_part_words(text: str, words: Sequence[Word], samples: int, sample_rate: int) -> PartWords:
+    return PartWords(text=text, samples=int(samples), sample_rate=int(sample_rate), words=[_span(w) for w in words])
+
+
+def decode_part_words(data: bytes) -> PartWords | None:
+    """A part's words object, or None if it does not read (an object from another version)."""
+    try:
+        return _part_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def no_words_reason(voice: str, engine_times: bool = True) -> str:
+    """Why a segment asking for timestamps got no words from ``voice``."""
+    info = engine_voices.voice_info(voice)
+    if (info is not None and not info.timestamps) or (info is None and not engine_times):
+        return engine_voices.NO_TIMESTAMPS_REASON
+    return "the voice returned no word durations for this text"
+
+
+def voice_times(voice: str, engine_times: bool) -> bool:
+    """Whether ``voice`` times its words (the voice registry; the engine's word for unknown voices)."""
+    info = engine_voices.voice_info(voice)
+    return info.timestamps if info is not None else engine_times
+
+
+def _moved(w: WordSpan, source: SegmentSource | None, seconds: float) -> WordSpan:
+    if source is None:
+        s, e = w.start, w.end
+    else:
+        s, e = source.offset(w.start), source.offset(max(w.start, w.end - 1)) + (1 if w.end > w.start else 0)
+    return WordSpan(word=w.word, start=s, end=e, start_s=round(w.start_s + seconds, 4),
+                    end_s=round(w.end_s + seconds, 4),
+                    chars=None if w.chars is None else [_moved(c, source, seconds) for c in w.chars])
+
+
+def chunk_words(part: PartWords, source: SegmentSource | None) -> list[WordSpan]:
+    """A chunk's words: times in the chunk's audio, offsets into the request's text."""
+    return [_moved(w, source, 0.0) for w in part.words]
+
+
+def chunk_offset(durations: Mapping[int, float], seq: int, sample_rate: int) -> float | None:
+    """Where part ``seq`` starts in the joined audio, from the earlier parts' durations (None when
+    one of them is not known here: a worker that restarted mid-request)."""
+    if any(k not in durations for k in range(seq)):
+        return None
+    lengths = [round(durations[k] * sample_rate) for k in range(seq)] + [0]
+    return round(part_starts(lengths, sample_rate, GAP_MS)[seq], 4)
+
+
+class _Timed:
+    """A word in the request's normalized text (what the caption lines show), timed in the request."""
+
+    __slots__ = ("end", "end_s", "start", "start_s")
+
+    def __init__(self, start: int, end: int, start_s: float, end_s: float) -> None:
+        self.start, self.end, self.start_s, self.end_s = start, end, start_s, end_s
+
+
+def request_timings(parts: Sequence[PartWords], sources: Sequence[SegmentSource | None],
+                    duration_s: float) -> tuple[WordTimings, str, str]:
+    """Every part's words placed in the request (its word-timing object) and its captions (WebVTT,
+    SRT). Caption lines show the text as the voice read it (the segments, joined by a space)."""
+    starts = part_starts([p.samples for p in parts], parts[0].sample_rate if parts else 24000, GAP_MS)
+    words: list[WordSpan] = []
+    timed: list[_Timed] = []
+    shown: list[str] = []
+    at = 0
+    for p, src, t0 in zip(parts, sources, starts, strict=True):
+        for w in p.words:
+            words.append(_moved(w, src, t0))
+            timed.append(_Timed(at + w.start, at + w.end, round(w.start_s + t0, 4), round(w.end_s + t0, 4)))
+        shown.append(p.text)
+        at += len(p.text) + 1
+    text = " ".join(shown)
+    cs = cues(text, timed)
+    return WordTimings(duration_s=duration_s, words=words), to_vtt(cs), to_srt(cs)
+
+
+def store_request_timings(store: Any, parts: Sequence[PartWords], sources: Sequence[SegmentSource | None],
+                          duration_s: float) -> RequestTimings:
+    """Build and upload a request's word-timing object and captions (content-addressed: a key is
+    its bytes' SHA-256, so a redone request writes the same objects). S3 errors are raised."""
+    doc, vtt, srt = request_timings(parts, sources, duration_s)
+    refs: dict[str, ObjectRef] = {}
+    for name, data, ctype in (("words", encode(doc), _JSON), ("vtt", vtt.encode(), "text/vtt; charset=utf-8"),
+                              ("srt", srt.encode(), "application/x-subrip; charset=utf-8")):
+        key = store.key("words" if name == "words" else "captions", hashlib.sha256(data).hexdigest(),
+                        "json" if name == "words" else name)
+        sha = store.put(key, data, ctype)
+        url = store.presigned_url(key) if getattr(store, "presign_ttl_s", 0) else None
+        refs[name] = ObjectRef(uri=store.uri(key), bucket=store.bucket, key=key, content_type=ctype,
+                               bytes=len(data), sha256=sha, url=url)
+    return RequestTimings(words=refs["words"], captions={"vtt": refs["vtt"], "srt": refs["srt"]},
+                          count=len(doc.words))
