@@ -51,7 +51,7 @@ _PINYIN = re.compile(r"^(?:[a-zü:v]{1,7}[1-5])(?:[\s'-]+[a-zü:v]{1,7}[1-5])*$"
 _LANG = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*$")
 _TEXT_ONLY = frozenset({"sub", "say-as", "phoneme"})
 _BLOCKS = frozenset({"p", "s", "paragraph", "sentence"})
-ALPHABETS = ("ipa", "x-pinyin")
+ALPHABETS = ("ipa", "x-pinyin", "x-voice")  # x-voice: the voice's own phonemes, as /dev/phonemize prints them
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,7 +169,7 @@ class Span(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     text: str = ""
     ph: Annotated[str, msgspec.Meta(max_length=2048, description=(
         "Phonemes that replace the reading of text, in alphabet"))] | None = None
-    alphabet: Literal["ipa", "x-pinyin"] | None = None
+    alphabet: Literal["ipa", "x-pinyin", "x-voice"] | None = None
     rate: Annotated[float, msgspec.Meta(gt=0, le=16, description="Speaking rate multiplier of this run "
                                                                  "(on top of the request's speed)")] | None = None
     lang: Annotated[str, msgspec.Meta(max_length=35, description="BCP 47 language of this run (xml:lang)")] | None = None
