@@ -43,6 +43,10 @@ def _stage(**kw: Any) -> StageCore:
     ("１５％", "15%"),  # width folded; OpenJTalk reads % itself
     ("3.5キロ", "3.5キロ"),  # decimals untouched
     ("3月15日 午後3時", "3月15日 午後3時"),  # OpenJTalk reads dates and times with counters itself
+    ("10:08に", "10時はっぷんに"),  # minutes ending in 8: はっぷん, which OpenJTalk says はちふん
+    ("18分", "10はっぷん"),
+    ("8分の1", "8分の1"),  # a fraction: はちぶんのいち
+    ("80分", "80分"),
 ])
 def test_normalize_ja_table(text: str, normalized: str) -> None:
     from engine.ja_text import normalize_ja
@@ -62,6 +66,11 @@ def test_normalize_ja_table(text: str, normalized: str) -> None:
     ("1人", "ヒトリ"),
     ("3匹", "サンビキ"),
     ("2024/4/1", "ニセンニジューヨネンシガツツイタチ"),
+    ("8分", "ハップン"),
+    ("18分", "ジューハップン"),
+    ("午後8時8分", "ゴゴハチジハップン"),
+    ("8分の1", "ハチブンノイチ"),
+    ("6分", "ロップン"),
 ])
 def test_numbers_are_read_with_their_counters(text: str, reading: str) -> None:
     pytest.importorskip("pyopenjtalk")
