@@ -220,6 +220,18 @@ def test_the_mixed_benchmark_switches_language_every_clause_and_each_clause_read
         assert [lang for _, lang in clause_languages("".join(clauses), "zh")] == langs
 
 
+def test_the_mixed_benchmarks_equal_audio_control_is_the_same_clauses_with_two_switches() -> None:
+    """The grouped control holds the very same clauses (same phonemes, same audio length), read by
+    the same G2P, with two switches instead of five: the difference is the switches alone."""
+    from streams.bench.mixed import CORPUS_MIXED, grouped
+
+    for clauses in CORPUS_MIXED:
+        g = grouped(clauses)
+        assert sorted(g) == sorted(clauses)
+        # runs of one language are one run to the G2P: zh, ja, en, two switches
+        assert [lang for _, lang in clause_languages("".join(g), "zh")] == ["zh", "ja", "en"], g
+
+
 def test_kanji_unknown_to_openjtalk_are_read_not_refused() -> None:
     """pyopenjtalk-plus reads kanji its dictionary lacks through Sudachi (sudachidict_core, one of its
     declared dependencies); without it the front end raised on such text."""
