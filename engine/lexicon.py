@@ -244,7 +244,7 @@ def _apply(span: Span, ap: Applier, used: set[str] | None) -> list[Span]:
                 hits.append((m.start(), m.end(), lex, lex.entries[m.group(0)]))
                 taken[m.start():m.end()] = b"\1" * (m.end() - m.start())
     by_first = ap.by_first
-    if by_first:
+    if by_first and not by_first.keys().isdisjoint(_WORD.findall(text)):  # (C speed: most runs match nothing)
         words = list(_WORD.finditer(text))
         toks = [w.group(0) for w in words]
         i = 0

@@ -249,7 +249,7 @@ class PieceHandler:
                 if cur.final:
                     records += self._close(st, rid, key, now)
                     return Outcome("closed", tuple(records), request_id=rid, remember=rid, open=(rid, None))
-                records += self._cut(st, rid, key, "all" if cur.flush else None, now)
+                records += self._cut(st, rid, key, "all" if cur.flush else None, now, cur.text)
                 cur = st.ahead.pop(st.next_seq, None)
         except _Closed as e:
             return self._reject(key, value, rid, e.code, e.message, partition, offset, timestamp_ms, before=records)
@@ -298,8 +298,11 @@ class PieceHandler:
         st.timestamps = req.timestamps
 
     def _cut(self, st: OpenRequest, rid: str, key: bytes | None, force: Literal["idle", "all"] | None,
-             now: float) -> list[Any]:
+             now: float, last: str = "") -> list[Any]:
+        """What is complete in the held text now (``last``: the piece just added, if one was)."""
         budget = budget_for(st.held.lstrip(), self.s.first_budgets) if st.stream and not st.hashes else None
+        if force is None and last.isascii() and last.isalnum() and len(st.held) <= (budget or self.s.max_segment_chars):
+            return []  # letters or digits added within the limit: nothing can have completed (a fast path)
         texts, sources = self._take(st, budget, force)
         return self._emit(st, rid, key, texts, sources, final=False, now=now)
 
