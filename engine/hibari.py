@@ -140,6 +140,8 @@ class HibariBackend(Backend):
         """A span's phonemes: IPA converted, anything else (text, or pinyin hibari cannot say) read."""
         if span.ph is not None and span.alphabet == "ipa":
             return pron.ipa_to_misaki(span.ph)
+        if span.ph is not None and span.alphabet == "x-voice":
+            return str(span.ph)
         return str(self._g2p(span.text)) if span.text.strip() else ""
 
     def _fit_run(self, ps: str) -> list[str]:

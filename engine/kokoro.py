@@ -318,6 +318,8 @@ class KokoroBackend(Backend):
                 return pron.ipa_to_misaki(span.ph)
             if span.ph is not None and span.alphabet == "x-pinyin":
                 return pron.pinyin_to_kokoro(span.ph)
+            if span.ph is not None and span.alphabet == "x-voice":
+                return str(span.ph)
             if not span.text.strip():
                 return ""
             lang = (span.lang or "").split("-")[0]

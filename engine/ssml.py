@@ -37,7 +37,7 @@ from typing import Any
 from xml.parsers import expat
 
 from engine.sayas import expand
-from schemas.errors import InvalidSSML
+from schemas.errors import InvalidSSML, TtsflowError
 from schemas.events import Span
 
 __all__ = ["BOUNDARY", "Limits", "Refused", "parse", "plain_text", "safe_parse"]
@@ -51,7 +51,7 @@ _PINYIN = re.compile(r"^(?:[a-zü:v]{1,7}[1-5])(?:[\s'-]+[a-zü:v]{1,7}[1-5])*$"
 _LANG = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*$")
 _TEXT_ONLY = frozenset({"sub", "say-as", "phoneme"})
 _BLOCKS = frozenset({"p", "s", "paragraph", "sentence"})
-ALPHABETS = ("ipa", "x-pinyin")
+ALPHABETS = ("ipa", "x-pinyin", "x-voice")  # x-voice: the voice's own phonemes, as /dev/phonemize prints them
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class Limits:
     max_attr_chars: int = 2_048
 
 
-class _Refused(Exception):
+class _Refused(TtsflowError):
     """Raised inside an expat handler; the parser's position is read there (``_Guard``)."""
 
 

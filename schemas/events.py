@@ -169,7 +169,7 @@ class Span(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     text: str = ""
     ph: Annotated[str, msgspec.Meta(max_length=2048, description=(
         "Phonemes that replace the reading of text, in alphabet"))] | None = None
-    alphabet: Literal["ipa", "x-pinyin"] | None = None
+    alphabet: Literal["ipa", "x-pinyin", "x-voice"] | None = None
     rate: Annotated[float, msgspec.Meta(gt=0, le=16, description="Speaking rate multiplier of this run "
                                                                  "(on top of the request's speed)")] | None = None
     lang: Annotated[str, msgspec.Meta(max_length=35, description="BCP 47 language of this run (xml:lang)")] | None = None
@@ -251,6 +251,8 @@ class End(_Event, frozen=True, kw_only=True):
     enqueued_at: datetime | None = None
     stream: bool = False
     priority: Priority = "interactive"
+    timestamps: bool = False
+    sources: list[SegmentSource] | None = None
     schema_version: Literal[1] = 1
 
     def as_last(self) -> Segment:
@@ -260,7 +262,8 @@ class End(_Event, frozen=True, kw_only=True):
                        text=" ", hash=self.parts[-1], request_hash=self.request_hash, voice=self.voice,
                        format=self.format, speed=self.speed, sample_rate=self.sample_rate, model=self.model,
                        model_version=self.model_version, created_at=self.created_at, enqueued_at=self.enqueued_at,
-                       parts=self.parts, stream=self.stream, priority=self.priority)
+                       parts=self.parts, stream=self.stream, priority=self.priority, timestamps=self.timestamps,
+                       sources=self.sources)
 
 
 class AudioRef(_Event, frozen=True, kw_only=True):

@@ -415,6 +415,21 @@ def _bigrequest(r: dict[str, Any]) -> list[Table]:
              _rows_of(lat, ["n", "p50_s", "p99_s", "unanswered", "failed"]))]
 
 
+def _streaming_input(r: dict[str, Any]) -> list[Table]:
+    loads = [(f"{x.get('fraction', 0):.0%}", x) for x in r.get("loads", [])]
+    first = [(f"{lang} {when}", _get(r, f"first_chunk_{lang}", when)) for lang in ("en", "zh")
+             for when in ("before", "after") if _get(r, f"first_chunk_{lang}", when) is not None]
+    return [("Word by word at 20 words/s: a sentence's last word to its chunk (capacity "
+             f"{r.get('capacity_sentences_per_s')} sentences/s)",
+             ["load", "streams", "sentences", "p50 ms", "p99 ms", "tail after final p50 ms", "tail p99 ms",
+              "missing", "loadavg 1m"],
+             _rows_of(loads, ["streams", "sentences", "sentence_to_audio.p50_ms", "sentence_to_audio.p99_ms",
+                              "tail_after_final.p50_ms", "tail_after_final.p99_ms", "missing_chunks", "loadavg_1m"])),
+            ("First chunk of a whole streaming request, idle worker (before: first segment a whole sentence)",
+             ["language, when", "n", "p50 ms", "p99 ms", "first sentence chars", "segments"],
+             _rows_of(first, ["n", "p50_ms", "p99_ms", "first_sentence_chars", "segments"]))]
+
+
 def _soak(r: dict[str, Any]) -> list[Table]:
     rss = r.get("worker_rss", {})
     return [("Answers", ["requests", "answered", "failed", "duplicated", "worker restarts", "req/s", "wall s"],
@@ -525,6 +540,8 @@ BENCHES: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[Table]]]] = {
     "chaos-3brokers": ("chaos on three brokers", "ttsflow chaos --brokers 3 --requests 1000 --kill-workers 3 "
                        "--kill-stage 1 --kill-brokers 3 --json", _chaos_brokers),
     "demo": ("demo", "ttsflow demo --json", _demo),
+    "streaming-input": ("text sent in pieces, word by word; fast first audio", "ttsflow bench streaming-input --json",
+                        _streaming_input),
 }
 
 

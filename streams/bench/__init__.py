@@ -26,6 +26,7 @@ _KINDS = {
     "soak": "streams.bench.soak",
     "align": "streams.bench.align",
     "sweep": "streams.bench.sweep",
+    "streaming-input": "streams.bench.streaming_input",
 }
 
 

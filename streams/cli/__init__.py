@@ -25,7 +25,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("streams.cli.synth", "speak TEXT into a file with the engine directly, no Kafka"),
     "model": ("streams.cli.model", "convert (fp16/int8), install and reload model versions"),
     "voices": ("streams.cli.voices", "list the installed voices: backend, languages, sample rate (--json)"),
-    "bench": ("streams.bench", "benchmarks that print one JSON object: engine, sweep, stage, pipeline, baseline, latency, soak, gateway, bigrequest, align"),
+    "bench": ("streams.bench", "benchmarks that print one JSON object: engine, sweep, stage, pipeline, baseline, latency, soak, gateway, bigrequest, align, streaming-input"),
     "demo": ("streams.bench.demo", "run the whole local pipeline on the demo corpus"),
     "chaos": ("streams.bench.chaos", "kill workers, stage and broker mid-run and count lost/duplicated completions"),
     "say": ("streams.client.cli", "publish TEXT, wait for its completion, save the audio"),

@@ -336,11 +336,11 @@ class TTSClient:
 
     def open_text(self, user_id: str, voice: str | None = None, format: str = "wav", request_id: str | None = None,
                   *, speed: float = 1.0, sample_rate: int | None = None, stream: bool = True,
-                  priority: str = "interactive") -> TextPieces:
+                  priority: str = "interactive", timestamps: bool = False) -> TextPieces:
         """A request whose text is still being written: :meth:`TextPieces.write` each piece as it comes,
         :meth:`TextPieces.close` after the last (docs/using/streaming-input.md)."""
         return TextPieces(self, user_id, request_id or uuid.uuid4().hex, voice=voice, format=format, speed=speed,
-                          sample_rate=sample_rate, stream=stream, priority=priority)
+                          sample_rate=sample_rate, stream=stream, priority=priority, timestamps=timestamps)
 
     def stream_text(self, pieces: Iterable[str], user_id: str, voice: str | None = None, format: str = "wav",
                     request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
@@ -486,13 +486,13 @@ class TextPieces:
     piece 0 carries the settings. Not thread-safe: write from one thread."""
 
     def __init__(self, client: TTSClient, user_id: str, request_id: str, *, voice: str | None, format: str,
-                 speed: float, sample_rate: int | None, stream: bool, priority: str) -> None:
+                 speed: float, sample_rate: int | None, stream: bool, priority: str, timestamps: bool = False) -> None:
         from datetime import UTC, datetime
 
         self.client, self.user_id, self.request_id = client, user_id, request_id
         self._first = Request(request_id=request_id, user_id=user_id, text="", voice=voice, format=format,
                               speed=speed, sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
-                              priority=priority, seq=0)  # type: ignore[arg-type]
+                              priority=priority, seq=0, timestamps=timestamps)  # type: ignore[arg-type]
         self.seq = 0
         self.closed = False
         with client._lock:

@@ -8,6 +8,8 @@
 ``GET /v1/models``          the model names accepted in ``model``
 ``GET /v1/audio/voices``    our voices and the aliases that map onto them
 ``WS .../stream-input``     ``/v1/text-to-speech/{voice_id}/stream-input``: ElevenLabs' text-in WebSocket
+``/v1/lexicons[/{name}]``   pronunciation lexicons; ``POST /dev/phonemize``, ``/dev/generate_from_phonemes``
+                            (Kokoro-FastAPI's shapes): :mod:`streams.gateway.pronunciation`
 ``GET /``                   the playground page
 ``/healthz`` ``/readyz``    liveness (the completions reader runs) and readiness
 ``/metrics``                Prometheus: requests by status, latency, in flight
@@ -46,6 +48,7 @@ from streams.gateway.auth import ApiKey, KeyRing, Limiter, load_keys
 from streams.gateway.errors import ApiError
 from streams.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from streams.gateway.pipeline import Pipeline, request_id_for
+from streams.gateway.pronunciation import add_routes
 from streams.gateway.stream_input import serve_stream_input
 from streams.gateway.words import Carry, kokoro, ours
 from streams.settings import Settings
@@ -71,6 +74,8 @@ class SpeechBody(BaseModel):
     speed: float = 1.0
     instructions: str | None = None  # accepted and ignored: the voices take no style prompt
     stream_format: str = "audio"
+    text_type: str = "text"  # ttsflow's: "ssml" reads input as SSML (docs/using/pronunciation.md)
+    lexicons: list[str] | None = None  # ttsflow's: up to 5 of the caller's (or global/NAME) lexicons
     timestamps: bool = False  # ttsflow's: every word's time (the OpenAI SDK sends it with extra_body)
 
 
@@ -138,6 +143,10 @@ def _validate(body: SpeechBody, settings: Settings) -> None:
                        code="invalid_value")
     if body.stream_format not in ("audio", "sse"):
         raise ApiError(400, "stream_format must be 'audio' or 'sse'.", param="stream_format", code="invalid_value")
+    if body.text_type not in ("text", "ssml"):
+        raise ApiError(400, "text_type must be 'text' or 'ssml'.", param="text_type", code="invalid_value")
+    if body.lexicons is not None and len(body.lexicons) > 5:
+        raise ApiError(400, f"lexicons names {len(body.lexicons)}; at most 5.", param="lexicons", code="invalid_value")
     if body.timestamps and "stream_format" in body.model_fields_set and body.stream_format == "audio":
         raise ApiError(400, "timestamps come with stream_format 'sse' (words on each event) or without streaming "
                             "(one JSON answer); raw streamed audio has no place for them.", param="timestamps",
@@ -233,6 +242,8 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
         await serve_stream_input(ws, voice_id, pipeline=state["pipeline"], authenticate=_ws_caller,
                                  resolve_voice=voices.resolve, enter=limiter.enter, leave=limiter.leave)
 
+    add_routes(app, settings, caller=_caller, state=state, voices=voices)
+
     @app.get("/", response_class=HTMLResponse)
     async def playground() -> HTMLResponse:
         return HTMLResponse(resources.files("streams.gateway").joinpath("playground.html").read_text("utf-8"))
@@ -276,7 +287,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
                                              media_type="text/event-stream" if sse else CONTENT_TYPES[fmt])
                 c, found = first, "memory"
             else:
-                c, found = await p.completion(**ask)
+                c, found = await p.completion(**ask, text_type=body.text_type, lexicons=body.lexicons)
             data = await p.audio(c)
             out, duration = await p.run(transcode, data, body.response_format)
             headers.update({"x-ttsflow-found": found,

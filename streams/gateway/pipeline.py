@@ -57,6 +57,8 @@ _FAILED: dict[str, tuple[int, str]] = {
     "unknown_voice": (400, "invalid_request_error"),
     "unsupported_format": (400, "invalid_request_error"),
     "unsupported_language": (400, "invalid_request_error"),
+    "invalid_ssml": (400, "invalid_request_error"),
+    "unknown_lexicon": (400, "invalid_request_error"),
     "text_too_long": (413, "invalid_request_error"),
     "audio_too_long": (413, "invalid_request_error"),
     "storage_failed": (502, "server_error"),
@@ -130,7 +132,8 @@ class Pipeline:
             return self._recent.get(rid)
 
     async def completion(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
-                         idempotent: bool, stream: bool = False, timestamps: bool = False) -> tuple[Completion, str]:
+                         idempotent: bool, stream: bool = False, timestamps: bool = False, text_type: str = "text",
+                         lexicons: list[str] | None = None) -> tuple[Completion, str]:
         """The request's completion (ok or failed) and where it was found; raises :class:`ApiError`."""
         c = self._recalled(rid)
         if c is not None:
@@ -142,7 +145,7 @@ class Pipeline:
         try:
             await self.run(lambda: self.client.submit(text, user, voice=voice, format="wav", request_id=rid,
                                                       speed=speed, sample_rate=RATE, timeout=10.0, stream=stream,
-                                                      timestamps=timestamps))
+                                                      timestamps=timestamps, text_type=text_type, lexicons=lexicons))
         except StackUnavailable as e:
             self.client._forget(rid, fut)
             raise ApiError(503, f"The pipeline is unreachable: {e}", type="server_error", code="unavailable",

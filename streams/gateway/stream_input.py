@@ -15,7 +15,9 @@ what an agent hears is what the pipeline answered exactly once. Authentication: 
 ``xi-api-key`` header (or ``xi_api_key`` in the first message, or ``Authorization: Bearer``)
 with the gateway's keys. ``output_format``: ``mp3_*`` (MP3 at 24 kHz whatever rate the name
 says), ``pcm_8000``..``pcm_48000`` (16-bit little-endian mono at that rate), ``ulaw_8000``.
-Alignment is not sent: chunks carry no word timings yet.
+Each audio message carries ``alignment`` and ``normalizedAlignment`` (the same: characters as the
+voice read them) from the chunk's words when the voice times its words (``chars``,
+``charStartTimesMs``, ``charsDurationsMs``, milliseconds from the message's audio start).
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from typing import Any
 import numpy as np
 from fastapi import WebSocket, WebSocketDisconnect
 
-from schemas import Chunk, Completion
+from schemas import Chunk, Completion, WordSpan
 from streams.gateway.audio import RATE, StreamEncoder, to_rate
 from streams.gateway.auth import ApiKey
 from streams.gateway.errors import ApiError
 from streams.gateway.pipeline import Pipeline
 
-__all__ = ["OUTPUT_FORMATS", "WsEncoder", "serve_stream_input"]
+__all__ = ["OUTPUT_FORMATS", "WsEncoder", "alignment", "serve_stream_input"]
 
 _log = logging.getLogger("ttsflow.gateway")
 
@@ -86,6 +88,27 @@ def _ulaw(samples: np.ndarray) -> bytes:
     exp = np.floor(np.log2(mag)).astype(np.int32) - 7
     mantissa = (mag >> (exp + 3)) & 0x0F
     return (~(sign | (exp << 4) | mantissa) & 0xFF).astype(np.uint8).tobytes()
+
+
+def alignment(words: list[WordSpan], duration_s: float) -> dict[str, list[Any]]:
+    """ElevenLabs' character alignment of one chunk from its words: each word's characters share its
+    time evenly, the space after it the gap to the next word (milliseconds, from the chunk's start)."""
+    chars: list[str] = []
+    starts: list[int] = []
+    durs: list[int] = []
+    for i, w in enumerate(words):
+        n = max(1, len(w.word))
+        step = (w.end_s - w.start_s) * 1000 / n
+        for k, c in enumerate(w.word):
+            chars.append(c)
+            starts.append(round(w.start_s * 1000 + k * step))
+            durs.append(round(step))
+        if i < len(words) - 1:
+            nxt = words[i + 1].start_s
+            chars.append(" ")
+            starts.append(round(w.end_s * 1000))
+            durs.append(max(0, round((nxt - w.end_s) * 1000)))
+    return {"chars": chars, "charStartTimesMs": starts, "charsDurationsMs": durs}
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
@@ -156,7 +179,8 @@ async def _run(ws: WebSocket, p: Pipeline, key: ApiKey, voice: str, enc: WsEncod
     client = p.client
     client.listen_chunks(rid, on_chunk)
     fut = client.wait_future(rid)
-    pieces = client.open_text(key.user, voice, "wav", rid, speed=speed, sample_rate=RATE, stream=True)
+    pieces = client.open_text(key.user, voice, "wav", rid, speed=speed, sample_rate=RATE, stream=True,
+                              timestamps=True)  # words on the chunks: the alignment
     send_lock = asyncio.Lock()
     closed_by_client = asyncio.Event()
 
@@ -229,8 +253,11 @@ async def _run(ws: WebSocket, p: Pipeline, key: ApiKey, voice: str, enc: WsEncod
                     if sent == 0:
                         _log.info("event=ws_first_audio request_id=%s ms=%.0f", rid, (time.monotonic() - t0) * 1000)
                     sent += len(audio)
+                    msg: dict[str, Any] = {"audio": base64.b64encode(audio).decode(), "isFinal": None}
+                    if ch.words:
+                        msg["normalizedAlignment"] = msg["alignment"] = alignment(ch.words, ch.audio.duration_s)
                     async with send_lock:
-                        await ws.send_json({"audio": base64.b64encode(audio).decode(), "isFinal": None})
+                        await ws.send_json(msg)
             if completion is not None and (completion.status == "failed" or next_seq >= completion.segments
                                            or time.monotonic() > grace_end):
                 break

@@ -16,8 +16,9 @@ its own. Guarantees:
 * **Segments as soon as text is complete** (:func:`streams.stage.cut.cut_open`): a sentence, the
   first clause (a short first segment for a streaming request), everything on ``flush``, the
   whole words held after ``stream_idle_cut_ms`` without a piece. They go out with ``more`` set
-  and numbered in order; the final piece's last segment carries ``total`` and ``parts``, or an
-  :class:`~schemas.End` record does when no text was left.
+  and numbered in order; after the final piece an :class:`~schemas.End` record carries ``total``
+  and ``parts`` (a last segment would be done only with its completion, after the join, so its
+  chunk would wait for the join).
 * **Deterministic replay.** Every change is a function of the partition's records in order:
   the pieces, and the stage's own timer records (:func:`tick_value`), which carry the number of
   changes the request had when the timer decided and do nothing if it has had more since. A
@@ -44,8 +45,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import msgspec
 
 from engine import mix as engine_mix
-from schemas import End, Request, Segment, check_content, encode, request_hash, segment_hash
+from engine.timing import segment_sources
+from schemas import End, Request, Segment, SegmentSource, check_content, encode, request_hash, segment_hash
 from schemas.errors import ContentError, SchemaError
+from streams.errors import StreamError
 from streams.stage.cut import budget_for, cut_open, speakable
 from streams.stage.text import normalize
 
@@ -80,6 +83,8 @@ class OpenRequest(msgspec.Struct, kw_only=True):
     held: str = ""
     hashes: list[str] = []
     chars: int = 0
+    raw_at: int = 0                   # characters of the pieces' text before ``held`` (-1: lost track)
+    sources: list[SegmentSource | None] = []  # where each segment came from in the pieces' text
     # from piece 0
     voice_asked: str | None = None
     voice: str = ""                   # chosen at the first segment, then kept
@@ -88,8 +93,9 @@ class OpenRequest(msgspec.Struct, kw_only=True):
     speed: float = 1.0
     sample_rate: int | None = None
     stream: bool = False
-    priority: str = "interactive"
+    priority: Literal["interactive", "bulk"] = "interactive"
     created_at: datetime | None = None
+    timestamps: bool = False
 
 
 _enc = msgspec.msgpack.Encoder()
@@ -180,7 +186,7 @@ class OpenIndex:
         return out
 
 
-class _Closed(Exception):
+class _Closed(StreamError):
     """The request fails now with this code (raised inside the handler, answered as a rejection)."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -207,11 +213,12 @@ class PieceHandler:
             if opened.user_open() >= s.max_open_streams_per_user:
                 return self._reject(key, value, rid, "too_many_streams", (
                     f"this user has {s.max_open_streams_per_user} requests sent in pieces open "
-                    "(TTS_MAX_OPEN_STREAMS_PER_USER); finish one first"), partition, offset, timestamp_ms)
+                    "(TTS_MAX_OPEN_STREAMS_PER_USER); finish one first"), partition, offset, timestamp_ms,
+                    remember=False)
             if opened.all_open() >= s.max_open_streams:
                 return self._reject(key, value, rid, "stage_busy", (
                     f"the stage holds {s.max_open_streams} requests sent in pieces open (TTS_MAX_OPEN_STREAMS); "
-                    "retry later"), partition, offset, timestamp_ms)
+                    "retry later"), partition, offset, timestamp_ms, remember=False)
             st = OpenRequest(user_id=req.user_id, partition=partition,
                              enqueued_at=(timestamp_ms / 1000.0) if timestamp_ms else now, last_at=now)
         if req.seq < st.next_seq or req.seq in st.ahead:
@@ -242,7 +249,7 @@ class PieceHandler:
                 if cur.final:
                     records += self._close(st, rid, key, now)
                     return Outcome("closed", tuple(records), request_id=rid, remember=rid, open=(rid, None))
-                records += self._cut(st, rid, key, "all" if cur.flush else None, now)
+                records += self._cut(st, rid, key, "all" if cur.flush else None, now, cur.text)
                 cur = st.ahead.pop(st.next_seq, None)
         except _Closed as e:
             return self._reject(key, value, rid, e.code, e.message, partition, offset, timestamp_ms, before=records)
@@ -288,25 +295,53 @@ class PieceHandler:
             raise _Closed(e.code, e.message) from None
         st.voice_asked, st.format, st.speed, st.sample_rate = asked, req.format, req.speed, req.sample_rate
         st.stream, st.priority, st.created_at = req.stream, req.priority, req.created_at
+        st.timestamps = req.timestamps
 
     def _cut(self, st: OpenRequest, rid: str, key: bytes | None, force: Literal["idle", "all"] | None,
-             now: float) -> list[Any]:
+             now: float, last: str = "") -> list[Any]:
+        """What is complete in the held text now (``last``: the piece just added, if one was)."""
         budget = budget_for(st.held.lstrip(), self.s.first_budgets) if st.stream and not st.hashes else None
-        texts, st.held = cut_open(_fold(st.held), max_chars=self.s.max_segment_chars, budget=budget, force=force)
-        return self._emit(st, rid, key, texts, final=False, now=now)
+        if force is None and last.isascii() and last.isalnum() and len(st.held) <= (budget or self.s.max_segment_chars):
+            return []  # letters or digits added within the limit: nothing can have completed (a fast path)
+        texts, sources = self._take(st, budget, force)
+        return self._emit(st, rid, key, texts, sources, final=False, now=now)
 
     def _close(self, st: OpenRequest, rid: str, key: bytes | None, now: float) -> list[Any]:
         budget = budget_for(st.held.lstrip(), self.s.first_budgets) if st.stream and not st.hashes else None
-        texts, st.held = cut_open(_fold(st.held), max_chars=self.s.max_segment_chars, budget=budget, force="all")
-        texts = [t for t in texts if speakable(t)]
-        return self._emit(st, rid, key, texts, final=True, now=now)
+        texts, sources = self._take(st, budget, "all")
+        keep = [i for i, t in enumerate(texts) if speakable(t)]
+        return self._emit(st, rid, key, [texts[i] for i in keep], [sources[i] for i in keep], final=True, now=now)
 
-    def _emit(self, st: OpenRequest, rid: str, user_key: bytes | None, texts: list[str], *, final: bool,
-              now: float) -> list[Any]:
+    def _take(self, st: OpenRequest, budget: int | None,
+              force: Literal["idle", "all"] | None) -> tuple[list[str], list[SegmentSource | None]]:
+        """Cut what is complete from the held text (kept as sent, so each segment knows where in the
+        pieces' text it came from: a word's offsets point there, as for a whole request)."""
+        raw = st.held
+        folded = _fold(raw)
+        texts, rest = cut_open(folded, max_chars=self.s.max_segment_chars, budget=budget, force=force)
+        if not texts:
+            if force == "all" and not speakable(raw):  # nothing to speak is left: past it
+                st.held, st.raw_at = "", st.raw_at + len(raw) if st.raw_at >= 0 else -1
+            return texts, []
+        try:
+            found = segment_sources(raw, folded, texts) if st.raw_at >= 0 else None
+        except ValueError:  # a segment joined from two (a lone mark and its neighbour): not a slice
+            found = None
+        if found is None:
+            st.held, st.raw_at = rest, -1
+            return texts, [None] * len(texts)
+        srcs = [SegmentSource(start=a, map=m or None) for a, m in found]
+        end = srcs[-1].offset(len(texts[-1]) - 1) + 1  # in ``raw``, after the last segment
+        out: list[SegmentSource | None] = [SegmentSource(start=st.raw_at + x.start, map=x.map) for x in srcs]
+        st.held, st.raw_at = raw[end:], st.raw_at + end
+        return texts, out
+
+    def _emit(self, st: OpenRequest, rid: str, user_key: bytes | None, texts: list[str],
+              sources: list[SegmentSource | None], *, final: bool, now: float) -> list[Any]:
         from streams.stage.core import Record
 
-        spoken: list[str] = []
-        for text in texts:
+        spoken: list[tuple[str, SegmentSource | None]] = []
+        for text, src in zip(texts, sources or [None] * len(texts), strict=True):
             try:
                 voice, said = self.core._speakable(rid, st.voice or st.voice_asked, normalize(text))
             except ContentError as e:
@@ -315,43 +350,57 @@ class PieceHandler:
                 continue
             if not st.voice:
                 st.voice, st.model = voice, self.core.model_for(voice)
-            spoken.append(said)
+            spoken.append((said, src if said == text else None))  # foreign words dropped: offsets unknown
         if final and not spoken and not st.hashes:
             raise _Closed("empty_text", "the pieces hold no text to speak")
         kafka, eng = self.core.kafka, self.core.engine
         key = user_key or st.user_id.encode()  # the pieces' key: their partition number
         enqueued = datetime.fromtimestamp(now, UTC)
         out: list[Any] = []
-        for i, text in enumerate(spoken):
-            more = not (final and i == len(spoken) - 1)
+        for text, src in spoken:
+            more = True  # even the last: an End record closes the request (below)
             h = segment_hash(text, voice=st.voice, model=st.model, model_version=eng.model_version, speed=st.speed,
                              sample_rate=st.sample_rate, format=st.format)
             st.hashes.append(h)
+            st.sources.append(src)
             seq = len(st.hashes) - 1
             out.append(Record(kafka.topic_segments, key, encode(Segment(
                 request_id=rid, user_id=st.user_id, seq=seq, total=seq + 2 if more else seq + 1, text=text, hash=h,
                 request_hash=request_hash(st.hashes, format=st.format), voice=st.voice, format=st.format,
                 speed=st.speed, sample_rate=st.sample_rate, model=st.model, model_version=eng.model_version,
                 created_at=st.created_at, enqueued_at=enqueued, parts=None if more else list(st.hashes),
-                stream=st.stream, priority=st.priority, more=more)), partition=None))  # type: ignore[arg-type]
-        if final and not spoken:
+                stream=st.stream, priority=st.priority, more=more, timestamps=st.timestamps,
+                source=src if st.timestamps else None)), partition=None))  # type: ignore[arg-type]
+        # The request ends with an End record, never with a last segment: a last segment is done only with
+        # its completion (after the join), so its chunk would wait for the join; a segment with ``more`` is
+        # done, and chunked, as soon as it is made (the tail sentence is heard ~1 s sooner)
+        if final:
             out.append(Record(kafka.topic_segments, key, encode(End(
                 request_id=rid, user_id=st.user_id, total=len(st.hashes), parts=list(st.hashes),
                 request_hash=request_hash(st.hashes, format=st.format), voice=st.voice, format=st.format,
                 speed=st.speed, sample_rate=st.sample_rate, model=st.model, model_version=eng.model_version,
-                created_at=st.created_at, enqueued_at=enqueued, stream=st.stream,
-                priority=st.priority)), partition=None))  # type: ignore[arg-type]
+                created_at=st.created_at, enqueued_at=enqueued, stream=st.stream, priority=st.priority,
+                timestamps=st.timestamps,
+                sources=[x for x in st.sources if x is not None] if st.timestamps and all(
+                    x is not None for x in st.sources) else None)), partition=None))  # type: ignore[arg-type]
         return out
 
     def _reject(self, key: bytes | None, value: bytes, rid: str, code: str, message: str, partition: int,
                 offset: int, timestamp_ms: int | None, *, before: Iterable[Any] = (),
-                user_id: str | None = None) -> Outcome:
-        """The request fails with ``code`` (a rejection after what was sent ``before``); it is closed."""
+                user_id: str | None = None, remember: bool = True) -> Outcome:
+        """The request fails with ``code`` (a rejection after what was sent ``before``); it is closed.
+
+        ``remember=False`` (refused at the bounds, nothing open): the id is not recorded, so the agent
+        need not wait for the rejection's delivery (a user opening 10,000 streams would otherwise hold
+        the stage for 10,000 round trips); a later piece of it is refused again, and the worker's done
+        log drops the repeated rejection."""
         from streams.stage.core import Outcome
 
         raw = json.dumps({"user_id": user_id}).encode() if user_id is not None else value
         failed = self.core._failed(key, raw, rid, code, message, self.clock(), partition=partition, offset=offset,
                                    timestamp_ms=timestamp_ms)
+        if not remember:
+            return Outcome("failed", (*before, *failed.records), request_id=rid, code=code)
         return Outcome("failed", (*before, *failed.records), request_id=rid, code=code, remember=rid,
                        open=(rid, None))
 

@@ -270,6 +270,10 @@ def test_the_elevenlabs_websocket_speaks_text_as_it_is_written(rig: tuple[Settin
     msgs, first_audio, last_word = asyncio.run(_speak_over_ws(url, PARAGRAPH.split(" "), {"xi-api-key": KEY}, 20.0))
     audio = [m for m in msgs if m.get("audio")]
     assert msgs[-1] == {"isFinal": True} and len(audio) >= 4 and all(m["isFinal"] is None for m in audio)
+    al = audio[0]["alignment"]  # hibari times its words: ElevenLabs' character alignment
+    assert al == audio[0]["normalizedAlignment"] and "".join(al["chars"]).startswith("The morning train")
+    assert len(al["chars"]) == len(al["charStartTimesMs"]) == len(al["charsDurationsMs"])
+    assert al["charStartTimesMs"] == sorted(al["charStartTimesMs"])
     pcm = b"".join(base64.b64decode(m["audio"]) for m in audio)
     seconds = len(pcm) / 2 / 16000
     print(f"\nwebsocket: first audio {last_word - first_audio:.2f} s before the last word, {seconds:.1f} s of pcm_16000")

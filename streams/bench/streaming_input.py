@@ -1,0 +1,430 @@
+"""``ttsflow bench streaming-input``: text sent in pieces, word by word, and fast first audio.
+
+One ``ttsflow stage`` and one ``ttsflow worker`` on topics of their own (``--backend``, hibari
+by default), the stack's services shared. Phases:
+
+1. **capacity**: a burst of one-sentence requests; its answer rate C (sentences/s).
+2. **word by word under load** at each ``--loads`` fraction of C: streams arrive open-loop
+   (Poisson), each a paragraph of ``--sentences`` one-segment sentences published one word per
+   piece at ``--words-per-s`` (the last piece ``final``, empty). Per sentence: the time from the
+   publish of its last word to its chunk on ``tts.chunks`` (a ``read_committed`` reader), p50/p99;
+   the paragraph's last sentence separately (``tail``: from the final piece).
+3. **first chunk** of whole streaming requests (``stream: true``) on an idle worker, one at a
+   time, ``--first-runs`` each, fresh texts: before (``TTS_FIRST_SEGMENT_CHARS=""``, the first
+   segment a whole sentence) and after (the short first segment), the stage restarted between.
+   English: a first sentence of ~60-90 characters with a clause; ``--zh``: a Mandarin first
+   sentence of ~60 characters on a kokoro worker (started for this phase).
+
+The last line printed is one JSON object (``--json``: only that). The machine is shared:
+compare the numbers of one run, and read ``loadavg``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import heapq
+import json
+import os
+import random
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "run_bench"]
+
+
+def _say(msg: str) -> None:
+    print(f"bench streaming-input: {msg}", file=sys.stderr, flush=True)
+
+
+def _ms(xs: list[float]) -> dict[str, Any]:
+    from streams.bench.harness import percentile
+
+    def r(v: float | None) -> float | None:
+        return None if v is None else round(v * 1000, 1)
+
+    return {"n": len(xs), "p50_ms": r(percentile(xs, 50)), "p99_ms": r(percentile(xs, 99)),
+            "max_ms": r(max(xs) if xs else None)}
+
+
+class _Seen:
+    """``read_committed`` readers of ``tts.chunks`` and ``tts.completed``: when each (request, seq) chunk
+    and each completion was first seen."""
+
+    def __init__(self, s: Any) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        from schemas import decode_chunk, decode_completion
+        from streams.kafka import reader_config
+
+        self.chunks: dict[tuple[str, int], float] = {}
+        self.done: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._c = Consumer(reader_config(s.kafka, **{"enable.partition.eof": False}))
+        parts = []
+        for topic in (s.kafka.topic_chunks, s.kafka.topic_completed):
+            md = self._c.list_topics(topic, timeout=10).topics[topic]
+            parts += [TopicPartition(topic, p, -2) for p in md.partitions]
+        self._c.assign(parts)
+        chunks_topic = s.kafka.topic_chunks
+
+        def run() -> None:
+            while not self._stop.is_set():
+                for m in self._c.consume(500, 0.1):
+                    if m.error() is not None:
+                        continue
+                    now = time.monotonic()
+                    if m.topic() == chunks_topic:
+                        ch = decode_chunk(m.value() or b"")
+                        self.chunks.setdefault((ch.request_id, ch.seq), now)
+                    else:
+                        c = decode_completion(m.value() or b"")
+                        self.done.setdefault(c.request_id, (now, c))
+
+        self._t = threading.Thread(target=run, daemon=True)
+        self._t.start()
+
+    def wait(self, pred: Any, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(5)
+        self._c.close()
+
+
+def _one_segment_sentences(seed: int) -> Any:
+    """English sentences that are one segment each, also as a first segment (no clause mark, <= 60 chars)."""
+    from streams.bench.corpus import sentences
+
+    for s in sentences(seed):
+        if len(s) <= 60 and not any(c in s for c in ",;:") and s.endswith("."):
+            yield s
+
+
+def _streams_under_load(s: Any, seen: _Seen, producer: Any, rate_streams: float, run_s: float, n_sent: int,
+                        wps: float, texts: Any, rng: random.Random) -> dict[str, Any]:
+    """Open-loop streams, one word per piece; per sentence its last word's publish time and its chunk's."""
+    from schemas import Request, encode
+
+    topic = s.kafka.topic_requests
+    events: list[tuple[float, int, str, str, int, str, bool]] = []  # (at, tie, rid, user, seq, text, final)
+    sentence_ends: list[tuple[str, int, int]] = []  # (rid, sentence index, piece seq of its last word)
+    finals: dict[str, int] = {}
+    t0 = time.monotonic() + 0.5
+    t, k = t0, 0
+    while t < t0 + run_s:
+        rid, user = f"si-{uuid.uuid4().hex[:12]}", f"user-{k % 16}"
+        sents = [next(texts) for _ in range(n_sent)]
+        seq = 0
+        at = t
+        for i, sent in enumerate(sents):
+            words = sent.split(" ")
+            for j, w in enumerate(words):
+                events.append((at, len(events), rid, user, seq, (" " if seq else "") + w, False))
+                if j == len(words) - 1:
+                    sentence_ends.append((rid, i, seq))
+                seq += 1
+                at += 1.0 / wps
+        events.append((at, len(events), rid, user, seq, "", True))
+        finals[rid] = seq
+        k += 1
+        t += rng.expovariate(rate_streams)
+    heapq.heapify(events)
+    published: dict[tuple[str, int], float] = {}
+    while events:
+        at, _, rid, user, seq, text, final = heapq.heappop(events)
+        delay = at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        req = Request(request_id=rid, user_id=user, text=text, seq=seq, final=final,
+                      stream=True if seq == 0 else False)
+        producer.produce(topic, key=user.encode(), value=encode(req))
+        producer.poll(0)
+        published[(rid, seq)] = time.monotonic()
+    producer.flush(30)
+    want = {(rid, i) for rid, i, _ in sentence_ends}
+    seen.wait(lambda: want <= set(seen.chunks), timeout=max(60.0, run_s * 3))
+    mid, tail, missing = [], [], 0
+    for rid, i, seq in sentence_ends:
+        got = seen.chunks.get((rid, i))
+        if got is None:
+            missing += 1
+            continue
+        if i == n_sent - 1:
+            tail.append(got - published[(rid, finals[rid])])
+        else:
+            mid.append(got - published[(rid, seq)])
+    return {"streams": len(finals), "sentences": len(sentence_ends), "missing_chunks": missing,
+            "sentence_to_audio": _ms(mid), "tail_after_final": _ms(tail),
+            "answered": sum(1 for r in finals if r in seen.done)}
+
+
+def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: str, voice: str | None,
+                  timeout: float) -> dict[str, Any]:
+    """Whole streaming requests one at a time on an idle worker: publish to first chunk."""
+    from schemas import Request, encode
+
+    xs: list[float] = []
+    segs: list[int] = []
+    failed: list[str] = []
+    for text in texts:
+        rid = f"fc-{uuid.uuid4().hex[:12]}"
+        req = Request(request_id=rid, user_id=user, text=text, voice=voice, stream=True)
+        t = time.monotonic()
+        producer.produce(s.kafka.topic_requests, key=user.encode(), value=encode(req))
+        producer.flush(10)
+        # its completion, and its first chunk unless it failed
+        if not seen.wait(lambda rid=rid: rid in seen.done and ((rid, 0) in seen.chunks  # type: ignore[misc]
+                                                             or seen.done[rid][1].status != "ok"), timeout):
+            continue
+        c = seen.done[rid][1]
+        if c.status != "ok":
+            failed.append(c.error.code if c.error else "?")
+            continue
+        xs.append(seen.chunks[(rid, 0)] - t)
+        segs.append(c.segments)
+    return {**_ms(xs), "segments": segs, "failed": failed, "first_sentence_chars": [len(x.split("。")[0].split(". ")[0]) for x in texts]}
+
+
+def _others(s: Any, seen: _Seen, producer: Any, texts: Any, seconds: float, tag: str) -> list[tuple[str, int, float]]:
+    """Other users' one-sentence requests at 1/s (16 users, every partition): (request id, partition, publish time)."""
+    from schemas import Request, encode
+    from streams.kafka.partitioner import partition_for
+
+    out = []
+    for i in range(int(seconds)):
+        user = f"other-{i % 16}"
+        rid = f"{tag}-{uuid.uuid4().hex[:10]}"
+        producer.produce(s.kafka.topic_requests, key=user.encode(), value=encode(Request(
+            request_id=rid, user_id=user, text=next(texts))))
+        producer.poll(0)
+        out.append((rid, partition_for(user.encode(), s.kafka.partitions), time.monotonic()))
+        time.sleep(1.0)
+    return out
+
+
+def _latency_of(seen: _Seen, sent: list[tuple[str, int, float]], partitions: set[int]) -> dict[str, Any]:
+    seen.wait(lambda: all(r in seen.done for r, _, _ in sent), 300)
+    xs = {"hostile_partitions": [seen.done[r][0] - t for r, p, t in sent if r in seen.done and p in partitions],
+          "other_partitions": [seen.done[r][0] - t for r, p, t in sent if r in seen.done and p not in partitions]}
+    from streams.bench.harness import percentile
+
+    return {k: {"n": len(v), "p50_s": _r(percentile(v, 50)), "p95_s": _r(percentile(v, 95)),
+                "max_s": _r(max(v) if v else None)} for k, v in xs.items()} | {
+        "unanswered": sum(1 for r, _, _ in sent if r not in seen.done)}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def _hostile(s: Any, seen: _Seen, producer: Any, texts: Any, *, tiny: int, streams: int) -> dict[str, Any]:
+    """A request of ``tiny`` one-character pieces and one user opening ``streams`` streams, while other
+    users send one sentence a second; each hostile request answered once with its documented code."""
+    from collections import Counter
+
+    from schemas import Request, encode
+    from streams.kafka.partitioner import partition_for
+
+    before = _latency_of(seen, _others(s, seen, producer, texts, 15, "calm"), set())
+    big, flood = f"tiny-{uuid.uuid4().hex[:8]}", f"flood-{uuid.uuid4().hex[:6]}"
+    hostile = {partition_for(b"mallory", s.kafka.partitions), partition_for(b"trudy", s.kafka.partitions)}
+    done = threading.Event()
+
+    def attack() -> None:
+        for seq in range(tiny):
+            producer.produce(s.kafka.topic_requests, key=b"mallory", value=encode(Request(
+                request_id=big, user_id="mallory", text="a", seq=seq)))
+            if seq % 10_000 == 0:
+                producer.poll(0)
+        for i in range(streams):
+            producer.produce(s.kafka.topic_requests, key=b"trudy", value=encode(Request(
+                request_id=f"{flood}-{i}", user_id="trudy", text="Hello", seq=0)))
+        producer.flush(60)
+        done.set()
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=attack, daemon=True)
+    th.start()
+    during = _others(s, seen, producer, texts, 30, "busy")
+    th.join(120)
+    publish_s = time.monotonic() - t0
+    floods = {f"{flood}-{i}" for i in range(streams)}
+    seen.wait(lambda: big in seen.done and floods <= set(seen.done), 300 + s.stage.stream_timeout_s)
+    codes = Counter((seen.done[r][1].error.code if seen.done[r][1].error else seen.done[r][1].status)
+                    for r in floods if r in seen.done)
+    c = seen.done.get(big)
+    return {"tiny_pieces": tiny, "streams_opened": streams, "publish_s": round(publish_s, 1),
+            "hostile_partitions": sorted(hostile),
+            "tiny_request": (c[1].error.code if c[1].error else c[1].status) if c else None,
+            "tiny_request_answered_after_s": round(c[0] - t0, 1) if c else None,
+            "flood_codes": dict(codes), "flood_unanswered": len(floods - set(seen.done)),
+            "others_before": before, "others_during": _latency_of(seen, during, hostile)}
+
+
+def _zh_first(rng: random.Random) -> str:
+    """A Mandarin text whose first sentence is ~60 characters (clauses joined by commas), then a second."""
+    from streams.bench.corpus import _zh_sentence
+
+    comma = "\uff0c"
+    clauses: list[str] = []
+    while len(comma.join(clauses)) < 55:
+        clauses += [c for c in _zh_sentence(rng).split("\u3002")[0].split(comma) if c]
+    return comma.join(clauses) + "\u3002" + _zh_sentence(rng)
+
+
+def _en_first(texts: Any) -> str:
+    """An English text whose first sentence is ~60-90 characters with a clause, then a second."""
+    from streams.bench.corpus import sentences
+
+    while True:
+        a = next(texts)
+        if 55 <= len(a) <= 95 and "," in a:
+            return a + " " + next(sentences(len(a)))
+
+
+def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: float | None = None,
+              n_sent: int = 3, wps: float = 20.0, first_runs: int = 5, zh: bool = True,
+              seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0,
+              hostile: tuple[int, int] | None = None) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    from schemas import Request, encode
+    from streams.bench.corpus import sentences
+    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.devstack import stack
+    from streams.devstack.procs import Supervisor
+    from streams.kafka import producer_config
+    from streams.settings import load_settings
+
+    t_start = time.monotonic()
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    rng = random.Random(seed)
+    loads = loads or [0.3, 0.7]
+    run_s = run_s if run_s is not None else (8.0 if quick else 30.0)
+    first_runs = 2 if quick else first_runs
+    run_id = new_run_id()
+    out = Path("out/bench-streaming-input") / run_id
+    base = load_settings()
+    require_stack_up(base)
+    s = isolated(base, run_id)
+    stack.ensure_topics(s)
+    report: dict[str, Any] = {"run_id": run_id, "seed": seed, "quick": quick, "cpus": os.cpu_count(),
+                              "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "backend": s.engine.backend,
+                              "words_per_s": wps, "sentences_per_stream": n_sent, "run_s": run_s,
+                              "idle_cut_ms": s.stage.stream_idle_cut_ms, "first_budgets": s.stage.first_budgets}
+    sup = Supervisor(out / "logs")
+    seen: _Seen | None = None
+    producer = Producer(producer_config(s.kafka))
+    texts = _one_segment_sentences(seed)
+    try:
+        _say(f"run {run_id}: one stage + one {s.engine.backend} worker")
+        sup.stage("stage", s)
+        sup.worker("worker", s)
+        for p in ("stage", "worker"):
+            sup.wait_ready(p, timeout=300)
+        seen = _Seen(s)
+        if hostile is not None:  # only the hostile phase
+            report["hostile"] = _hostile(s, seen, producer, texts, tiny=hostile[0], streams=hostile[1])
+        only_zh = zh_only or hostile is not None
+        zh = zh and hostile is None
+        if only_zh:
+            loads = []
+        burst_n = 0 if only_zh else 10 if quick else 40
+        warm = [next(texts) for _ in range(3)]
+        ids = []
+        for t in warm + [next(texts) for _ in range(burst_n)]:
+            rid = f"cap-{uuid.uuid4().hex[:12]}"
+            ids.append(rid)
+            producer.produce(s.kafka.topic_requests, key=b"cap", value=encode(Request(
+                request_id=rid, user_id="cap", text=t)))
+            if len(ids) == len(warm):
+                producer.flush(10)
+                seen.wait(lambda: all(r in seen.done for r in ids), 120)
+                t_burst = time.monotonic()
+        producer.flush(10)
+        seen.wait(lambda: all(r in seen.done for r in ids), 300)
+        cap = burst_n / max(1e-3, max((seen.done[r][0] for r in ids[len(warm):]), default=t_burst) - t_burst)
+        report["capacity_sentences_per_s"] = round(cap, 2)
+        _say(f"capacity {cap:.2f} sentences/s")
+        report["loads"] = []
+        for f in loads:
+            rate_streams = f * cap / n_sent
+            _say(f"load {f:.0%}: {rate_streams:.2f} streams/s for {run_s:.0f} s")
+            ph = _streams_under_load(s, seen, producer, rate_streams, run_s, n_sent, wps, texts, rng)
+            ph.update({"fraction": f, "streams_per_s": round(rate_streams, 3),
+                       "loadavg_1m": round(os.getloadavg()[0], 2)})
+            report["loads"].append(ph)
+            _say(f"  -> sentence to audio {ph['sentence_to_audio']}, tail {ph['tail_after_final']}")
+
+        def first_phase(label: str, make: Any, voice: str | None, ss: Any) -> dict[str, Any]:
+            """``ss``: the stage's settings (its backends name the voices it accepts)."""
+            res: dict[str, Any] = {}
+            for when, budgets in (("before", ""), ("after", s.stage.first_segment_chars)):
+                sup.remove("stage")
+                sup.add("stage", "stage", ss.replace(first_segment_chars=budgets))
+                sup.wait_ready("stage", timeout=120)
+                res[when] = _first_chunks(s, seen, producer, [make() for _ in range(first_runs)], f"fc-{label}",
+                                          voice, timeout=300)
+                _say(f"first chunk {label} {when}: {res[when]}")
+            return res
+
+        all_en = sentences(seed + 2)
+        if not only_zh:
+            report["first_chunk_en"] = first_phase("en", lambda: _en_first(all_en), None, s)
+        if zh:
+            sup.remove("worker")
+            # zh_lanes: model calls at once (TTS_MODEL_LANES; 0 auto = 2 one-thread lanes on 2 cores)
+            zs = s.replace(backend="kokoro", backends="kokoro", voice="zf_xiaobei", model_lanes=zh_lanes)
+            report["zh_model_lanes"] = zh_lanes
+            sup.add("worker-zh", "worker", zs)
+            sup.wait_ready("worker-zh", timeout=600)
+            zrng = random.Random(seed + 3)
+            report["first_chunk_zh"] = first_phase("zh", lambda: _zh_first(zrng), "zf_xiaobei", zs)
+    finally:
+        if seen is not None:
+            seen.close()
+        with contextlib.suppress(Exception):
+            producer.flush(5)
+        sup.stop_all()
+        cleanup_run_topics(s, _say)
+    report["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["wall_s"] = round(time.monotonic() - t_start, 1)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "streaming-input.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ttsflow bench streaming-input", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
+    ap.add_argument("--loads", default="0.3,0.7", help="fractions of the measured capacity")
+    ap.add_argument("--run-s", type=float, default=None, help="seconds of arrivals per load (default 30; quick 8)")
+    ap.add_argument("--sentences", type=int, default=3, help="sentences per stream")
+    ap.add_argument("--words-per-s", type=float, default=20.0)
+    ap.add_argument("--first-runs", type=int, default=5, help="first-chunk requests per phase")
+    ap.add_argument("--no-zh", action="store_true", help="skip the Mandarin (kokoro) first-chunk phase")
+    ap.add_argument("--zh-only", action="store_true", help="only the Mandarin first-chunk phase")
+    ap.add_argument("--zh-lanes", type=int, default=0, help="TTS_MODEL_LANES of the kokoro worker (0: auto)")
+    ap.add_argument("--hostile", default=None, metavar="TINY,STREAMS",
+                    help="only the hostile phase: a request of TINY one-character pieces and one user opening "
+                         "STREAMS streams while other users send a sentence a second (e.g. 1000000,10000)")
+    ap.add_argument("--seed", type=int, default=None)
+    a = ap.parse_args(argv)
+    r = run_bench(quick=a.quick, loads=[float(x) for x in a.loads.split(",")], run_s=a.run_s, n_sent=a.sentences,
+                  wps=a.words_per_s, first_runs=a.first_runs, zh=not a.no_zh, seed=a.seed,
+                  zh_only=a.zh_only, zh_lanes=a.zh_lanes,
+                  hostile=tuple(int(x) for x in a.hostile.split(",")) if a.hostile else None)  # type: ignore[arg-type]
+    print(json.dumps(r))
+    return 0
