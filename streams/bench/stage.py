@@ -186,7 +186,7 @@ def _lexicon_docs(n: int, entries: int, texts: list[str], seed: int) -> list[str
 
 def _pronunciation(settings: Settings, *, requests: int, lexicons: int, entries: int, seed: int) -> dict[str, Any]:
     """The stage's per-request cost (``StageCore.handle``) of SSML and of lexicons, side by side: the same
-    English texts as plain text, as SSML, plain with ``lexicons`` lexicons of ``entries`` entries, and SSML
+    English texts as plain text (with the words the SSML adds), as SSML, plain with ``lexicons`` lexicons of ``entries`` entries, and SSML
     with them; the configurations alternate request by request, so load on the machine hits all alike."""
     from schemas import LexiconRecord
     from streams.stage.core import StageCore
@@ -210,7 +210,9 @@ def _pronunciation(settings: Settings, *, requests: int, lexicons: int, entries:
     failed: Counter[str] = Counter()
     for i, t in enumerate(texts):
         for c, extra in configs.items():
-            body = {"request_id": f"p{i}", "user_id": "u", "text": _ssml_of(t, i) if "ssml" in c else t, **extra}
+            # the plain text says what the SSML says (its say-as digits as written, its phoneme's word)
+            text = _ssml_of(t, i) if "ssml" in c else f"{t} Order {1000 + i}, tomato."
+            body = {"request_id": f"p{i}", "user_id": "u", "text": text, **extra}
             raw = json.dumps(body).encode()
             t1, c1 = time.perf_counter(), time.thread_time()
             out = core.handle(b"u", raw, partition=0, offset=i, timestamp_ms=None, seen={})

@@ -48,6 +48,7 @@ from engine import mix as engine_mix
 from engine.timing import segment_sources
 from schemas import End, Request, Segment, SegmentSource, check_content, encode, request_hash, segment_hash
 from schemas.errors import ContentError, SchemaError
+from streams.errors import StreamError
 from streams.stage.cut import budget_for, cut_open, speakable
 from streams.stage.text import normalize
 
@@ -185,7 +186,7 @@ class OpenIndex:
         return out
 
 
-class _Closed(Exception):
+class _Closed(StreamError):
     """The request fails now with this code (raised inside the handler, answered as a rejection)."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -248,7 +249,7 @@ class PieceHandler:
                 if cur.final:
                     records += self._close(st, rid, key, now)
                     return Outcome("closed", tuple(records), request_id=rid, remember=rid, open=(rid, None))
-                records += self._cut(st, rid, key, "all" if cur.flush else None, now)
+                records += self._cut(st, rid, key, "all" if cur.flush else None, now, cur.text)
                 cur = st.ahead.pop(st.next_seq, None)
         except _Closed as e:
             return self._reject(key, value, rid, e.code, e.message, partition, offset, timestamp_ms, before=records)
@@ -297,8 +298,11 @@ class PieceHandler:
         st.timestamps = req.timestamps
 
     def _cut(self, st: OpenRequest, rid: str, key: bytes | None, force: Literal["idle", "all"] | None,
-             now: float) -> list[Any]:
+             now: float, last: str = "") -> list[Any]:
+        """What is complete in the held text now (``last``: the piece just added, if one was)."""
         budget = budget_for(st.held.lstrip(), self.s.first_budgets) if st.stream and not st.hashes else None
+        if force is None and last.isascii() and last.isalnum() and len(st.held) <= (budget or self.s.max_segment_chars):
+            return []  # letters or digits added within the limit: nothing can have completed (a fast path)
         texts, sources = self._take(st, budget, force)
         return self._emit(st, rid, key, texts, sources, final=False, now=now)
 

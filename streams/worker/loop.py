@@ -333,7 +333,7 @@ class Worker:
         # a request answered failed (audio_too_long, a failed part) may have much of itself read ahead
         unwanted = self.ledger.unwanted()
         if unwanted:
-            self.parts.batcher.remove_if(lambda s: s.part_id in unwanted)
+            self.parts.batcher.remove_if(lambda s: s.work_id in unwanted)  # waiting is keyed by work id
 
     # -- rebalance callbacks (inside consume(), on the loop's thread) -----------------
     def on_assign(self, consumer: Any, partitions: list[Any]) -> None:

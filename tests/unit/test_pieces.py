@@ -300,3 +300,22 @@ def test_websocket_output_formats() -> None:
     with pytest.raises(ApiError) as e:
         WsEncoder("opus_48000_64")
     assert e.value.code == "invalid_output_format"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["Hello", " world", ".", ",", " ", "abc", "3", "14", "!", "?", " Mr.", " Smith", "x",
+                                 "\t"]), min_size=1, max_size=40), st.booleans())
+def test_every_piece_is_spoken_once_and_in_order(parts: list[str], stream: bool) -> None:
+    """Whatever the pieces, every letter and digit is spoken once, in order, in segments numbered 0..n-1
+    (the fast path for pieces of letters only included)."""
+    s = Stage(max_stream_pieces=1000)
+    outs = [s.piece(i, t, stream=stream) if i == 0 else s.piece(i, t) for i, t in enumerate(parts)]
+    outs.append(s.piece(len(parts), "", final=True))
+    evs = [e for o in outs for e in events(o)]
+    segs = [e for e in evs if isinstance(e, Segment)]
+    sent = [c for c in "".join(parts) if c.isalnum()]
+    if not sent:
+        assert [e.error.code for e in evs if isinstance(e, Rejection)] == ["empty_text"]
+        return
+    assert [c for c in "".join(e.text for e in segs) if c.isalnum()] == sent
+    assert [e.seq for e in segs] == list(range(len(segs))) and isinstance(evs[-1], End)
