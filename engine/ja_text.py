@@ -23,6 +23,7 @@ input                  becomes                     read as
 ``$5`` ``€3``          ``5ドル`` ``3ユーロ``        ごどる, さんゆーろ
 ``1,299円``            ``1299円``                  (digit-group commas dropped)
 ``10:30``              ``10時30分``                じゅうじさんじゅっぷん
+``8分`` ``18分``        ``はっぷん`` ``10はっぷん``  はっぷん, じゅうはっぷん (OpenJTalk: はちふん)
 ``2024/3/15``          ``2024年3月15日``           にせんにじゅうよねんさんがつじゅうごにち
 ``15%`` ``15％``       (OpenJTalk)                 じゅうごぱーせんと
 ``3月15日 午後3時``     (OpenJTalk)                 さんがつじゅうごにち ごごさんじ
@@ -46,6 +47,9 @@ _MONEY = re.compile(r"([¥￥$€£])\s?(\d[\d,]*(?:\.\d+)?)")
 _GROUPS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _TIME = re.compile(r"(?<![\d:])([01]?\d|2[0-4]):([0-5]\d)(?![\d:])")
 _DATE = re.compile(r"(?<![\d/])(\d{4})/(\d{1,2})/(\d{1,2})(?![\d/])")
+# minutes ending in 8 (8分, 18分, 10:08): OpenJTalk says はちふん, Japanese says はっぷん (it reads
+# 8分間 right, and 1, 3, 4, 6, 10 分 with their sound changes); 8分の1 (a fraction) stays はちぶん
+_EIGHT_MINUTES = re.compile(r"(?<![\d.,])(\d*8)分(?!の)")
 
 
 def normalize_ja(text: str) -> str:
@@ -55,7 +59,8 @@ def normalize_ja(text: str) -> str:
     text = _MONEY.sub(lambda m: m.group(2) + _CURRENCY_BEFORE[m.group(1)], text)
     text = _GROUPS.sub("", text)
     text = _DATE.sub(lambda m: f"{m.group(1)}年{int(m.group(2))}月{int(m.group(3))}日", text)
-    return _TIME.sub(lambda m: f"{int(m.group(1))}時" + ("" if m.group(2) == "00" else f"{int(m.group(2))}分"), text)
+    text = _TIME.sub(lambda m: f"{int(m.group(1))}時" + ("" if m.group(2) == "00" else f"{int(m.group(2))}分"), text)
+    return _EIGHT_MINUTES.sub(lambda m: f"{int(m.group(1)) - 8 or ''}はっぷん", text)
 
 
 def _frontend(text: str) -> list[dict[str, Any]]:

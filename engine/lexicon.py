@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.errors import EngineError
 from engine.ssml import ALPHABETS, Refused, safe_parse
 from schemas.errors import InvalidSSML
 from schemas.events import Span
@@ -40,7 +41,7 @@ _WORD = re.compile(rf"{_W}(?:['’.-]{_W})*")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
-class LexiconError(ValueError):
+class LexiconError(EngineError, ValueError):
     """A lexicon that cannot be stored: not PLS, refused XML, or past a bound (the message says which)."""
 
 

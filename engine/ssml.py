@@ -37,7 +37,7 @@ from typing import Any
 from xml.parsers import expat
 
 from engine.sayas import expand
-from schemas.errors import InvalidSSML
+from schemas.errors import InvalidSSML, TtsflowError
 from schemas.events import Span
 
 __all__ = ["BOUNDARY", "Limits", "Refused", "parse", "plain_text", "safe_parse"]
@@ -64,7 +64,7 @@ class Limits:
     max_attr_chars: int = 2_048
 
 
-class _Refused(Exception):
+class _Refused(TtsflowError):
     """Raised inside an expat handler; the parser's position is read there (``_Guard``)."""
 
 

@@ -315,13 +315,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true", help="hibari, shipped model, 1 thread: a smoke run for tests")
     p.add_argument("--model-dir", default=None, help="model store (default: TTS_MODEL_DIR or <home>/models)")
     p.add_argument("--mixed", action="store_true",
-                   help="kokoro only: the cost of a language switch (zh/ja/en every clause) against the same runs "
-                        "synthesized apart, p50/p99 (streams/bench/mixed.py)")
+                   help="kokoro only: the cost of a language switch (zh/ja/en every clause) against the same clauses "
+                        "with their languages grouped (equal audio) and the runs synthesized apart, p50/p99 "
+                        "(streams/bench/mixed.py)")
     p.add_argument("--voice", default="zf_xiaobei", help="--mixed: the kokoro voice (default zf_xiaobei)")
     p.add_argument("--texts", type=int, default=8, help="--mixed: how many of its 8 texts (default all)")
     p.add_argument("--front-only", action="store_true", help="--mixed: time the front end (text -> phonemes) only")
     p.add_argument("--mix-cost", default=None, metavar="MIX",
                    help="--mixed: instead, what the kokoro voice mix MIX costs against its first part")
+    p.add_argument("--no-separate", action="store_true",
+                   help="--mixed: only the equal-audio control (the same clauses, languages grouped), not the runs "
+                        "synthesized apart")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be >= 1")
@@ -333,7 +337,8 @@ def main(argv: list[str]) -> int:
 
         return mixed.main(runs=args.runs, threads=args.threads[0], voice=args.voice,
                           model_dir=str(load_settings(model_dir=args.model_dir).effective_model_dir), as_json=args.json,
-                          texts=args.texts, front_only=args.front_only, mix=args.mix_cost)
+                          texts=args.texts, front_only=args.front_only, mix=args.mix_cost,
+                          separate=not args.no_separate)
     backends = ["hibari", "piper"] if args.backend == "all" else [args.backend]
     if any(b not in _BACKENDS for b in backends):
         p.error(f"unknown backend {args.backend!r}; expected hibari, piper, kokoro, chattts or all")

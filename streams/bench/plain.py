@@ -33,6 +33,23 @@ def raw_producer(kafka: KafkaSettings, **conf: Any) -> Any:
     return Producer(client_config(kafka, **conf))
 
 
+def config_producer(conf: dict[str, Any]) -> Any:
+    """A confluent-kafka ``Producer`` from a finished config (e.g. ``streams.kafka.producer_config``)."""
+    return Producer(conf)
+
+
+def assigned_reader(kafka: KafkaSettings, topics: list[str], **conf: Any) -> Any:
+    """A ``read_committed`` ``Consumer`` assigned every partition of ``topics`` from the beginning
+    (no group joined, nothing committed): a tool's reader of several topics at once."""
+    c = Consumer(reader_config(kafka, **conf))
+    parts = []
+    for topic in topics:
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        parts += [TopicPartition(topic, p, -2) for p in md.partitions]
+    c.assign(parts)
+    return c
+
+
 def count_records(kafka: KafkaSettings, topic: str, *, isolation: str = "read_uncommitted",
                   timeout: float = 60.0) -> int:
     """How many records ``topic`` holds now, as a reader with ``isolation`` sees them."""

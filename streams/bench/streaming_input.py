@@ -56,20 +56,14 @@ class _Seen:
     and each completion was first seen."""
 
     def __init__(self, s: Any) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
         from schemas import decode_chunk, decode_completion
-        from streams.kafka import reader_config
+        from streams.bench.plain import assigned_reader
 
         self.chunks: dict[tuple[str, int], float] = {}
         self.done: dict[str, Any] = {}
         self._stop = threading.Event()
-        self._c = Consumer(reader_config(s.kafka, **{"enable.partition.eof": False}))
-        parts = []
-        for topic in (s.kafka.topic_chunks, s.kafka.topic_completed):
-            md = self._c.list_topics(topic, timeout=10).topics[topic]
-            parts += [TopicPartition(topic, p, -2) for p in md.partitions]
-        self._c.assign(parts)
+        self._c = assigned_reader(s.kafka, [s.kafka.topic_chunks, s.kafka.topic_completed],
+                                  **{"enable.partition.eof": False})
         chunks_topic = s.kafka.topic_chunks
 
         def run() -> None:
@@ -298,11 +292,10 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
               n_sent: int = 3, wps: float = 20.0, first_runs: int = 5, zh: bool = True,
               seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0,
               hostile: tuple[int, int] | None = None) -> dict[str, Any]:
-    from confluent_kafka import Producer
-
     from schemas import Request, encode
     from streams.bench.corpus import sentences
     from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.bench.plain import config_producer
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.kafka import producer_config
@@ -326,7 +319,7 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
                               "idle_cut_ms": s.stage.stream_idle_cut_ms, "first_budgets": s.stage.first_budgets}
     sup = Supervisor(out / "logs")
     seen: _Seen | None = None
-    producer = Producer(producer_config(s.kafka))
+    producer = config_producer(producer_config(s.kafka))
     texts = _one_segment_sentences(seed)
     try:
         _say(f"run {run_id}: one stage + one {s.engine.backend} worker")

@@ -48,6 +48,7 @@ from engine import mix as engine_mix
 from engine.timing import segment_sources
 from schemas import End, Request, Segment, SegmentSource, check_content, encode, request_hash, segment_hash
 from schemas.errors import ContentError, SchemaError
+from streams.errors import StreamError
 from streams.stage.cut import budget_for, cut_open, speakable
 from streams.stage.text import normalize
 
@@ -185,7 +186,7 @@ class OpenIndex:
         return out
 
 
-class _Closed(Exception):
+class _Closed(StreamError):
     """The request fails now with this code (raised inside the handler, answered as a rejection)."""
 
     def __init__(self, code: str, message: str) -> None:

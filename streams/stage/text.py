@@ -94,6 +94,7 @@ _ABBREVIATIONS = frozenset(
 )
 
 _WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)$")
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz.")
 
 
 def _is_cjk(ch: str) -> bool:
@@ -131,7 +132,10 @@ def _dot_ends_sentence(t: str, i: int, j: int) -> bool:
         while k < len(t) and t[k].isspace():
             k += 1
         return k >= len(t) or t[k].isupper() or _is_cjk(t[k])
-    m = _WORD_BEFORE.search(t, 0, i)
+    k = i  # the word before the dot starts after the last character that cannot be in it: searching
+    while k > 0 and t[k - 1] in _WORD_CHARS:  # from there, not from 0, keeps a 100,000-character
+        k -= 1                                # text linear (from 0 it took ~9 s in the stage's loop)
+    m = _WORD_BEFORE.search(t, k, i)
     if m is not None:
         word = m.group(1)
         if word.lower().rstrip(".") in _ABBREVIATIONS:

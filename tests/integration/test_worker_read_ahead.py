@@ -30,7 +30,7 @@ from tests.support.pipeline import check_audio, make_segments
 
 pytestmark = pytest.mark.integration
 
-LONG_SEGMENTS = 60   # one sentence each: ~40 KiB of records, far past the old read-ahead (~32 segments)
+LONG_SEGMENTS = 80   # one sentence each: ~55 KiB of records, far past the old read-ahead (~32 segments)
 SHORTS = 3
 
 
@@ -104,7 +104,7 @@ def test_short_requests_behind_a_long_one_in_its_partition_are_answered_first_an
           f"requests behind it in its partition answered within {worst:.2f} s, when {before} of its segments were "
           f"done; segments dropped as done after the restart: {dropped:.0f}")
     # read at once, they are served in the fair order: after a few of the long request's segments, not
-    # after the ~70 a read-ahead of 8 segments per partition made them wait for
+    # after the 40 or more that a read-ahead of ~32-40 segments made them wait for
     assert before < LONG_SEGMENTS // 4, f"the short requests waited for {before} of the long one's segments"
     assert len(long_chunks) == LONG_SEGMENTS, len(long_chunks)  # each chunk once, across the kill
     assert seen == Counter(dict.fromkeys(sent, 1)), seen  # every request answered exactly once

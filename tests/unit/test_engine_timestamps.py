@@ -62,7 +62,9 @@ def test_speed_is_in_the_times_and_no_words_unless_asked(engine: Engine) -> None
     slow, fast = _say(engine, TEXT, 1.0), _say(engine, TEXT, 2.0)
     assert slow.words is not None and fast.words is not None
     ratio = fast.words[-1].start_s / slow.words[-1].start_s
-    assert 0.4 < ratio < 0.65, ratio
+    # 0.5 if speed is in the times (1.0 if it were ignored); Piper samples its durations' noise,
+    # which moved one run to 0.6526, so the band is wide on both sides
+    assert 0.35 < ratio < 0.75, ratio
     plain = engine.synthesize([SynthItem(TEXT, "")])[0]
     assert isinstance(plain, Audio) and plain.words is None
     if engine.info.name == "hibari":  # deterministic (piper samples its noise): timing does not change the audio

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 - IPA stress marks are the subject here
 """The gateway's pronunciation surface without Kafka: SSML and lexicons passed to the pipeline, the
 Kokoro-FastAPI phoneme routes (hibari's front end, loaded in process), global lexicons refused."""
 

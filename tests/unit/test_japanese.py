@@ -43,6 +43,10 @@ def _stage(**kw: Any) -> StageCore:
     ("１５％", "15%"),  # width folded; OpenJTalk reads % itself
     ("3.5キロ", "3.5キロ"),  # decimals untouched
     ("3月15日 午後3時", "3月15日 午後3時"),  # OpenJTalk reads dates and times with counters itself
+    ("10:08に", "10時はっぷんに"),  # minutes ending in 8: はっぷん, which OpenJTalk says はちふん
+    ("18分", "10はっぷん"),
+    ("8分の1", "8分の1"),  # a fraction: はちぶんのいち
+    ("80分", "80分"),
 ])
 def test_normalize_ja_table(text: str, normalized: str) -> None:
     from engine.ja_text import normalize_ja
@@ -62,6 +66,11 @@ def test_normalize_ja_table(text: str, normalized: str) -> None:
     ("1人", "ヒトリ"),
     ("3匹", "サンビキ"),
     ("2024/4/1", "ニセンニジューヨネンシガツツイタチ"),
+    ("8分", "ハップン"),
+    ("18分", "ジューハップン"),
+    ("午後8時8分", "ゴゴハチジハップン"),
+    ("8分の1", "ハチブンノイチ"),
+    ("6分", "ロップン"),
 ])
 def test_numbers_are_read_with_their_counters(text: str, reading: str) -> None:
     pytest.importorskip("pyopenjtalk")
@@ -209,6 +218,18 @@ def test_the_mixed_benchmark_switches_language_every_clause_and_each_clause_read
         langs = [a[0][1] for a in alone]
         assert langs == ["zh", "ja", "en"] * 2, clauses
         assert [lang for _, lang in clause_languages("".join(clauses), "zh")] == langs
+
+
+def test_the_mixed_benchmarks_equal_audio_control_is_the_same_clauses_with_two_switches() -> None:
+    """The grouped control holds the very same clauses (same phonemes, same audio length), read by
+    the same G2P, with two switches instead of five: the difference is the switches alone."""
+    from streams.bench.mixed import CORPUS_MIXED, grouped
+
+    for clauses in CORPUS_MIXED:
+        g = grouped(clauses)
+        assert sorted(g) == sorted(clauses)
+        # runs of one language are one run to the G2P: zh, ja, en, two switches
+        assert [lang for _, lang in clause_languages("".join(g), "zh")] == ["zh", "ja", "en"], g
 
 
 def test_kanji_unknown_to_openjtalk_are_read_not_refused() -> None:
