@@ -108,11 +108,13 @@ _installed: list[bool] = []
 
 
 def install() -> None:
-    """Teach jieba and pypinyin the :data:`FIXES` (process-wide, once)."""
-    if _installed:
-        return
+    """Teach jieba and pypinyin the :data:`FIXES` (process-wide; again whenever jieba's dictionary
+    was reloaded since, which drops words added to it: a flag alone would say "installed" then)."""
     import jieba
     from pypinyin import Style, load_phrases_dict
+
+    if _installed and jieba.dt.initialized and all(jieba.dt.FREQ.get(p) for p in FIXES):
+        return
 
     phrases = {}
     for phrase, pinyin in FIXES.items():
