@@ -35,9 +35,10 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CORPUS", "main", "run"]
+__all__ = ["CORPUS", "main", "nearest_pct", "positive_ints", "run"]
 
 CORPUS: tuple[str, ...] = (
     "The morning train to the coast was delayed by twenty minutes, so most of us waited on the cold platform with coffee.",
@@ -81,7 +82,8 @@ def _installed(backend: str) -> bool:
     return importlib.util.find_spec("hibari") is not None
 
 
-def _pct(values: list[float], q: float) -> float:
+def nearest_pct(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0-1) of ``values`` (with 5 runs, p99 is the max)."""
     s = sorted(values)
     k = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
     return s[k]
@@ -105,7 +107,7 @@ def _stats(samples: list[tuple[float, float]]) -> dict[str, Any]:
     audio = sum(a for _, a in samples)
     return {"rtf": round(statistics.median(w / a for w, a in samples), 5),
             "audio_s_per_s": round(audio / sum(walls), 2),
-            "batch_p50_ms": round(statistics.median(walls) * 1e3, 1), "batch_p99_ms": round(_pct(walls, 0.99) * 1e3, 1),
+            "batch_p50_ms": round(statistics.median(walls) * 1e3, 1), "batch_p99_ms": round(nearest_pct(walls, 0.99) * 1e3, 1),
             "runs": len(samples), "audio_s": round(audio, 2)}
 
 
@@ -288,7 +290,7 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def _ints(s: str) -> list[int]:
+def positive_ints(s: str) -> list[int]:
     try:
         v = [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
@@ -307,8 +309,8 @@ def main(argv: list[str]) -> int:
                    help="chattts weights dir (default: TTS_CHATTTS_ASSET_DIR; empty: tiny random weights)")
     p.add_argument("--precision", default=None,
                    help="comma separated: shipped,fp32,fp16,int8 (default: all that apply to the backend)")
-    p.add_argument("--batch", type=_ints, default=[1, 8], help="batch sizes (default 1,8)")
-    p.add_argument("--threads", type=_ints, default=[1, 2], help="intra-op thread counts (default 1,2)")
+    p.add_argument("--batch", type=positive_ints, default=[1, 8], help="batch sizes (default 1,8)")
+    p.add_argument("--threads", type=positive_ints, default=[1, 2], help="intra-op thread counts (default 1,2)")
     p.add_argument("--runs", type=int, default=5, help="timed batches per combination (>= 5 for the median)")
     p.add_argument("--wer", action="store_true",
                    help="add word error per backend/precision (pocketsphinx; kokoro: character error, Whisper base)")

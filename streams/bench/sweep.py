@@ -48,6 +48,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from streams.bench.engine import nearest_pct, positive_ints
+
 __all__ = ["design", "front", "main", "recommend"]
 
 _LANG = {"hibari": "en", "piper": "en", "kokoro": "zh"}
@@ -137,11 +139,6 @@ def _synth(engine: Any, texts: Sequence[str]) -> tuple[float, list[Any]]:
     return dt, out
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
 def measure_point(spec: dict[str, Any]) -> dict[str, Any]:
     """Speed of one point (in this process): see the module docstring, step 2."""
     from streams.bench.sweep_corpus import CORPORA
@@ -168,7 +165,7 @@ def measure_point(spec: dict[str, Any]) -> dict[str, Any]:
     med = statistics.median(passes)
     return {"audio_s_per_s": round(med, 2), "rtf": round(1 / med, 5),
             "spread": round((max(passes) - min(passes)) / med, 3), "passes": [round(p, 2) for p in passes],
-            "batch_p50_ms": round(statistics.median(walls) * 1e3, 1), "batch_p99_ms": round(_pct(walls, 0.99) * 1e3, 1),
+            "batch_p50_ms": round(statistics.median(walls) * 1e3, 1), "batch_p99_ms": round(nearest_pct(walls, 0.99) * 1e3, 1),
             "first_audio_ms": round(statistics.median(firsts) * 1e3, 1), "cold_start_s": round(cold, 2),
             "peak_rss_mib": _rss_mib(), "provider": provider}
 
@@ -350,23 +347,13 @@ def _pipeline(rec: dict[str, Any], requests: int, timeout: float) -> dict[str, A
     return json.loads(lines[-1])
 
 
-def _ints(s: str) -> list[int]:
-    try:
-        v = [int(x) for x in s.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma separated integers, got {s!r}") from None
-    if not v or min(v) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {s!r}")
-    return v
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="ttsflow bench sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="only the JSON object on stdout (progress always on stderr)")
     p.add_argument("--backend", default="hibari,piper", help="comma separated: hibari, piper, kokoro (default hibari,piper)")
     p.add_argument("--precision", default=None, help="comma separated subset of fp32,fp16,int8 (default: each backend's)")
-    p.add_argument("--batch", type=_ints, default=[1, 4, 8], help="max batch levels (default 1,4,8)")
-    p.add_argument("--threads", type=_ints, default=[1, 2], help="engine thread levels (default 1,2)")
+    p.add_argument("--batch", type=positive_ints, default=[1, 4, 8], help="max batch levels (default 1,4,8)")
+    p.add_argument("--threads", type=positive_ints, default=[1, 2], help="engine thread levels (default 1,2)")
     p.add_argument("--repeats", type=int, default=3, help="timed passes per point (default 3)")
     p.add_argument("--speed-texts", type=int, default=16, help="corpus sentences per timed pass (default 16)")
     p.add_argument("--quality-texts", type=int, default=50, help="corpus sentences scored per version (default all 50)")
