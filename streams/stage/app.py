@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+import weakref
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,8 @@ async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int
 
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
     """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
+    from faust.streams import _current_event  # the record a table write belongs to (see flush)
+
     _StageApp = stage_app_class()
     if core is None:
         # the lexicon topics, read whole before the first request is handled (streams/stage/lexicons.py)
@@ -208,17 +211,24 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         for h in held:
             for f in h.deliveries:
                 await f
-        # the last write of each key only: a run of one request's pieces is one changelog record
-        seen_writes = dict(h.seen for h in held if h.seen is not None)
-        open_writes = dict(h.open for h in held if h.open is not None)
-        for sk, sv in seen_writes.items():
-            seen[sk] = sv
-        for ok, state in open_writes.items():
-            if state is None:
-                if opened.get(ok) is not None:
-                    del opened[ok]
-            else:
-                opened[ok] = state
+        # the last write of each key only (a run of one request's pieces is one changelog record), made
+        # as of its own record: faust writes a table key to the changelog partition of the current event
+        seen_writes = {h.seen[0]: (h.event, h.seen[1]) for h in held if h.seen is not None}
+        open_writes = {h.open[0]: (h.event, h.open[1]) for h in held if h.open is not None}
+        current = _current_event.get(None)
+        try:
+            for sk, (ev, sv) in seen_writes.items():
+                _current_event.set(weakref.ref(ev))
+                seen[sk] = sv
+            for ok, (ev, state) in open_writes.items():
+                _current_event.set(weakref.ref(ev))
+                if state is None:
+                    if opened.get(ok) is not None:
+                        del opened[ok]
+                else:
+                    opened[ok] = state
+        finally:
+            _current_event.set(current)
         for h in held:
             app.mark_processed(h.event.message)
             await stream.ack(h.event)
@@ -243,13 +253,14 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         async for event in stream.events():
             async with handling:
                 await handle(event)
-                if len(deferred) >= batch_records or stream.channel.empty():
+                if len(deferred) >= batch_records:
                     await flush(stream)
 
     @app.timer(0.05)
     async def flush_held() -> None:
-        """Records held while more were queued are flushed soon even if no record follows (a rebalance
-        clears the queue and waits for every record handed out to be acked)."""
+        """The records held are flushed every 50 ms when fewer than stage_batch_records came: their
+        outputs went out when they were handled (no answer waits for this), so the wait only moves
+        their table writes and committable offsets; pieces of one request within it are one write."""
         if len(deferred) and agent_stream:
             async with handling:
                 await flush(agent_stream[0])

@@ -8,8 +8,8 @@ requests then held every other record of the stage's partitions behind those rou
 
 Here the records of a run handled back to back share one wait: each one's outputs are sent at once,
 its table writes held here, and :meth:`Deferred.take` hands the whole run back (in input order) to be
-awaited, written and marked processed together, when ``stage_batch_records`` are held or nothing else
-is queued (and at least every few tens of milliseconds, from a timer). Reads of the tables in between
+awaited, written and marked processed together, when ``stage_batch_records`` are held or a timer
+says (every 50 ms). No answer waits for that: each record's outputs went out when it was handled. Reads of the tables in between
 go through :meth:`seen_get` and :meth:`open_get`, which see the writes still held, so the next record
 of the run is handled exactly as if each earlier one had been written: the outcome of every record is
 the same function of the partition's records in order as before. Pure: no faust, no Kafka.
