@@ -325,6 +325,7 @@ class StageCore:
                                pronunciation=spans_key(p.spans) + lex_key)
                   for p in pieces]
         named = [lex.ref for lex in lexicons] or None
+        marked = [i for i, p in enumerate(pieces) if p.spans and any(s.mark is not None for s in p.spans)] or None
         rh = request_hash(hashes, format=req.format)
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
         out_key = key if key else req.user_id.encode()
@@ -346,6 +347,7 @@ class StageCore:
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
                 parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority,
                 spans=_wire(p.spans), lexicons=named if i == n - 1 else None,
+                marked=marked if i == n - 1 else None,
                 timestamps=req.timestamps, source=sources[i],
                 sources=sources if req.timestamps and i == n - 1 else None)))  # type: ignore[arg-type]
             for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
