@@ -101,10 +101,12 @@ class _Builder:
             return
         text = "".join(self.buf)
         self.buf = []
-        top = self._top
+        top = self.stack[-1]
         span = Span(text=text, rate=top.rate, lang=top.lang if top.lang != self.default_lang else None)
-        for s in (self.rewrite(span) if self.rewrite is not None else (span,)):
-            self._emit(s)
+        if self.rewrite is None:
+            self.out.append(span)
+        else:
+            self.out.extend(self.rewrite(span))
 
     def _emit(self, span: Span) -> None:
         self.out.append(span)

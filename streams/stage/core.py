@@ -150,6 +150,8 @@ class StageCore:
             i for i in (engine_voices.voice_info(v) for v in voices or ()) if i is not None)
         self.on_dropped = on_dropped  # (script, spoken units cut from an accepted request)
         self.pieces = PieceHandler(self, clock)
+        self._ssml_limits = engine_ssml.Limits(max_chars=stage.ssml_max_chars, max_depth=stage.ssml_max_depth,
+                                               max_elements=stage.ssml_max_elements)
 
     def is_duplicate(self, request_id: str, seen: SeenIds, now: float) -> bool:
         """``seen`` maps the user's request ids to when they were first seen (epoch seconds)."""
@@ -257,8 +259,7 @@ class StageCore:
         voice's, when the text picks another voice), lexicons applied to its plain runs (``rewrite``),
         checked like plain text. Raises ``SchemaError`` (``invalid_ssml`` and the plain checks)."""
         stage = self.stage
-        limits = engine_ssml.Limits(max_chars=stage.ssml_max_chars, max_depth=stage.ssml_max_depth,
-                                    max_elements=stage.ssml_max_elements)
+        limits = self._ssml_limits
         lang = _language(requested or self.default_voice)
         spans = engine_ssml.parse(req.text, lang=lang, limits=limits, rewrite=rewrite)
         pieces = cut_spans(spans, stage.max_segment_chars)

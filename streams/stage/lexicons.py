@@ -46,9 +46,12 @@ _log = logging.getLogger("ttsflow.stage")
 GLOBAL = "global"
 
 
+_GLOBAL_PREFIX = f"{GLOBAL}/"
+
+
 def lexicon_key(user_id: str, name: str) -> str:
     """The topic key a request's lexicon name refers to: ``global/x`` as is, else ``<user>/<name>``."""
-    return name if name.startswith(f"{GLOBAL}/") else f"{user_id}/{name}"
+    return name if name.startswith(_GLOBAL_PREFIX) else f"{user_id}/{name}"
 
 
 def watermarks(consumer: Any, tp: Any, *, attempts: int = 20) -> tuple[int, int]:
@@ -160,7 +163,7 @@ class LexiconStore:
             if key in self._over:
                 raise ContentError(f"lexicon {name!r} is refused: {self._refusal(key)}", field="lexicons",
                                    code="too_many_lexicons")
-            if lex not in out:
+            if all(lex is not o for o in out):  # (named twice: applied once; identity, not a deep compare)
                 out.append(lex)
         return tuple(out)
 
