@@ -324,7 +324,9 @@ class TTSClient:
         completion's is the whole request in ``format``. Raises :class:`CompletionTimeout` when
         no completion comes within ``timeout``, :class:`RequestFailed` for a failed one (after the
         chunks that came) unless ``raise_on_failure`` is false. With ``timestamps`` each chunk carries
-        its ``words`` (times in the chunk's audio; ``chunk.offset_s`` is where it starts in the request)."""
+        its ``words`` (times in the chunk's audio; ``chunk.offset_s`` is where it starts in the request). An
+        SSML request's SSML marks come on ``chunk.marks`` (times in the chunk's audio) and on the
+        completion's ``marks`` (times in the joined audio), asked for or not."""
         rid = request_id or uuid.uuid4().hex
 
         def publish() -> float:

@@ -195,7 +195,7 @@ def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(set
 
     marked = got["marks"]
     x, sr = check_audio(settings, marked)
-    quiet = _quiet_runs(x, sr)
+    quiet = _quiet_runs(x, sr, min_ms=600)  # the two 700 ms breaks (+-10%), not the shorter natural pauses
     names = [m.name for m in marked.marks or ()]
     times = [m.time_s for m in marked.marks or ()]
     print(json.dumps({"marks": dict(zip(names, times, strict=True)), "quiet_runs_s": quiet,
@@ -206,7 +206,7 @@ def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(set
     # first segment's sentence and the 150 ms join before this one counted in), one pause each
     inside = [next((k for k, (a, b) in enumerate(quiet) if a - 0.06 <= t <= b + 0.06), None) for t in times]
     assert None not in inside and inside[0] != inside[1], (times, quiet)
-    assert all(t - quiet[k][0] <= 0.2 for t, k in zip(times, inside, strict=True)), (times, quiet)  # type: ignore[index]
+    assert all(t - quiet[k][0] <= 0.3 for t, k in zip(times, inside, strict=True)), (times, quiet)  # type: ignore[index]
     (chunk,) = [ch for ch in chunks if ch.request_id == "marks" and ch.marks]
     assert chunk.seq == 1 and chunk.offset_s is not None and chunk.offset_s > 0.5
     assert [m.name for m in chunk.marks or ()] == names
