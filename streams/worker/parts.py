@@ -9,9 +9,10 @@ Invariants:
   (:func:`streams.worker.keys.part_id`: segment hash + model identity).
 * A Redis cache hit counts only when S3 still has the object; a stale pointer is deleted.
   Redis down means a cache bypass (counted), never an error.
-* A part for a segment that asked for timestamps is made with its words, and made only once
-  its words object is in S3 beside its audio (:mod:`~streams.worker.timings`); a cache hit
-  serves such a segment only if that object is there (else it is made again, same key).
+* A part for a segment that asked for timestamps is made with its words, in the same object as
+  its audio (one PUT; :func:`~streams.worker.timings.part_object`), under an address of its
+  own; a cache hit serves such a segment only if its object's words read back (one GET, which
+  also brings its samples for the join), else it is made again.
 * An engine failure on one item fails that item; a failure of the model call fails every
   item of that call (and nothing else).
 * S3 unreachable during an upload raises :class:`~storage.errors.S3Unavailable` into the
@@ -28,13 +29,12 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
-
-import msgspec
 
 from engine import audio as audio_codec
 from engine import voices as engine_voices
@@ -47,7 +47,7 @@ from storage.s3 import AudioStore
 from streams.worker.batcher import MicroBatcher
 from streams.worker.keys import PART_FORMAT
 from streams.worker.ledger import Part, PartResult, Seg
-from streams.worker.timings import PartWords, decode_part_words, encode_part_words, part_words_key, voice_times
+from streams.worker.timings import PartWords, encode_part_words, part_object, part_words, voice_times
 
 if TYPE_CHECKING:
     from engine.reload import ModelManager
@@ -86,32 +86,42 @@ class PartMaker:
     # -- 3) cache, 4) batch ---------------------------------------------------------------
     def cached(self, s: Seg) -> Part | None:
         """The part of ``s`` from the cache, if its object is still in S3 (and, when ``s`` asked for
-        timestamps from a voice that times words, its words object beside it)."""
+        timestamps from a voice that times words, its words read back from that object)."""
         key = self.cache.get(s.part_id)
+        if key is not None and s.seg.timestamps and \
+                voice_times(s.seg.voice, bool(getattr(self.engine, "timestamps", False))):
+            return self._cached_with_words(s, key)
         head = self.store.head(key) if key is not None else None
         if key is not None and head is not None:
-            words = None
-            if s.seg.timestamps and voice_times(s.seg.voice, bool(getattr(self.engine, "timestamps", False))):
-                words = self._stored_words(key)
-                if words is None:  # made without timestamps: made again, with them (same audio, same key)
-                    self.metrics.cache(False)
-                    return None
             self.metrics.cache(True)
             size = int(head["bytes"])  # a part is 16-bit mono WAV: its duration from its size (44-byte header)
             return Part(key, None, cached=True, sha256=str(head.get("sha256") or ""), bytes=size,
-                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4), words=words)
+                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4))
         if key is not None:
             self.cache.delete(s.part_id)  # the object expired: the pointer is stale
         self.metrics.cache(False)
         return None
 
-    def _stored_words(self, audio_key: str) -> PartWords | None:
+    def _cached_with_words(self, s: Seg, key: str) -> Part | None:
+        """A timed segment's cached part: one GET gives its words and its samples (kept for the join,
+        within the request's join memory), where a HEAD and a later GET would have taken two calls."""
         from storage.errors import ObjectMissing
 
         try:
-            return decode_part_words(self.store.get(part_words_key(audio_key)))
+            data = self.store.get(key)
         except ObjectMissing:
+            self.cache.delete(s.part_id)
+            self.metrics.cache(False)
             return None
+        words = part_words(data)
+        if words is None:  # an object without its words (unreadable): made again, with them
+            self.metrics.cache(False)
+            return None
+        samples, sr = audio_codec.decode(data)
+        self.metrics.cache(True)
+        return Part(key, samples if sr == self.engine.sample_rate else None, cached=True,
+                    sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
+                    duration_s=round(len(samples) / sr, 4), words=words)
 
     def batch(self, misses: list[Seg]) -> list[tuple[str, Failure]]:
         """The CPU front end as segments arrive; its length picks the padding bucket. Returns the
@@ -194,32 +204,28 @@ class PartMaker:
         self._learn_cost(prepared, synth_s)
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
-        uploads: list[tuple[Future[str], int] | None] = []
-        word_uploads: list[tuple[Future[str], PartWords] | None] = []
+        uploads: list[tuple[Future[str], int, PartWords | None] | None] = []
         for i, (s, r) in enumerate(zip(segs, results, strict=True)):
-            word_uploads.append(None)
             if isinstance(r, Audio):
                 data = audio_codec.encode(r.samples, r.sample_rate, PART_FORMAT)
                 # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
                 results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
+                pw = None
+                if s.seg.timestamps and r.words is not None:  # its words in the same object: one PUT
+                    pw = encode_part_words(s.seg.text, r.words, len(r.samples), r.sample_rate)
+                    data = part_object(data, pw)
                 key = self.store.key("part", s.part_id, PART_FORMAT)
                 uploads.append((self._io.submit(self.store.put, key, data, audio_codec.content_type(PART_FORMAT)),
-                                len(data)))
-                if s.seg.timestamps and r.words is not None:  # its words beside it, under the same address
-                    pw = encode_part_words(s.seg.text, r.words, len(r.samples), r.sample_rate)
-                    word_uploads[i] = (self._io.submit(self.store.put, part_words_key(key), msgspec.json.encode(pw),
-                                                       "application/json"), pw)
+                                len(data), pw))
             else:
                 uploads.append(None)
         out: list[_Made] = []
         share = synth_s / max(1, len(segs))
-        for s, r, up, wu, w in zip(segs, results, uploads, word_uploads, waits, strict=True):
+        for s, r, up, w in zip(segs, results, uploads, waits, strict=True):
             key = self.store.key("part", s.part_id, PART_FORMAT)
             sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
-            if wu is not None:
-                wu[0].result()
             s.model_s, s.uploaded_at = share, time.time()
-            out.append((s, r, key, share, sha, size, w, wu[1] if wu is not None else None))
+            out.append((s, r, key, share, sha, size, w, up[2] if up is not None else None))
         return out
 
     def _learn_cost(self, prepared: list[Prepared], synth_s: float) -> None:
