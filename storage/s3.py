@@ -17,6 +17,13 @@ Guarantees:
 
 boto3 >= 1.36 sends CRC checksum headers by default that some S3 servers (s3proxy)
 reject; the client asks for checksums only when an operation requires them.
+
+A single-request PUT (every part, a request's audio up to 8 MiB, its words and captions)
+skips boto3's per-call machinery (parameter validation, endpoint rules, event hooks,
+response parsing: a few milliseconds of CPU a call, as much as a second of hibari's audio
+costs to synthesize): it is signed with botocore's own SigV4 signer for S3 and sent on
+botocore's own HTTP session (same TLS verification, proxies from the environment, timeouts),
+retried like the client retries, and its errors are classified the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import re
 import threading
 import time
 from typing import IO, Any, Protocol
+from urllib.parse import quote
 
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 
@@ -111,6 +119,8 @@ class AudioStore:
                                       retries={"max_attempts": max_attempts, "mode": "standard"},
                                       max_pool_connections=16)
         self._lock = threading.Lock()
+        self._put = _SignedPut(self.endpoint, bucket, access_key, secret_key, region, ca_bundle=ca_bundle,
+                               timeout=(connect_timeout_s, read_timeout_s), attempts=max_attempts)
 
     # -- keys ----------------------------------------------------------------------
     def key(self, kind: str, digest: str, ext: str) -> str:
@@ -133,8 +143,7 @@ class AudioStore:
     def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
         """Store ``data`` at ``key``; returns its SHA-256 hex digest once S3 acknowledged it."""
         digest = hashlib.sha256(data).hexdigest()
-        self._call("put_object", Bucket=self.bucket, Key=key, Body=data, ContentType=content_type,
-                   Metadata={"sha256": digest})
+        self._put(key, data, content_type, {"sha256": digest}, digest)
         return digest
 
     def put_file(self, key: str, f: IO[bytes], content_type: str = "application/octet-stream", *,
@@ -156,8 +165,7 @@ class AudioStore:
         meta = {**(metadata or {}), "sha256": digest}
         f.seek(0)
         if size <= part_bytes:
-            self._call("put_object", Bucket=self.bucket, Key=key, Body=f.read(), ContentType=content_type,
-                       Metadata=meta)
+            self._put(key, f.read(), content_type, meta, digest)
             return digest, size
         upload_id = self._call("create_multipart_upload", Bucket=self.bucket, Key=key, ContentType=content_type,
                                Metadata=meta)["UploadId"]
@@ -229,6 +237,7 @@ class AudioStore:
 
     def close(self) -> None:
         self._client.close()
+        self._put.close()
 
     # -- error mapping -------------------------------------------------------------
     def _call(self, op: str, **kwargs: Any) -> Any:
@@ -250,3 +259,67 @@ class AudioStore:
             raise StorageError(f"{where}: {code or status} {err.get('Message', '')}".rstrip()) from e
         except BotoCoreError as e:  # connection refused/reset, timeouts, endpoint unreachable
             raise S3Unavailable(f"s3 {op}: {type(e).__name__}: {e}") from e
+
+
+class _SignedPut:
+    """One PUT request, SigV4-signed by botocore's S3 signer and sent on botocore's HTTP session,
+    without the client's per-call pipeline. Raises what :meth:`AudioStore._call` raises for the
+    same answers; retries connection errors, 5xx and throttling up to ``attempts`` tries, as
+    the client's standard retry mode does."""
+
+    def __init__(self, endpoint: str, bucket: str, access_key: str, secret_key: str, region: str, *,
+                 ca_bundle: str, timeout: tuple[float, float], attempts: int) -> None:
+        from botocore.auth import S3SigV4Auth
+        from botocore.credentials import Credentials
+        from botocore.httpsession import URLLib3Session
+        from botocore.utils import get_environ_proxies
+
+        class Signer(S3SigV4Auth):  # type: ignore[misc]
+            def payload(self, request: Any) -> str:  # the body's SHA-256 is known already: not hashed twice
+                return str(request.context.get("sha256") or super().payload(request))
+
+        self._base = f"{endpoint}/{quote(bucket, safe='')}/"
+        self._signer = Signer(Credentials(access_key, secret_key), "s3", region)
+        self._http = URLLib3Session(verify=ca_bundle or True, proxies=get_environ_proxies(endpoint), timeout=timeout,
+                                    max_pool_connections=16)
+        self._attempts = max(1, attempts)
+
+    def __call__(self, key: str, data: bytes, content_type: str, metadata: dict[str, str], digest: str) -> None:
+        from botocore.awsrequest import AWSRequest
+        from botocore.exceptions import BotoCoreError
+
+        where = f"s3 put_object {key}"
+        for attempt in range(self._attempts):
+            req = AWSRequest(method="PUT", url=self._base + quote(key, safe="/~"), data=data,
+                             headers={"Content-Type": content_type,
+                                      **{f"x-amz-meta-{k}": v for k, v in metadata.items()}})
+            req.context["sha256"] = digest
+            self._signer.add_auth(req)
+            try:
+                resp = self._http.send(req.prepare())
+            except BotoCoreError as e:  # connection refused/reset, timeouts
+                error: StorageError = S3Unavailable(f"s3 put_object: {type(e).__name__}: {e}")
+            else:
+                if resp.status_code < 300:
+                    return
+                error = _classified(where, resp.status_code, resp.content)
+            if not isinstance(error, S3Unavailable) or attempt == self._attempts - 1:
+                raise error
+            time.sleep(min(20.0, 0.1 * 2 ** attempt))  # the standard mode's backoff, without its jitter
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _classified(where: str, status: int, body: bytes) -> StorageError:
+    """An S3 error answer to a PUT as :meth:`AudioStore._call` classifies the same answer."""
+    m = re.search(rb"<Code>([^<]*)</Code>", body or b"")
+    code = m.group(1).decode("utf-8", "replace") if m else ""
+    msg = re.search(rb"<Message>([^<]*)</Message>", body or b"")
+    text = f"{where}: {code or status} {msg.group(1).decode('utf-8', 'replace') if msg else ''}".rstrip()
+    if code in _CONFIG_CODES or status == 403:
+        return StorageConfigError(text)
+    if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout", "InternalError"):
+        return S3Unavailable(f"{where}: {code or status}")
+    return StorageError(text)
