@@ -306,8 +306,8 @@ def test_the_playground_highlights_the_word_being_spoken(rig: Rig, tmp_path: Pat
 
         _until(sample, 60, "words highlighted in turn")
         assert len({w for _, w in seen}) >= 4, seen
-        starts = {s.text: float(s.get_attribute("data-start")) for s in spans}
-        ends = {s.text: float(s.get_attribute("data-end")) for s in spans}
+        starts = {s.text: float(s.get_attribute("data-start") or "nan") for s in spans}
+        ends = {s.text: float(s.get_attribute("data-end") or "nan") for s in spans}
         # the marked word is the one whose time holds the clock (or the last one started, in a pause)
         assert all(starts[w] <= t + 0.05 and t <= ends[w] + 0.3 for t, w in seen), (seen, starts, ends)
         print(f"\nplayground screenshot: {tmp_path / 'playground-captions.png'}")
