@@ -204,7 +204,7 @@ class Joiner:
         words: list[PartWords] = []
         for seq, h in enumerate(hashes):
             part = parts.get(seq)
-            pw = part.words if part is not None else found.get(seq)
+            pw = (part.words if part is not None else None) or found.get(seq)
             if pw is None:  # not read by the join (its audio was in memory, or the request's object existed)
                 got = self._fetch_part(part.key if part is not None else None, h, identities, True)
                 pw = self._words_in(*got) if got is not None else None
