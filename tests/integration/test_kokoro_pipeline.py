@@ -9,8 +9,7 @@ languages share the run instead of paying a worker and a stage each).
   voice, come back ok, once each, spoken by kokoro's default Mandarin voice (``zm_yunjian``), and
   Whisper base reads them back with a corpus character error under ``MAX_CER_ZH``; an English
   request in the same run is spoken by hibari; a Chinese request naming the English voice is
-  refused ``unsupported_language``. The first of them asks for timestamps: every jieba word of
-  its text is timed, in order, inside the audio, each character of a word with its own span.
+  refused ``unsupported_language``.
 - Japanese: ``JA_PICK``, 10 of the 20 sentences of ``asr_ja.SENTENCES`` (dates, times, money,
   counters, percent), naming no voice, spoken by the first Japanese style (``JA_STYLES[0]``),
   read back with a corpus character error on readings under ``MAX_CER_JA``.
@@ -88,8 +87,8 @@ def run(stack_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> I
     # first_segment_chars="": one segment (one chunk) per language span, as the span check reads them
     s = s.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, backend="hibari", backends="hibari,kokoro",
                   first_segment_chars="", voice="", model_dir=str(tmp / "models"), threads=2)
-    reqs: list[dict[str, Any]] = [{"request_id": f"zh-{i:02d}", "user_id": f"user-{i % 4}", "text": t,
-                                   "timestamps": i == 0} for i, t in enumerate(ZH)]
+    reqs: list[dict[str, Any]] = [{"request_id": f"zh-{i:02d}", "user_id": f"user-{i % 4}", "text": t}
+                                  for i, t in enumerate(ZH)]
     reqs += [{"request_id": "en", "user_id": "user-1", "text": "Please call me back as soon as you get this message."},
              {"request_id": "zh-heart", "user_id": "user-2", "text": ZH[0], "voice": "heart"}]
     reqs += [{"request_id": f"ja-{i:02d}", "user_id": f"user-{i % 4}", "text": t} for i, t in enumerate(JA)]
@@ -123,28 +122,6 @@ def test_mandarin_is_spoken_by_kokoro_and_english_by_hibari_in_one_worker(run: R
     cer = asr_zh.corpus_cer(ZH, heard)
     print(json.dumps({"zh_corpus_cer": round(cer, 4), "sentences": len(ZH), "heard": heard}, ensure_ascii=False))
     assert cer <= MAX_CER_ZH, (cer, heard)
-
-
-def test_a_timed_mandarin_request_times_every_word_and_its_characters(run: Run) -> None:
-    from engine.timing import words_of
-    from schemas import decode_word_timings
-
-    c = run.got["zh-00"]
-    assert c.status == "ok" and c.audio is not None and c.words is not None and c.words_reason is None
-    store = new_store(run.settings)
-    try:
-        words = decode_word_timings(store.get(c.words.key)).words
-    finally:
-        store.close()
-    assert [(w.start, w.end) for w in words] == words_of(ZH[0]) and c.words_count == len(words)
-    assert [w.start_s for w in words] == sorted(w.start_s for w in words)
-    assert all(0 <= w.start_s <= w.end_s <= c.audio.duration_s + 1e-3 for w in words)
-    assert any(len(w.word) > 1 for w in words)
-    for w in words:  # each character of a word of several: its own span, inside the word's, in order
-        chars = w.chars or []
-        assert [ch.word for ch in chars] == (list(w.word) if len(w.word) > 1 else []), w
-        assert [(ch.start, ch.end) for ch in chars] == [(k, k + 1) for k in range(w.start, w.end) if len(w.word) > 1]
-        assert all(w.start_s - 1e-3 <= ch.start_s <= ch.end_s <= w.end_s + 1e-3 for ch in chars), w
 
 
 def test_japanese_naming_no_voice_is_spoken_by_a_japanese_style(run: Run) -> None:
