@@ -228,7 +228,7 @@ class StageSettings:
     ssml_max_elements: int = _f(10_000, "Most elements accepted in one SSML document (invalid_ssml beyond).", lo=1, hi=1_000_000)
     lexicon_max_bytes: int = _f(256 * 1024, "Largest lexicon document (PLS), bytes; a larger one is refused when written and ignored by the stage.", lo=1024, hi=900 * 1024)
     lexicon_max_entries: int = _f(5_000, "Most entries (graphemes) in one lexicon.", lo=1, hi=100_000)
-    lexicons_per_user: int = _f(100, "Most lexicons one owner may store (checked by the SDK, the CLI and the gateway when writing).", lo=1, hi=100_000)
+    lexicons_per_user: int = _f(100, "Most lexicons one owner may store: the SDK, the CLI and the gateway refuse to write more, and the stage serves an owner's first this many (by last write) and answers a request naming a later one with too_many_lexicons.", lo=1, hi=100_000)
     stream_idle_cut_ms: int = _f(700, "A request sent in pieces: the text held this long without a new piece is spoken up to its last whole word, milliseconds.", lo=50, hi=60_000)
     stream_timeout_s: float = _f(20.0, "A request sent in pieces with no new piece for this long before its final one is closed: failed with stream_timeout (what was spoken stays spoken), seconds.", lo=1.0, hi=3600.0)
     max_open_streams_per_user: int = _f(16, "Requests sent in pieces one user (record key) may have open at once; the next is failed with too_many_streams.", lo=1, hi=1_000_000)

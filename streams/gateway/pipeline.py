@@ -196,7 +196,8 @@ class Pipeline:
                        type="server_error", code="timeout", headers={"x-request-id": rid})
 
     async def events(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
-                     idempotent: bool, timestamps: bool = False) -> AsyncIterator[Chunk | Completion]:
+                     idempotent: bool, timestamps: bool = False, text_type: str = "text",
+                     lexicons: list[str] | None = None) -> AsyncIterator[Chunk | Completion]:
         """A streaming request: its chunks as each segment commits (in ``seq`` order), ending with
         the last chunk, or with its completion when that comes first (a failed request, or one
         answered before: from memory, the reader or the topic). Raises :class:`ApiError` 504 when
@@ -214,7 +215,8 @@ class Pipeline:
         self.client.listen_chunks(rid, on_chunk)
         try:
             task = asyncio.ensure_future(self.completion(rid=rid, user=user, text=text, voice=voice, speed=speed,
-                                                         idempotent=idempotent, stream=True, timestamps=timestamps))
+                                                         idempotent=idempotent, stream=True, timestamps=timestamps,
+                                                         text_type=text_type, lexicons=lexicons))
             task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else queue.put_nowait(t.result()[0]))
             seen = 0
             pending: set[asyncio.Future[object]] = {task}  # type: ignore[arg-type]

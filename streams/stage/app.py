@@ -20,7 +20,7 @@ from streams.kafka.topics import dedup_table_name, open_table_name
 from streams.settings import Settings
 from streams.stage.core import Record, StageCore, served_voices
 from streams.stage.dedup import SeenIndex, UserSeen
-from streams.stage.lexicons import LexiconReader, LexiconStore, lexicon_limits
+from streams.stage.lexicons import LexiconReader, lexicon_store
 from streams.stage.patches import fetch_state, leave_group_on_stop, stage_app_class
 from streams.stage.pieces import CONTROL_HEADER, OpenIndex, OpenRequest, decode_open, open_key, tick_value
 from streams.stage.watch import InputWatch
@@ -90,7 +90,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     _StageApp = stage_app_class()
     if core is None:
         # the lexicon topics, read whole before the first request is handled (streams/stage/lexicons.py)
-        lexicons = LexiconStore(lexicon_limits(settings.stage))
+        lexicons = lexicon_store(settings.stage)
         reader = LexiconReader(settings.kafka, lexicons)
         if not reader.start(wait_s=30.0):
             _log.warning("event=lexicons_not_loaded waited_s=30 count=%d", len(lexicons))

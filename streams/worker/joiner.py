@@ -18,6 +18,9 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
   worker places every word without another call) are placed in the request and stored with
   its captions (:mod:`~streams.worker.timings`); a voice without durations, or a part whose
   words are gone, answers ok audio with the reason instead of words.
+* SSML marks (a request whose last segment lists ``marked`` parts): after the audio, each marked
+  part's marks (memory, else its marks object in S3) placed in the joined audio
+  (:mod:`~streams.worker.marks`); a marks object that is gone loses its marks (logged), not the answer.
 * Failures of one object are that request's: an S3 call on it (a part's GET, the upload)
   that still fails after ``attempts`` tries fails the request with ``storage_failed`` if S3
   answers a ping, so the other partitions go on; only if the ping fails too is it an
@@ -33,18 +36,19 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
 from engine import audio as audio_codec
 from engine.errors import ItemError
-from schemas import AudioRef, ErrorInfo, Segment, TtsflowError
+from schemas import AudioRef, ErrorInfo, MarkTime, Segment, TtsflowError
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 from storage.s3 import AudioStore
 from streams.worker.keys import PART_FORMAT, part_id, request_digest
 from streams.worker.ledger import Part, Request
+from streams.worker.marks import PartMarks, decode_part_marks, part_marks_key, request_marks
 from streams.worker.timings import (
     NO_SOURCE_REASON,
     PartWords,
@@ -182,13 +186,73 @@ class Joiner:
 
     def _join_all(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
                   last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
-        """Pool thread: the request's audio, then (if it asked for them) its word timings."""
+        """Pool thread: the request's audio, then (if it asked for them) its word timings, and its marks."""
         found: dict[int, PartWords] = {}  # words of the part objects the join read from S3
         wants = last.timestamps and voice_times(last.voice, self.engine_times)
         audio = self._join(spec, hashes, parts, identities, last.timestamps, found if wants else None)
-        if isinstance(audio, ErrorInfo) or not last.timestamps:
+        if isinstance(audio, ErrorInfo):
             return audio, None
-        return audio, self._timings(hashes, parts, identities, last, audio.duration_s, found)
+        timings = self._timings(hashes, parts, identities, last, audio.duration_s, found) if last.timestamps else None
+        if last.marked:
+            timings = replace(timings or RequestTimings(),
+                              marks=self._marks(hashes, parts, identities, last.marked, last.timestamps))
+        return audio, timings
+
+    def _marks(self, hashes: list[str], parts: dict[int, Part], identities: list[str], marked: list[int],
+               timed: bool = False) -> list[MarkTime]:
+        """The marks of the parts ``marked`` (memory, else S3) placed in the joined audio; the lengths of
+        the parts before them from memory, else their objects' sizes (16-bit mono WAV, 44-byte header)."""
+        sr = self.sample_rate
+        lengths: list[int] = []
+        found: dict[int, PartMarks] = {}
+        wanted = set(marked)
+        for seq in range(min(max(wanted), len(hashes) - 1) + 1):
+            part = parts.get(seq)
+            pm = part.marks if part is not None else None
+            if pm is None and seq in wanted:
+                pm = self._fetch_beside(part.key if part is not None else None, hashes[seq], identities,
+                                        part_marks_key, decode_part_marks, timed)
+                if pm is None:
+                    _log.warning("event=marks_missing segment=%d part=%s", seq, hashes[seq])
+            if pm is not None and seq in wanted:
+                found[seq] = pm
+                lengths.append(round(pm.samples * sr / pm.sample_rate))
+            elif part is not None:
+                lengths.append(len(part.audio) if part.audio is not None else round(part.duration_s * sr))
+            else:
+                lengths.append(self._stored_length(hashes[seq], identities, timed))
+        return request_marks(lengths, sr, found)
+
+    def _stored_length(self, segment_hash: str, identities: list[str], timed: bool = False) -> int:
+        """A part's samples from its object (a part not in this worker's memory): its size (16-bit mono
+        WAV, 44-byte header), or, for a part that carries its words, their ``samples``."""
+        for w in ((True, False) if timed else (False,)):
+            for i in identities:
+                key = self.store.key("part", part_id(segment_hash, i, w), PART_FORMAT)
+                head = self.store.head(key)
+                if head is None:
+                    continue
+                if w:  # its size counts its words too: read them
+                    got = self._fetch_part(key, segment_hash, identities, True)
+                    pw = part_words(got[1]) if got is not None else None
+                    if pw is not None:
+                        return round(pw.samples * self.sample_rate / pw.sample_rate)
+                return max(0, int(head["bytes"]) - 44) // 2
+        return 0
+
+    def _fetch_beside(self, key: str | None, segment_hash: str, identities: list[str], where: Callable[[str], str],
+                      decode: Callable[[bytes], T | None], timed: bool = False) -> T | None:
+        """An object beside a part's audio (its marks): by the part's stored key, else by its content
+        address under the serving model and those served before it."""
+        kinds = (True, False) if timed else (False,)
+        keys = [key] if key is not None else \
+            [self.store.key("part", part_id(segment_hash, i, w), PART_FORMAT) for w in kinds for i in identities]
+        for k in keys:
+            try:
+                return decode(self.store.get(where(k)))
+            except ObjectMissing:
+                continue
+        return None
 
     def _timings(self, hashes: list[str], parts: dict[int, Part], identities: list[str], last: Segment,
                  duration_s: float, found: dict[int, PartWords] | None = None) -> RequestTimings:

@@ -13,6 +13,8 @@ Invariants:
   its audio (one PUT; :func:`~streams.worker.timings.part_object`), under an address of its
   own; a cache hit serves such a segment only if its object's words read back (one GET, which
   also brings its samples for the join), else it is made again.
+* A part for a segment that holds SSML marks is made only once its marks object is in S3 beside
+  its audio (:mod:`~streams.worker.marks`); a cache hit serves it only with that object.
 * An engine failure on one item fails that item; a failure of the model call fails every
   item of that call (and nothing else).
 * S3 unreachable during an upload raises :class:`~storage.errors.S3Unavailable` into the
@@ -29,12 +31,15 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from engine import audio as audio_codec
 from engine import voices as engine_voices
@@ -47,6 +52,7 @@ from storage.s3 import AudioStore
 from streams.worker.batcher import MicroBatcher
 from streams.worker.keys import PART_FORMAT
 from streams.worker.ledger import Part, PartResult, Seg
+from streams.worker.marks import PartMarks, decode_part_marks, has_marks, part_marks, part_marks_key
 from streams.worker.timings import PartWords, encode_part_words, part_object, part_words, voice_times
 
 if TYPE_CHECKING:
@@ -55,9 +61,10 @@ if TYPE_CHECKING:
 __all__ = ["PartMaker"]
 
 _log = logging.getLogger("ttsflow.worker")
+T = TypeVar("T")
 
-# segment, result, key, synth share, sha256, bytes, wait, words
-_Made = tuple[Seg, Audio | Failure, str, float, str, int, float, PartWords | None]
+# segment, result, key, synth share, sha256, bytes, wait, words, marks
+_Made = tuple[Seg, Audio | Failure, str, float, str, int, float, PartWords | None, PartMarks | None]
 
 
 class PartMaker:
@@ -86,21 +93,35 @@ class PartMaker:
     # -- 3) cache, 4) batch ---------------------------------------------------------------
     def cached(self, s: Seg) -> Part | None:
         """The part of ``s`` from the cache, if its object is still in S3 (and, when ``s`` asked for
-        timestamps from a voice that times words, its words read back from that object)."""
+        timestamps from a voice that times words, its words read back from that object; when it
+        holds SSML marks, its marks object beside it)."""
         key = self.cache.get(s.part_id)
+        part = None
         if key is not None and s.seg.timestamps and \
                 voice_times(s.seg.voice, bool(getattr(self.engine, "timestamps", False))):
-            return self._cached_with_words(s, key)
-        head = self.store.head(key) if key is not None else None
-        if key is not None and head is not None:
-            self.metrics.cache(True)
-            size = int(head["bytes"])  # a part is 16-bit mono WAV: its duration from its size (44-byte header)
-            return Part(key, None, cached=True, sha256=str(head.get("sha256") or ""), bytes=size,
-                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4))
-        if key is not None:
-            self.cache.delete(s.part_id)  # the object expired: the pointer is stale
-        self.metrics.cache(False)
-        return None
+            part = self._cached_with_words(s, key)
+        elif key is not None:
+            head = self.store.head(key)
+            if head is None:
+                self.cache.delete(s.part_id)  # the object expired: the pointer is stale
+            else:
+                size = int(head["bytes"])  # a part is 16-bit mono WAV: its duration from its size (44-byte header)
+                part = Part(key, None, cached=True, sha256=str(head.get("sha256") or ""), bytes=size,
+                            duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4))
+        if part is not None and key is not None and has_marks(s.seg):
+            marks = self._stored(key, part_marks_key, decode_part_marks)
+            part = dataclasses.replace(part, marks=marks) if marks is not None else None  # gone: made again
+        self.metrics.cache(part is not None)
+        return part
+
+    def _stored(self, audio_key: str, where: Callable[[str], str], decode: Callable[[bytes], T | None]) -> T | None:
+        """The object beside a part's audio (its marks), None if it is not there."""
+        from storage.errors import ObjectMissing
+
+        try:
+            return decode(self.store.get(where(audio_key)))
+        except ObjectMissing:
+            return None
 
     def _cached_with_words(self, s: Seg, key: str) -> Part | None:
         """A timed segment's cached part: one GET gives its words and its samples (kept for the join,
@@ -111,14 +132,11 @@ class PartMaker:
             data = self.store.get(key)
         except ObjectMissing:
             self.cache.delete(s.part_id)
-            self.metrics.cache(False)
             return None
         words = part_words(data)
         if words is None:  # an object without its words (unreadable): made again, with them
-            self.metrics.cache(False)
             return None
         samples, sr = audio_codec.decode(data)
-        self.metrics.cache(True)
         return Part(key, samples if sr == self.engine.sample_rate else None, cached=True,
                     sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
                     duration_s=round(len(samples) / sr, 4), words=words)
@@ -183,7 +201,8 @@ class PartMaker:
             raw = self.engine.infer_batch(prepared)
         except EngineError as e:  # the model failed on the batch: every item of it fails
             _log.warning("event=batch_failed size=%d error=%s", len(segs), e)
-            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w, None) for s, w in zip(segs, waits, strict=True)])
+            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w, None, None)
+                             for s, w in zip(segs, waits, strict=True)])
             return
         except BaseException as e:  # not an engine's failure: raised into the loop at collect
             done.set_exception(e)
@@ -205,8 +224,14 @@ class PartMaker:
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
         uploads: list[tuple[Future[str], int, PartWords | None] | None] = []
+        mark_uploads: list[tuple[Future[str], PartMarks] | None] = []
         for i, (s, r) in enumerate(zip(segs, results, strict=True)):
+            mark_uploads.append(None)
             if isinstance(r, Audio):
+                if has_marks(s.seg):  # its marks beside it (an empty list from a voice that times none)
+                    pm = part_marks(r.marks, len(r.samples), r.sample_rate)
+                    mark_uploads[i] = (self._io.submit(self.store.put, part_marks_key(self.store.key(
+                        "part", s.part_id, PART_FORMAT)), msgspec.json.encode(pm), "application/json"), pm)
                 data = audio_codec.encode(r.samples, r.sample_rate, PART_FORMAT)
                 # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
                 results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
@@ -221,11 +246,14 @@ class PartMaker:
                 uploads.append(None)
         out: list[_Made] = []
         share = synth_s / max(1, len(segs))
-        for s, r, up, w in zip(segs, results, uploads, waits, strict=True):
+        for s, r, up, mu, w in zip(segs, results, uploads, mark_uploads, waits, strict=True):
             key = self.store.key("part", s.part_id, PART_FORMAT)
             sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
+            if mu is not None:
+                mu[0].result()
             s.model_s, s.uploaded_at = share, time.time()
-            out.append((s, r, key, share, sha, size, w, up[2] if up is not None else None))
+            out.append((s, r, key, share, sha, size, w, up[2] if up is not None else None,
+                        mu[1] if mu is not None else None))
         return out
 
     def _learn_cost(self, prepared: list[Prepared], synth_s: float) -> None:
@@ -265,13 +293,14 @@ class PartMaker:
             except BaseException:
                 self._futs = []
                 raise
-            for s, r, key, share, sha, size, w, pw in results:
+            for s, r, key, share, sha, size, w, pw, pm in results:
                 if isinstance(r, Failure):
                     out.append((s, r, share, w))
                     continue
                 self.cache.set(s.part_id, key)  # the audio is in S3 whoever waits for it now
                 out.append((s, Part(key, r.samples, cached=False, sha256=sha, bytes=size,
-                                    duration_s=round(len(r.samples) / r.sample_rate, 4), words=pw), share, w))
+                                    duration_s=round(len(r.samples) / r.sample_rate, 4), words=pw, marks=pm),
+                            share, w))
         self._futs = keep
         return out
 
