@@ -18,6 +18,9 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
   worker places every word without another call) are placed in the request and stored with
   its captions (:mod:`~streams.worker.timings`); a voice without durations, or a part whose
   words are gone, answers ok audio with the reason instead of words.
+* Turns: at most ``joins`` joins run at once (the S3 pool is shared with the parts' uploads), and the
+  waiting ones start one user at a time in rotation (:class:`~streams.worker.turns.UserTurns`): one
+  user's flood of requests never keeps another user's answer waiting behind all of its joins.
 * SSML marks (a request whose last segment lists ``marked`` parts): after the audio, each marked
   part's marks (memory, else its marks object in S3) placed in the joined audio
   (:mod:`~streams.worker.marks`); a marks object that is gone loses its marks (logged), not the answer.
@@ -60,6 +63,7 @@ from streams.worker.timings import (
     store_request_timings,
     voice_times,
 )
+from streams.worker.turns import UserTurns
 
 __all__ = ["JoinSpec", "Joiner", "join_upload"]
 
@@ -164,9 +168,11 @@ class Joiner:
     (the core marks :attr:`Request.finalizing`, and drops a join finished for a revoked or rewound partition)."""
 
     def __init__(self, store: AudioStore, io: ThreadPoolExecutor, *, sample_rate: int, max_audio_s: float,
-                 engine_times: bool = True) -> None:
+                 engine_times: bool = True, joins: int = 2) -> None:
         self.store = store
         self._io = io
+        self.joins = joins  # at once; the rest wait their user's turn
+        self._waiting: UserTurns[tuple[Request, JoinSpec, list[str], dict[int, Part], list[str], Segment]] = UserTurns()
         self.sample_rate = sample_rate
         self.max_audio_s = max_audio_s
         self.engine_times = engine_times  # the engine's word on timing voices the registry does not know
@@ -182,7 +188,16 @@ class Joiner:
         key = self.store.key("req", request_digest(hashes, last.format, identities[0], out_sr), last.format)
         spec = JoinSpec(key=key, fmt=last.format, sr_in=self.sample_rate, sr_out=out_sr,
                         max_audio_s=self.max_audio_s, request_id=req.request_id)
-        self._futs.append((req, self._io.submit(self._join_all, spec, hashes, parts, identities, last)))
+        self._waiting.add(req.user_id, (req, spec, hashes, parts, identities, last))
+        self._start()
+
+    def _start(self) -> None:
+        """Start waiting joins, one user at a time in rotation, while fewer than ``joins`` run."""
+        while len(self._futs) < self.joins and len(self._waiting):
+            job = self._waiting.pop()
+            assert job is not None
+            req, spec, hashes, parts, identities, last = job
+            self._futs.append((req, self._io.submit(self._join_all, spec, hashes, parts, identities, last)))
 
     def _join_all(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
                   last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
@@ -337,16 +352,19 @@ class Joiner:
                 out.append((req, *fut.result()))
             except S3Unavailable:
                 self._futs = []
+                self._waiting.clear()
                 raise
         self._futs = keep
+        self._start()
         return out
 
     def busy(self) -> bool:
-        return bool(self._futs)
+        return bool(self._futs) or bool(len(self._waiting))
 
     def futures(self) -> list[Future[Any]]:
         return [f for _, f in self._futs]
 
     def drop(self) -> None:
         self._futs = []
+        self._waiting.clear()
 
