@@ -5,6 +5,7 @@ front end reading a segment in the language the stage cut it as (pure; no model)
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -169,11 +170,11 @@ def test_runs_lose_nothing_and_join_keeps_order(parts: list[str], primary: str) 
     text = "".join(parts)
     runs = voicemap.runs(text, {"ja": "jf_alpha"}, primary)
     assert "".join(r.text for r in runs) == text
-    assert all(a.lang != b.lang for a, b in zip(runs, runs[1:], strict=False))
+    assert all(a.lang != b.lang for a, b in itertools.pairwise(runs))
     assert all(r.voice == ("jf_alpha" if r.lang == "ja" else None) for r in runs)
     joined = voicemap.join(runs)
     assert "".join(r.text for r in joined) == text
-    assert all(a.voice != b.voice for a, b in zip(joined, joined[1:], strict=False))
+    assert all(a.voice != b.voice for a, b in itertools.pairwise(joined))
     assert [lang for _, lang in language_runs(text, primary)] == [r.lang for r in runs]
 
 
@@ -187,10 +188,28 @@ def test_kokoro_reads_a_segment_in_the_language_the_stage_cut_it_as() -> None:
 
     backend = KokoroBackend.__new__(KokoroBackend)  # the front end only: no model
     calls: list[tuple[str, str]] = []
-    backend._clause_phonemes = lambda text, lang: calls.append((text, lang)) or lang  # type: ignore[method-assign]
+
+    def read(clause: str, lang: str) -> str:
+        calls.append((clause, lang))
+        return lang
+
+    backend._clause_phonemes = read  # type: ignore[method-assign]
     backend.default_voice = "zm_yunjian"
     assert backend.phonemize("東京都庁。", "zf_xiaobei", "ja") == "ja"
     assert backend.phonemize("東京都庁。", "zf_xiaobei") == "zh"  # without a language: the voice's own
     assert calls == [("東京都庁。", "ja"), ("東京都庁。", "zh")]
     segs = _segments(_stage(), "今日は晴れです。東京都庁。", voice="jf_alpha", voices={"ja": "zf_xiaobei"})
     assert [(s.voice, s.lang) for s in segs] == [("zf_xiaobei", "ja"), ("zf_xiaobei", "ja")]
+
+
+# -- the CLI's --voices --------------------------------------------------------------------------
+
+def test_say_voices_flag_parses_pairs_and_mixes() -> None:
+    from streams.client.cli import parse_voice_map
+
+    assert parse_voice_map([]) is None
+    assert parse_voice_map(["ja=jf_alpha(2)+jm_kumo, en=heart", "zh=zf_xiaobei"]) == {
+        "ja": "jf_alpha(2)+jm_kumo", "en": "heart", "zh": "zf_xiaobei"}
+    for bad in (["ja"], ["ja="], ["ja=jf_alpha,ja=jm_kumo"]):
+        with pytest.raises(ValueError, match="--voices"):
+            parse_voice_map(bad)
