@@ -213,3 +213,37 @@ def test_say_voices_flag_parses_pairs_and_mixes() -> None:
     for bad in (["ja"], ["ja="], ["ja=jf_alpha,ja=jm_kumo"]):
         with pytest.raises(ValueError, match="--voices"):
             parse_voice_map(bad)
+
+
+# -- bench engine --mixed --switch-cost on a fake front end -------------------------------------
+
+def test_switch_cost_charges_each_switch_its_front_end_work_and_compares_the_models_work() -> None:
+    """A fake front end that spins 2 ms of CPU per language switch: the benchmark must find ~2 ms per
+    switch against the grouped control (mixed: 5 switches, grouped: 2), and the same model work."""
+    import time as _time
+    from types import SimpleNamespace
+
+    from engine.base import Prepared, SynthItem
+    from streams.bench.mixed import switch_cost
+
+    def spin(seconds: float) -> None:
+        end = _time.thread_time() + seconds
+        while _time.thread_time() < end:
+            pass
+
+    class Front:
+        def phonemize(self, text: str, voice: str | None = None) -> str:
+            runs = language_runs(text, "zh")
+            spin(0.002 * (len(runs) - 1))
+            return " ".join(t for t, _ in runs)
+
+        def prepare(self, item: SynthItem) -> Prepared:
+            return Prepared(item=item, payload=[item.text], length=len(item.text))
+
+        def style(self, voice: str) -> object:
+            return voice
+
+    out = switch_cost(SimpleNamespace(backend=Front()), voice="zf_xiaobei", runs=3, log=lambda _: None, texts=2)
+    assert out["samples"] == 6 and out["model_same_work"] is True and out["model_tokens_max_diff"] == 0
+    assert 1.5 <= out["switch_cpu_ms_p50"] <= 4.0, out
+    assert out["ok"] is True and out["voice_switch_style_us_p50"] >= 0
