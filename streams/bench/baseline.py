@@ -47,7 +47,6 @@ import argparse
 import contextlib
 import functools
 import importlib.util
-import json
 import os
 import random
 import shutil
@@ -638,25 +637,13 @@ def main(argv: list[str] | None = None) -> int:
         print("ttsflow bench baseline: --workers >= 1, --kills >= 0, --repeat >= 1, 0 < fractions <= 5",
               file=sys.stderr)
         return 2
-    runs = []
-    try:
-        for k in range(ns.repeat):
-            runs.append(run_bench(workers=ns.workers, quick=ns.quick, seed=None if ns.seed is None else ns.seed + k,
-                                  run_s=ns.seconds, fractions=fr, kills=ns.kills, visibility_s=ns.visibility_timeout))
-            if not ns.json:
-                print(_table(runs[-1]))
-    except Exception as e:
-        print(f"ttsflow bench baseline: {type(e).__name__}: {e}", file=sys.stderr)
-        if not runs:
-            return 1
-    r: dict[str, Any] = runs[0] if len(runs) == 1 else {"repeat": len(runs), "repeats": repeat_summary(runs),
-                                                       "runs": runs}
-    if len(runs) > 1 and not ns.json:
-        from streams.bench.latency import _repeat_table
+    from streams.bench.tail import run_repeats
 
-        print(_repeat_table(r["repeats"]))
-    print(json.dumps(r))
-    return 0 if len(runs) == ns.repeat else 1
+    def one(k: int) -> dict[str, Any]:
+        return run_bench(workers=ns.workers, quick=ns.quick, seed=None if ns.seed is None else ns.seed + k,
+                         run_s=ns.seconds, fractions=fr, kills=ns.kills, visibility_s=ns.visibility_timeout)
+
+    return run_repeats("baseline", ns.repeat, one, repeat_summary, _table, as_json=ns.json)
 
 
 def repeat_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:

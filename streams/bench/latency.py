@@ -366,27 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     if ns.stream_every < 0 or (fr is not None and not all(0 < f <= 5 for f in fr)):
         print("ttsflow bench latency: --stream-every >= 0, 0 < fractions <= 5", file=sys.stderr)
         return 2
-    if ns.repeat < 1:
-        print("ttsflow bench latency: --repeat >= 1", file=sys.stderr)
-        return 2
-    runs = []
-    try:
-        for k in range(ns.repeat):
-            seed = None if ns.seed is None else ns.seed + k
-            runs.append(run_bench(quick=ns.quick, seed=seed, run_s=ns.seconds, fractions=fr,
-                                  stream_every=ns.stream_every, out_dir=ns.out))
-            if not ns.json:
-                print(_table(runs[-1]))
-    except Exception as e:
-        print(f"ttsflow bench latency: {type(e).__name__}: {e}", file=sys.stderr)
-        if not runs:
-            return 1
-    r: dict[str, Any] = runs[0] if len(runs) == 1 else {"repeat": len(runs), "repeats": repeat_summary(runs),
-                                                       "runs": runs}
-    if len(runs) > 1 and not ns.json:
-        print(_repeat_table(r["repeats"]))
-    print(json.dumps(r))
-    return 0 if len(runs) == ns.repeat else 1
+    from streams.bench.tail import run_repeats
+
+    def one(k: int) -> dict[str, Any]:
+        return run_bench(quick=ns.quick, seed=None if ns.seed is None else ns.seed + k, run_s=ns.seconds, fractions=fr,
+                         stream_every=ns.stream_every, out_dir=ns.out)
+
+    return run_repeats("latency", ns.repeat, one, repeat_summary, _table, as_json=ns.json)
 
 
 def repeat_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -412,8 +398,3 @@ def repeat_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return summarize_repeats(runs, figures)
 
 
-def _repeat_table(rep: dict[str, Any]) -> str:
-    lines = [f"{'figure':32} {'n':>2} {'median':>10} {'min':>10} {'max':>10}"]
-    for name, v in rep.items():
-        lines.append(f"{name:32} {v['n']:>2} {v['median']!s:>10} {v.get('min', '-')!s:>10} {v.get('max', '-')!s:>10}")
-    return "\n".join(lines)

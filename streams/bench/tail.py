@@ -9,18 +9,22 @@
 * :func:`breakdown` compares the parts of the median requests with those of the slowest 1%:
   ``excess_ms`` says which place the tail's extra time went to.
 * :func:`summarize_repeats` gives, for each number of several repeated runs, the median and
-  the spread (min, max), so a claim rests on the repeats, not on one noisy phase.
+  the spread (min, max), so a claim rests on the repeats, not on one noisy phase;
+  :func:`run_repeats` is both benchmarks' ``--repeat N`` main.
 
-Pure: no Kafka, no clock.
+Pure but for :func:`run_repeats` (which prints): no Kafka, no clock.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["TTSFLOW_PARTS", "baseline_path", "breakdown", "summarize_repeats", "ttsflow_path"]
+__all__ = ["TTSFLOW_PARTS", "baseline_path", "breakdown", "repeat_table", "run_repeats", "summarize_repeats",
+           "ttsflow_path"]
 
 TTSFLOW_PARTS = ("stage", "read", "wait", "model", "upload", "collect", "join", "commit_wait", "txn_read")
 BASELINE_PARTS = ("queue", "synth", "upload", "task_rest", "result_read")
@@ -105,3 +109,38 @@ def summarize_repeats(runs: list[dict[str, Any]], figures: Mapping[str, Callable
                 xs.append(float(v))
         out[name] = {"n": len(xs), **(_spread(xs) if xs else {"median": None})}
     return out
+
+
+def repeat_table(rep: dict[str, Any]) -> str:
+    """The repeats' summary (:func:`summarize_repeats`) as a text table."""
+    lines = [f"{'figure':32} {'n':>2} {'median':>10} {'min':>10} {'max':>10}"]
+    for name, v in rep.items():
+        lines.append(f"{name:32} {v['n']:>2} {v['median']!s:>10} {v.get('min', '-')!s:>10} {v.get('max', '-')!s:>10}")
+    return "\n".join(lines)
+
+
+def run_repeats(name: str, repeat: int, run_one: Callable[[int], dict[str, Any]],
+                summary: Callable[[list[dict[str, Any]]], dict[str, Any]], table: Callable[[dict[str, Any]], str],
+                *, as_json: bool) -> int:
+    """A benchmark's ``--repeat N`` main: ``run_one(k)`` N times (a table after each unless
+    ``as_json``), then one JSON document on stdout: the run itself, or ``{"repeat", "repeats":
+    summary(runs), "runs"}``. A repeat that raises ends the series; what ran is still printed and
+    the exit status is 1 (2 for a bad ``repeat``)."""
+    if repeat < 1:
+        print(f"ttsflow bench {name}: --repeat >= 1", file=sys.stderr)
+        return 2
+    runs: list[dict[str, Any]] = []
+    try:
+        for k in range(repeat):
+            runs.append(run_one(k))
+            if not as_json:
+                print(table(runs[-1]))
+    except Exception as e:
+        print(f"ttsflow bench {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        if not runs:
+            return 1
+    r: dict[str, Any] = runs[0] if len(runs) == 1 else {"repeat": len(runs), "repeats": summary(runs), "runs": runs}
+    if len(runs) > 1 and not as_json:
+        print(repeat_table(r["repeats"]))
+    print(json.dumps(r))
+    return 0 if len(runs) == repeat else 1

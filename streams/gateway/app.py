@@ -30,8 +30,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -175,6 +176,18 @@ def _validate(body: SpeechBody, settings: Settings) -> None:
                        code="invalid_value")
 
 
+@dataclass
+class _Call:
+    """One speech request's bookkeeping (see ``_answer`` in :func:`build_app`)."""
+
+    t0: float
+    fmt: str  # the format asked for, or "invalid" (a metrics label)
+    status: int = 500
+    key: ApiKey | None = None
+    entered: bool = False  # holds a slot of its key's limit
+    handed_off: bool = False  # a streamed body releases the slot and finishes the metrics
+
+
 def _error_response(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
@@ -270,16 +283,58 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
     async def playground() -> HTMLResponse:
         return HTMLResponse(resources.files("streams.gateway").joinpath("playground.html").read_text("utf-8"))
 
+    async def _answer(request: Request, response_format: str, answer: Callable[[_Call], Awaitable[Response]]
+                      ) -> Response:
+        """``answer(call)`` with a speech request's bookkeeping, the same for every route that speaks:
+        the caller identified, the metrics started and finished, an :class:`ApiError` turned into its
+        JSON answer, and the caller's limiter slot released, unless a streamed body took both over."""
+        call = _Call(time.monotonic(), response_format if response_format in CONTENT_TYPES else "invalid")
+        metrics.started()
+        try:
+            call.key = _caller(request)
+            return await answer(call)
+        except ApiError as e:
+            call.status = e.status
+            if call.status >= 500:
+                _log.warning("event=speech_error status=%d code=%s user=%r message=%r", call.status, e.code,
+                             call.key.user if call.key else None, e.message)
+            return _error_response(e)
+        finally:
+            if not call.handed_off:
+                if call.entered and call.key is not None:
+                    limiter.leave(call.key)
+                metrics.finished(call.status, call.fmt, time.monotonic() - call.t0)
+
+    def _admit(call: _Call) -> Pipeline:
+        """The caller takes a slot of its key's limit; the pipeline to ask (503 while it starts)."""
+        assert call.key is not None
+        limiter.enter(call.key)
+        call.entered = True
+        p: Pipeline | None = state["pipeline"]
+        if p is None:
+            raise ApiError(503, "The gateway is starting.", type="server_error", code="unavailable",
+                           headers={"Retry-After": "1"})
+        return p
+
+    async def _streamed(call: _Call, p: Pipeline, ask: dict[str, Any], fmt: str, shape: str, timestamps: bool,
+                        headers: dict[str, str], media_type: str) -> Response | Completion:
+        """A streamed answer from the request's first chunk on (the body owns the limiter slot and the
+        metrics from here), or its completion when it had no chunk (a cache hit, a failure)."""
+        assert call.key is not None
+        events = p.events(**ask)
+        first = await anext(events)
+        if not isinstance(first, Chunk):
+            return first
+        call.status, call.handed_off = 200, True
+        headers["x-ttsflow-streamed"] = "true"
+        gen = _stream(p, first, events, fmt, shape, call.t0, call.key, ask["rid"], timestamps)
+        return StreamingResponse(gen, headers=headers, media_type=media_type)
+
     @app.post("/v1/audio/speech")
     async def speech(request: Request, body: SpeechBody) -> Response:
-        t0 = time.monotonic()
-        fmt = body.response_format if body.response_format in CONTENT_TYPES else "invalid"
-        metrics.started()
-        status = 500
-        key: ApiKey | None = None
-        entered = handed_off = False
-        try:
-            key = _caller(request)
+        async def answer(call: _Call) -> Response:
+            assert call.key is not None
+            key = call.key
             _validate(body, settings)
             voice = voices.resolve(body.voice)
             vmap = voices.resolve_map(body.voices)
@@ -290,28 +345,18 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             if idem is not None and not 1 <= len(idem) <= _MAX_KEY:
                 raise ApiError(400, f"Idempotency-Key must be 1-{_MAX_KEY} characters.", param="Idempotency-Key",
                                code="invalid_value")
-            limiter.enter(key)
-            entered = True
-            p: Pipeline | None = state["pipeline"]
-            if p is None:
-                raise ApiError(503, "The gateway is starting.", type="server_error", code="unavailable",
-                               headers={"Retry-After": "1"})
+            p = _admit(call)
             rid = request_id_for(key.user, idem)
             ask: dict[str, Any] = {"rid": rid, "user": key.user, "text": body.input, "voice": voice, "speed": body.speed,
                    "idempotent": idem is not None, "timestamps": body.timestamps, "voices": vmap}
             headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA}
             sse = body.stream_format == "sse"
             if "stream_format" in body.model_fields_set:  # asked to stream: audio as each segment commits
-                events = p.events(**ask)
-                first = await anext(events)
-                if isinstance(first, Chunk):
-                    status, handed_off = 200, True
-                    headers["x-ttsflow-streamed"] = "true"
-                    gen = _stream(p, first, events, body.response_format, "sse" if sse else "audio", t0, key, rid,
-                                  body.timestamps)
-                    return StreamingResponse(gen, headers=headers,
-                                             media_type="text/event-stream" if sse else CONTENT_TYPES[fmt])
-                c, found = first, "memory"
+                got = await _streamed(call, p, ask, body.response_format, "sse" if sse else "audio", body.timestamps,
+                                      headers, "text/event-stream" if sse else CONTENT_TYPES[call.fmt])
+                if isinstance(got, Response):
+                    return got
+                c, found = got, "memory"
             else:
                 c, found = await p.completion(**ask, text_type=body.text_type, lexicons=body.lexicons)
             data = await p.audio(c)
@@ -319,12 +364,12 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             headers.update({"x-ttsflow-found": found,
                             "x-ttsflow-cached": "true" if c.segments and c.cached_segments == c.segments else "false",
                             "x-ttsflow-segments": str(c.segments), "x-ttsflow-duration-s": f"{duration:.3f}",
-                            "x-ttsflow-latency-ms": f"{(time.monotonic() - t0) * 1000:.0f}"})
+                            "x-ttsflow-latency-ms": f"{(time.monotonic() - call.t0) * 1000:.0f}"})
             _log.info("event=speech request_id=%s user=%r voice=%s format=%s found=%s chars=%d ms=%.0f", rid,
-                      key.user, voice, body.response_format, found, len(body.input), (time.monotonic() - t0) * 1000)
+                      key.user, voice, body.response_format, found, len(body.input), (time.monotonic() - call.t0) * 1000)
             words = await p.words(c) if body.timestamps else None
-            status = 200
-            metrics.first_byte(fmt, time.monotonic() - t0)
+            call.status = 200
+            metrics.first_byte(call.fmt, time.monotonic() - call.t0)
             if sse:
                 extra = _words_fields(words, c.words_reason) if body.timestamps else {}
                 return StreamingResponse(_sse([out], extra), media_type="text/event-stream", headers=headers)
@@ -334,54 +379,30 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
                                      "audio": base64.b64encode(out).decode("ascii"),
                                      **_words_fields(words, c.words_reason)}, headers=headers)
             return Response(out, media_type=CONTENT_TYPES[body.response_format], headers=headers)
-        except ApiError as e:
-            status = e.status
-            if status >= 500:
-                _log.warning("event=speech_error status=%d code=%s user=%r message=%r", status, e.code,
-                             key.user if key else None, e.message)
-            return _error_response(e)
-        finally:
-            if not handed_off:
-                if entered and key is not None:
-                    limiter.leave(key)
-                metrics.finished(status, fmt, time.monotonic() - t0)
+
+        return await _answer(request, body.response_format, answer)
 
     @app.post("/dev/captioned_speech")
     async def captioned_speech(request: Request, body: CaptionedBody) -> Response:
         """Kokoro-FastAPI's captioned speech: ``{"audio": base64, "audio_format", "timestamps": [{"word",
         "start_time", "end_time"}]}``; streamed (``stream``, the default): one such JSON object per line,
         each with the audio encoded since the previous one and the words it carries."""
-        t0 = time.monotonic()
-        fmt = body.response_format if body.response_format in CONTENT_TYPES else "invalid"
-        metrics.started()
-        status = 500
-        key: ApiKey | None = None
-        entered = handed_off = False
-        try:
-            key = _caller(request)
+        async def answer(call: _Call) -> Response:
+            assert call.key is not None
             sb = SpeechBody(model=settings.engine.backend, input=body.input, voice=body.voice or voices.default,
                             response_format=body.response_format, speed=body.speed)
             _validate(sb, settings)
             voice = voices.resolve(sb.voice)
-            limiter.enter(key)
-            entered = True
-            p: Pipeline | None = state["pipeline"]
-            if p is None:
-                raise ApiError(503, "The gateway is starting.", type="server_error", code="unavailable",
-                               headers={"Retry-After": "1"})
-            rid = request_id_for(key.user, None)
-            ask: dict[str, Any] = {"rid": rid, "user": key.user, "text": body.input, "voice": voice,
+            p = _admit(call)
+            rid = request_id_for(call.key.user, None)
+            ask: dict[str, Any] = {"rid": rid, "user": call.key.user, "text": body.input, "voice": voice,
                                    "speed": body.speed, "idempotent": False, "timestamps": body.return_timestamps}
             headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA}
             if body.stream:
-                events = p.events(**ask)
-                first = await anext(events)
-                if isinstance(first, Chunk):
-                    status, handed_off = 200, True
-                    headers["x-ttsflow-streamed"] = "true"
-                    gen = _stream(p, first, events, body.response_format, "kokoro", t0, key, rid, True)
-                    return StreamingResponse(gen, headers=headers, media_type="application/json")
-                c = first
+                got = await _streamed(call, p, ask, body.response_format, "kokoro", True, headers, "application/json")
+                if isinstance(got, Response):
+                    return got
+                c = got
             else:
                 c, _found = await p.completion(**ask)
             data = await p.audio(c)
@@ -389,18 +410,12 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             words = await p.words(c) if body.return_timestamps else None
             if body.return_timestamps and words is None and c.words_reason:
                 headers["x-ttsflow-words-reason"] = c.words_reason
-            status = 200
-            metrics.first_byte(fmt, time.monotonic() - t0)
+            call.status = 200
+            metrics.first_byte(call.fmt, time.monotonic() - call.t0)
             line = _kokoro_line(out, body.response_format, words or [])
             return Response(line, media_type="application/json", headers=headers)
-        except ApiError as e:
-            status = e.status
-            return _error_response(e)
-        finally:
-            if not handed_off:
-                if entered and key is not None:
-                    limiter.leave(key)
-                metrics.finished(status, fmt, time.monotonic() - t0)
+
+        return await _answer(request, body.response_format, answer)
 
     async def _stream(p: Pipeline, first: Chunk, events: AsyncIterator[Chunk | Completion], fmt: str, shape: str,
                       t0: float, key: ApiKey, rid: str, timestamps: bool = False) -> AsyncIterator[bytes]:

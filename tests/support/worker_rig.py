@@ -320,15 +320,17 @@ class Rig:
         self.now = 1000.0
         self.new_worker()
 
-    def new_worker(self) -> Worker:
-        """A fresh worker process on the same broker/store (a restart)."""
-        self.consumer = FakeConsumer(self.broker)
-        self.producer = FakeProducer(self.broker)
+    def new_worker(self, *, consumer: FakeConsumer | None = None, producer: Any = None, engine: Any = None,
+                   **worker_kw: Any) -> Worker:
+        """A fresh worker process on the same broker/store (a restart); a test swaps in its own
+        consumer, producer or engine (a wedged producer, a model manager) and extra Worker arguments."""
+        self.consumer = consumer or FakeConsumer(self.broker)
+        self.producer = producer or FakeProducer(self.broker)
         self.worker = Worker(self.settings.kafka, self.settings.batching,
-                             Engine(self.backend, max_batch=self.settings.batching.max_batch), self.store, self.cache,
-                             self.metrics, dedup_window_s=self.settings.stage.dedup_window_s, consumer=self.consumer, producer=self.producer,
-                             reader=FakeReader(self.broker), overlap=False, clock=lambda: self.now,
-                             lanes=self.lanes)
+                             engine or Engine(self.backend, max_batch=self.settings.batching.max_batch), self.store,
+                             self.cache, self.metrics, dedup_window_s=self.settings.stage.dedup_window_s,
+                             consumer=self.consumer, producer=self.producer, reader=FakeReader(self.broker),
+                             overlap=False, clock=lambda: self.now, **({"lanes": self.lanes} | worker_kw))
         self.consumer.assign_now(self.worker, range(self.broker.partitions))
         return self.worker
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from typing import Any
+
+import pytest
 
 from schemas import Completion, Timings
-from streams.bench.tail import breakdown, summarize_repeats, ttsflow_path
+from streams.bench.tail import breakdown, run_repeats, summarize_repeats, ttsflow_path
 
 
 def test_the_slowest_requests_are_set_against_the_median_ones() -> None:
@@ -36,3 +40,27 @@ def test_repeats_give_the_median_and_spread_of_each_figure() -> None:
     s = summarize_repeats(runs, {"r": lambda r: r["r"], "missing": lambda r: r["nope"]})
     assert s["r"] == {"n": 3, "median": 2.0, "min": 1.0, "max": 3.0, "values": [1.0, 3.0, 2.0]}
     assert s["missing"] == {"n": 0, "median": None}
+
+
+def test_run_repeats_prints_one_json_with_the_median_and_keeps_what_ran_when_a_repeat_fails(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        return summarize_repeats(runs, {"x": lambda r: r["x"]})
+
+    assert run_repeats("t", 1, lambda k: {"x": 5}, summary, str, as_json=True) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"x": 5}  # one run: the run itself
+
+    assert run_repeats("t", 3, lambda k: {"x": [1, 9, 4][k]}, summary, str, as_json=True) == 0
+    r = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert r["repeat"] == 3 and len(r["runs"]) == 3 and r["repeats"]["x"]["median"] == 4
+
+    def flaky(k: int) -> dict[str, Any]:
+        if k == 2:
+            raise RuntimeError("broker gone")
+        return {"x": k}
+
+    assert run_repeats("t", 3, flaky, summary, str, as_json=False) == 1
+    out, err = capsys.readouterr()
+    assert "broker gone" in err and json.loads(out.splitlines()[-1])["repeat"] == 2
+    assert "figure" in out  # the repeats' table was printed before the JSON
+    assert run_repeats("t", 0, flaky, summary, str, as_json=True) == 2

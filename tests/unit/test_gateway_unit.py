@@ -280,3 +280,46 @@ def test_a_voice_map_failed_by_the_stage_names_the_voices_param() -> None:
                    error=ErrorInfo(code="unsupported_language", message="voices.zh: voice 'heart' speaks en-US"))
     e = failed_error(c)
     assert e.status == 400 and e.param == "voices"
+
+
+class StreamingStub(StubPipeline):
+    """Streams two chunks of half a second of tone, then the completion."""
+
+    async def events(self, **kw: Any) -> Any:
+        from schemas import Chunk
+
+        self.calls.append(kw)
+        for seq in range(2):
+            yield Chunk(request_id=kw["rid"], user_id=kw["user"], seq=seq, total=2,
+                        audio=AudioRef(uri=f"s3://b/p{seq}", bucket="b", key=f"p{seq}", format="wav", sample_rate=RATE,
+                                       duration_s=0.5, bytes=1, sha256="0" * 64))
+        yield (await self.completion(**kw))[0]
+
+    async def part(self, ch: Any) -> bytes:
+        return _wav(0.5)
+
+
+def test_every_speaking_route_gives_its_concurrency_slot_back_streamed_or_not(tmp_path: Path) -> None:
+    """One slot per key: each answer (whole, streamed, Kokoro's captioned lines, an error) must
+    release it, or the next request of that key would get 429."""
+    c, _ = _client(tmp_path, keys={"sk-a": {"user": "a", "rate_per_s": 100, "burst": 100, "concurrency": 1}},
+                   stub=StreamingStub())
+    h = {"Authorization": "Bearer sk-a"}
+    captioned = {"input": "Hello there.", "voice": "alloy", "response_format": "wav", "return_timestamps": False}
+    with c:
+        answers = [c.post("/v1/audio/speech", json=BODY, headers=h),
+                   c.post("/v1/audio/speech", json={**BODY, "stream_format": "audio", "response_format": "pcm"},
+                          headers=h),
+                   c.post("/dev/captioned_speech", json=captioned, headers=h),
+                   c.post("/dev/captioned_speech", json={**captioned, "stream": False}, headers=h),
+                   c.post("/v1/audio/speech", json={**BODY, "response_format": "ogg"}, headers=h),
+                   c.post("/v1/audio/speech", json=BODY, headers=h)]
+        m = c.get("/metrics").text
+    assert [r.status_code for r in answers] == [200, 200, 200, 200, 400, 200]
+    assert answers[1].headers["x-ttsflow-streamed"] == "true" and len(answers[1].content) == 2 * RATE
+    lines = [json.loads(x) for x in answers[2].text.splitlines()]
+    assert answers[2].headers["x-ttsflow-streamed"] == "true" and len(lines) >= 1
+    assert all(x["audio_format"] == "audio/wav" for x in lines)
+    assert "x-ttsflow-streamed" not in answers[3].headers and len(json.loads(answers[3].text)["audio"]) > 0
+    assert 'ttsflow_gateway_requests_total{format="pcm",status="200"} 1.0' in m
+    assert 'ttsflow_gateway_requests_total{format="invalid",status="400"} 1.0' in m

@@ -26,14 +26,12 @@ from engine.engine import Engine
 from schemas import ErrorInfo, Rejection, encode
 from storage.errors import S3Unavailable
 from streams.errors import FatalError
-from streams.worker.loop import Worker
 from tests.support.worker_rig import (
     DONE,
     SEG,
     Broker,
     FakeConsumer,
     FakeProducer,
-    FakeReader,
     Rig,
     ToneBackend,
     segments,
@@ -339,11 +337,7 @@ def _reload_rig(tmp_path: Any, max_wait_s: float = 30.0) -> tuple[Rig, Any, Any]
     manager.start()
     rig = Rig()
     rig.worker.close()
-    rig.consumer, rig.producer = FakeConsumer(rig.broker), FakeProducer(rig.broker)
-    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, manager, rig.store, rig.cache, rig.metrics,
-                        dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker), overlap=False,
-                        clock=lambda: rig.now, reload_max_wait_s=max_wait_s)
-    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    rig.new_worker(engine=manager, reload_max_wait_s=max_wait_s)
     return rig, store, manager
 
 
@@ -423,10 +417,12 @@ class WedgedProducer(FakeProducer):
     def __init__(self, broker: Broker) -> None:
         super().__init__(broker)
         self.release = threading.Event()
+        self.ended = threading.Event()
 
     def commit_transaction(self, timeout: float) -> None:
         self.calls.append("commit")
         self.release.wait()
+        self.ended.set()
         raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by the new producer", fatal=True))
 
 
@@ -440,11 +436,7 @@ def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkey
         return fresh[-1]
 
     rig.worker.close()
-    rig.consumer = FakeConsumer(rig.broker)
-    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
-                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=wedged, producer_factory=factory,
-                        reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now, wedge_grace_s=0.2)
-    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    rig.new_worker(producer=wedged, producer_factory=factory, wedge_grace_s=0.2)
     try:
         rig.publish(0, segments("w", "u1", ["A commit that hangs.", "Second part."]))
         rig.publish(1, segments("v", "u2", ["Another request."]))
@@ -457,7 +449,8 @@ def test_a_wedged_commit_replaces_the_producer_and_answers_once(rig: Rig, monkey
         assert rig.worker.abandoned == [wedged]
     finally:
         wedged.release.set()
-    time.sleep(0.1)  # the abandoned call ends (fenced) on its own thread; nothing more is written
+    assert wedged.ended.wait(10), "the abandoned call never ended"
+    futures.wait(rig.worker.checkpoint.futures(), 10)  # (it ends fenced on its own thread): nothing more is written
     assert Counter(c.request_id for c in rig.completions()) == Counter({"w": 1, "v": 1})
 
 
@@ -475,11 +468,7 @@ def test_a_commit_wedged_at_a_revoke_replaces_the_producer_without_aborting_on_i
         return fresh[-1]
 
     rig.worker.close()
-    rig.consumer = FakeConsumer(rig.broker)
-    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
-                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=wedged, producer_factory=factory,
-                        reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now, wedge_grace_s=0.2)
-    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    rig.new_worker(producer=wedged, producer_factory=factory, wedge_grace_s=0.2)
     try:
         rig.publish(0, segments("kept", "u1", ["Stays here."]))
         rig.publish(1, segments("moved", "u2", ["Goes elsewhere."]))
@@ -519,11 +508,7 @@ def test_a_producer_broken_by_librdkafka_is_replaced_not_the_process(rig: Rig) -
         return fresh[-1]
 
     rig.worker.close()
-    rig.consumer = FakeConsumer(rig.broker)
-    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
-                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=broken, producer_factory=factory,
-                        reader=FakeReader(rig.broker), overlap=False, clock=lambda: rig.now)
-    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    rig.new_worker(producer=broken, producer_factory=factory)
     rig.publish(0, segments("b", "u1", ["Broken once."]))
     rig.run()
     assert broken.calls.count("commit") == 1 and "abort" not in broken.calls
@@ -559,13 +544,9 @@ class SlowOffsetsConsumer(FakeConsumer):
 
 def test_a_rewind_that_cannot_read_offsets_stays_pending_and_admits_nothing_until_done(rig: Rig) -> None:
     rig.worker.close()
-    rig.consumer = SlowOffsetsConsumer(rig.broker, fail=3)
-    rig.producer = FakeProducer(rig.broker)
-    rig.producer.fail_commit = [KafkaException(KafkaError(KafkaError._STATE, "boom", txn_requires_abort=True))]
-    rig.worker = Worker(rig.settings.kafka, rig.settings.batching, Engine(rig.backend, max_batch=rig.settings.batching.max_batch),
-                        rig.store, rig.cache, rig.metrics, dedup_window_s=rig.settings.stage.dedup_window_s, consumer=rig.consumer, producer=rig.producer, reader=FakeReader(rig.broker),
-                        overlap=False, clock=lambda: rig.now)
-    rig.consumer.assign_now(rig.worker, range(rig.broker.partitions))
+    producer = FakeProducer(rig.broker)
+    producer.fail_commit = [KafkaException(KafkaError(KafkaError._STATE, "boom", txn_requires_abort=True))]
+    rig.new_worker(consumer=SlowOffsetsConsumer(rig.broker, fail=3), producer=producer)
     rig.publish(0, segments("p", "u1", ["Aborted, then re-read."]))
     # the commit (pipelined: seen failed one turn after it began) aborts; the rewind cannot read offsets
     rig.run_until(lambda: rig.worker.consumer.rewind_pending == {0, 1})
