@@ -242,7 +242,6 @@ def switch_cost(engine: Any, *, voice: str, runs: int, log: Callable[[str], None
     run, the front end of the mixed text (five switches) against its grouped control (two) and its
     clauses apart, in thread CPU and wall time, interleaved ABAB; plus the model's work compared
     (tokens, calls) and a voice switch's style lookup."""
-    from engine.base import SynthItem
 
     backend = engine.backend
     corpus = CORPUS_MIXED[:max(1, texts)]
@@ -251,6 +250,23 @@ def switch_cost(engine: Any, *, voice: str, runs: int, log: Callable[[str], None
         t0, c0 = time.perf_counter(), time.thread_time()
         backend.phonemize(text, voice)
         return time.thread_time() - c0, time.perf_counter() - t0
+
+    import gc
+
+    gc_was = gc.isenabled()
+    gc.disable()  # as timeit does: a collection falls on whichever side runs then, noise of tens of ms
+    try:
+        return _switch_runs(backend, corpus, voice=voice, runs=runs, log=log, front=front)
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _switch_runs(backend: Any, corpus: tuple[tuple[str, ...], ...], *, voice: str, runs: int,
+                 log: Callable[[str], None], front: Callable[[str], tuple[float, float]]) -> dict[str, Any]:
+    import gc
+
+    from engine.base import SynthItem
 
     shapes: list[dict[str, Any]] = []  # what the model is given: tokens and calls, mixed vs grouped
     for clauses in corpus:
@@ -277,6 +293,7 @@ def switch_cost(engine: Any, *, voice: str, runs: int, log: Callable[[str], None
                 else:
                     parts = [front(c) for c in clauses]
                     res[2] = (sum(p[0] for p in parts), sum(p[1] for p in parts))
+            gc.collect()  # between samples, untimed
             cpu_g.append((res[0][0] - res[1][0]) * 1000 / (switches - 2))
             wall_g.append((res[0][1] - res[1][1]) * 1000 / (switches - 2))
             cpu_s.append((res[0][0] - res[2][0]) * 1000 / switches)
