@@ -24,10 +24,8 @@ How entries apply (:func:`apply`), the rules this implementation documents:
 from __future__ import annotations
 
 import hashlib
-import itertools
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from engine.errors import EngineError
 from engine.ssml import ALPHABETS, Refused, safe_parse
@@ -179,12 +177,6 @@ def build(key: str, version: str, alphabet: str, lang: str | None, entries: dict
     return Lexicon(key, version, alphabet, lang, entries, words, longest, pattern, f"{key}@{version}")
 
 
-def _replacement(lex: Lexicon, e: Entry, written: str, base: Span) -> Span:
-    if e.phoneme is not None:
-        return Span(text=written, ph=e.phoneme, alphabet=lex.alphabet, rate=base.rate, lang=base.lang)  # type: ignore[arg-type]
-    return Span(text=e.alias or "", rate=base.rate, lang=base.lang)
-
-
 _Candidate = tuple[int, int, tuple[str, ...], "Lexicon", Entry]  # (lexicon rank, -words, words, lexicon, entry)
 _MATCHERS: dict[tuple[str, ...], tuple[dict[str, list[_Candidate]], tuple[Lexicon, ...]]] = {}
 _MATCHERS_MAX = 256
@@ -244,44 +236,56 @@ def _apply(span: Span, ap: Applier, used: set[str] | None) -> list[Span]:
                 hits.append((m.start(), m.end(), lex, lex.entries[m.group(0)]))
                 taken[m.start():m.end()] = b"\1" * (m.end() - m.start())
     by_first = ap.by_first
-    if by_first and not by_first.keys().isdisjoint(_WORD.findall(text)):  # (C speed: most runs match nothing)
-        words = list(_WORD.finditer(text))
-        toks = [w.group(0) for w in words]
-        i = 0
-        while i < len(words):
-            cands = by_first.get(toks[i])
-            found = None
-            if cands is not None:
-                for _, neg, gtoks, lex, e in cands:
-                    n = -neg
-                    if tuple(toks[i:i + n]) == gtoks and (n == 1 or _spaced(text, words[i:i + n])):
-                        found = (n, lex, e)
-                        break
-            if found is None:
-                i += 1
+    toks = _WORD.findall(text) if by_first else []
+    if toks and not by_first.keys().isdisjoint(toks):  # (C speed: most runs match nothing)
+        # where each word starts: the next one is the first occurrence after the previous word, since
+        # nothing between two words can start one (a word starts at any letter or digit)
+        starts: list[int] = []
+        at = 0
+        for t in toks:
+            at = text.find(t, at)
+            starts.append(at)
+            at += len(t)
+        after = 0  # words before this one are inside a match already
+        for i in [k for k, t in enumerate(toks) if t in by_first]:  # (only the words some grapheme starts with)
+            if i < after:
                 continue
-            n, lex, e = found
-            a, b = words[i].start(), words[i + n - 1].end()
-            if taken is None or not any(taken[a:b]):
-                hits.append((a, b, lex, e))
-            i += n
+            for _, neg, gtoks, lex, e in by_first[toks[i]]:
+                n = -neg  # one word: its first word is the word (the key); more: the next ones, spaced
+                if n == 1 or (tuple(toks[i:i + n]) == gtoks and _spaced(text, toks, starts, i, n)):
+                    a, b = starts[i], starts[i + n - 1] + len(toks[i + n - 1])
+                    if taken is None or not any(taken[a:b]):
+                        hits.append((a, b, lex, e))
+                    after = i + n
+                    break
     if not hits:
         return [span]
-    hits.sort(key=lambda h: h[0])
+    if taken is not None:  # (word hits alone are found in order)
+        hits.sort(key=lambda h: h[0])
+    # aliases join the text around them: one plain span between two phoneme spans, as the SSML
+    # builder would merge them (fewer spans to cut and hash)
     out: list[Span] = []
+    plain: list[str] = []
     pos = 0
     for a, b, lex, e in hits:
-        if a > pos:
-            out.append(Span(text=text[pos:a], rate=span.rate, lang=span.lang))
-        out.append(_replacement(lex, e, text[a:b], span))
+        plain.append(text[pos:a])
+        if e.phoneme is not None:
+            if any(plain):
+                out.append(Span(text="".join(plain), rate=span.rate, lang=span.lang))
+            plain = []
+            out.append(Span(text=text[a:b], ph=e.phoneme, alphabet=lex.alphabet,  # type: ignore[arg-type]
+                            rate=span.rate, lang=span.lang))
+        else:
+            plain.append(e.alias or "")
         if used is not None:
             used.add(lex.ref)
         pos = b
-    if pos < len(text):
-        out.append(Span(text=text[pos:], rate=span.rate, lang=span.lang))
+    plain.append(text[pos:])
+    if any(plain):
+        out.append(Span(text="".join(plain), rate=span.rate, lang=span.lang))
     return out
 
 
-def _spaced(text: str, run: list[Any]) -> bool:
-    """A run of words separated by whitespace only (``New York``, not ``New-York``: that is one word)."""
-    return all(not text[a.end():b.start()].strip() for a, b in itertools.pairwise(run))
+def _spaced(text: str, toks: list[str], starts: list[int], i: int, n: int) -> bool:
+    """Words ``i..i+n-1`` separated by whitespace only (``New York``, not ``New-York``: that is one word)."""
+    return all(not text[starts[j] + len(toks[j]):starts[j + 1]].strip() for j in range(i, i + n - 1))

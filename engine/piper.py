@@ -13,6 +13,12 @@ Guarantees:
   ``infer`` splits a batch by speed (``length_scale = 1 / speed``) if it is mixed; the
   noise scales are fixed per backend.
 - With both noise scales 0 a batched item equals its single run (tested).
+- An SSML segment's spans (:mod:`engine.pron`) are honoured as far as a VITS voice allows: each
+  span read by Piper's front end (an ``ipa`` or ``x-voice`` phoneme span as its IPA, in the
+  voice's codepoints), grouped into runs (a new run at a break or a rate change); each run is one
+  model row with its own ``length_scale`` (``1 / (speed * rate)``), and the runs' audio is joined
+  with the break's silence inserted (the voice's own edge silences counted in, as hibari and
+  kokoro do). Marks are timed at their run's place. A span item has no word timings (yet).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import pron
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
@@ -52,6 +59,7 @@ class PiperBackend(Backend):
 
     native_batching = True
     timestamps = True  # w_ceil (exposed to trim padded rows): frames of hop_length per phoneme id
+    spans = True  # breaks, rate, IPA phonemes and marks of SSML (module docstring)
 
     def __init__(self, model_path: Path | None = None, *, config_path: Path | None = None,
                  providers: Sequence[str] | str | None = None, threads: int = 0, precision: str | None = None,
@@ -115,6 +123,8 @@ class PiperBackend(Backend):
     def prepare(self, item: SynthItem) -> Prepared:
         if item.voice and item.voice not in self.voices:
             raise UnknownVoice(f"unknown voice {item.voice!r} for piper; available: {', '.join(self.voices)}")
+        if item.spans:
+            return self._prepare_spans(item)
         if not item.text.strip():
             raise ItemError("empty text")
         try:
@@ -143,6 +153,47 @@ class PiperBackend(Backend):
             else:  # an id map this code does not know how to walk: no timings rather than wrong ones
                 _log.warning("event=piper_ids_unaligned ids=%d owners=%d", len(ids), len(over_ids.owners[0]))
         return Prepared(item=item, payload=ids, length=len(ids), words=words)
+
+    def _prepare_spans(self, item: SynthItem) -> Prepared:
+        """A span item: one row of ids per run (cut where one would pass ``MAX_IDS``) and its shape."""
+        assert item.spans is not None
+        try:
+            chunks, shape = pron.chunked(item.spans, self._read, self._fit)
+        except Exception as e:  # espeak-ng bridge: a failure there is this item's problem
+            raise ItemError(f"piper front end failed on this text: {type(e).__name__}: {e}") from e
+        id_map = self._config.phoneme_id_map
+        keep = [any(c in id_map and not c.isspace() for c in ch) for ch in chunks]
+        shape = pron.keep(shape, keep)
+        chunks = [ch for ch, k in zip(chunks, keep, strict=True) if k]
+        if not chunks:
+            raise ItemError("nothing speakable in the text")
+        ids = [np.asarray(self._voice.phonemes_to_ids(list(ch)), np.int64) for ch in chunks]
+        return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)), shape=(shape, tuple(chunks)))
+
+    def _read(self, span: Any) -> str:
+        """A span's phonemes as one string of the voice's codepoints: IPA as written (the codepoints the
+        voice knows), anything else (text, pinyin) through Piper's front end."""
+        if span.ph is not None and span.alphabet in ("ipa", "x-voice"):
+            known = self._config.phoneme_id_map
+            return "".join(c for c in unicodedata.normalize("NFD", span.ph) if c in known or c.isspace())
+        if not span.text.strip():
+            return ""
+        return " ".join("".join(s) for s in self._voice.phonemize(span.text) if s)
+
+    @staticmethod
+    def _fit(phonemes: str) -> list[str]:
+        """A run cut at spaces into pieces whose ids stay under ``MAX_IDS`` (two ids a codepoint)."""
+        limit = MAX_IDS // 2 - 4
+        out: list[str] = []
+        cur = ""
+        for word in phonemes.split(" "):
+            for w in [word[i:i + limit] for i in range(0, len(word), limit)]:  # a "word" past a row: cut anywhere
+                if cur and len(cur) + 1 + len(w) > limit:
+                    out.append(cur)
+                    cur = w
+                else:
+                    cur = f"{cur} {w}" if cur else w
+        return [*out, cur] if cur else out
 
     def _word_phonemes_uncached(self, word: str) -> list[str]:
         out: list[str] = []
@@ -173,33 +224,53 @@ class PiperBackend(Backend):
         out: list[Any] = [None] * len(batch)
         by_speed: dict[float, list[int]] = {}
         for i, p in enumerate(batch):
+            if p.shape is not None:  # a span item: a row per run, each at its own rate
+                rates = p.shape[0].rates
+                out[i] = [self._run([ids], min(pron.MAX_RATE, max(pron.MIN_RATE, p.item.speed * r)))[0]
+                          for ids, r in zip(p.payload, rates, strict=True)]
+                continue
             by_speed.setdefault(round(float(p.item.speed), 4), []).append(i)
         for speed, idx in by_speed.items():
-            for i, res in zip(idx, self._run([batch[i] for i in idx], speed), strict=True):
+            for i, res in zip(idx, self._run([batch[i].payload for i in idx], speed), strict=True):
                 out[i] = res
         return out
 
-    def _run(self, batch: Sequence[Prepared], speed: float) -> list[tuple[np.ndarray, int, np.ndarray]]:
-        width = max(self.bucket_of(p) for p in batch)
-        ids = np.zeros((len(batch), width), np.int64)
-        for k, p in enumerate(batch):
-            ids[k, :p.length] = p.payload
-        lengths = np.asarray([p.length for p in batch], np.int64)
+    def _run(self, rows: Sequence[np.ndarray], speed: float) -> list[tuple[np.ndarray, int, np.ndarray]]:
+        width = max(pow2_bucket(len(r)) for r in rows)
+        ids = np.zeros((len(rows), width), np.int64)
+        for k, r in enumerate(rows):
+            ids[k, :len(r)] = r
+        lengths = np.asarray([len(r) for r in rows], np.int64)
         scales = np.asarray([self.noise_scale, self.length_scale / max(speed, 1e-3), self.noise_w], np.float32)
         feeds: dict[str, np.ndarray] = {"input": ids, "input_lengths": lengths, "scales": scales}
         if self._speaker:
-            feeds["sid"] = np.zeros(len(batch), np.int64)
+            feeds["sid"] = np.zeros(len(rows), np.int64)
         try:
             res = self._session.run(None, feeds)
         except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails
-            raise BackendError(f"piper model failed on a batch of {len(batch)}: {e}") from e
-        audio = res[self._out_audio].reshape(len(batch), -1)
-        w_ceil = res[self._out_w].reshape(len(batch), -1)
-        return [(audio[k], int(w_ceil[k, :p.length].sum()) * self.hop_length, w_ceil[k, :p.length].astype(np.int64))
-                for k, p in enumerate(batch)]
+            raise BackendError(f"piper model failed on a batch of {len(rows)}: {e}") from e
+        audio = res[self._out_audio].reshape(len(rows), -1)
+        w_ceil = res[self._out_w].reshape(len(rows), -1)
+        return [(audio[k], int(w_ceil[k, :len(r)].sum()) * self.hop_length, w_ceil[k, :len(r)].astype(np.int64))
+                for k, r in enumerate(rows)]
 
     # -- 3. trim and level ----------------------------------------------------------
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
+        if prepared.shape is not None:
+            return self.postprocess_marked(raw, prepared)[0]
+        return self._level(raw)
+
+    def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
+        """A span item: each run trimmed and levelled, joined with its breaks' silence; its marks' times."""
+        if prepared.shape is None:
+            return self._level(raw), ()
+        shape, chunks = prepared.shape
+        parts = [self._level(r) for r in raw]
+        wav, starts = pron.join(parts, shape, self.sample_rate, 0.0)
+        return wav, pron.mark_times(shape, chunks, starts, [len(p) for p in parts], self.sample_rate)
+
+    def _level(self, raw: Any) -> np.ndarray:
+        """One row trimmed to its own duration and normalised."""
         row, n, _durations = raw
         wav = np.asarray(row[:n], np.float32)
         if not np.all(np.isfinite(wav)):

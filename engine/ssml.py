@@ -23,7 +23,8 @@ paragraph edge):
   ph``: a span whose ``ph`` replaces the reading of its text. These three hold text only.
 - ``prosody rate``: the runs inside get ``rate`` (multiplied when nested; ``pitch`` and
   ``volume`` are dropped). ``lang xml:lang`` (and ``xml:lang`` on ``speak``, ``p``, ``s``,
-  ``voice``): the runs inside get ``lang``. ``mark name``: a span with ``mark``.
+  ``voice``): the runs inside get ``lang``. ``mark name``: a span with ``mark`` (a name of at
+  most 256 characters, at most ``max_marks`` marks: their times travel inline in the completion).
 - Any other element (``emphasis``, ``voice``, ``audio``, ``w``, vendor tags ...): its text is
   kept, the tag dropped. Comments and processing instructions are dropped.
 """
@@ -62,6 +63,7 @@ class Limits:
     max_depth: int = 32
     max_elements: int = 10_000
     max_attr_chars: int = 2_048
+    max_marks: int = 1_000  # each is reported inline in the completion: bounded to fit a Kafka record
 
 
 class _Refused(TtsflowError):
@@ -86,6 +88,7 @@ class _Builder:
         self.buf: list[str] = []
         self.stack: list[_Scope] = []
         self.elements = 0
+        self.marks = 0
         self.root_seen = False
 
     # -- state ----------------------------------------------------------------------
@@ -98,10 +101,12 @@ class _Builder:
             return
         text = "".join(self.buf)
         self.buf = []
-        top = self._top
+        top = self.stack[-1]
         span = Span(text=text, rate=top.rate, lang=top.lang if top.lang != self.default_lang else None)
-        for s in (self.rewrite(span) if self.rewrite is not None else (span,)):
-            self._emit(s)
+        if self.rewrite is None:
+            self.out.append(span)
+        else:
+            self.out.extend(self.rewrite(span))
 
     def _emit(self, span: Span) -> None:
         self.out.append(span)
@@ -143,7 +148,12 @@ class _Builder:
             name = attrs.get("name")
             if not name:
                 raise _Refused("<mark> needs a name")
-            self._emit(Span(mark=name[:256]))
+            if len(name) > 256:
+                raise _Refused(f"a mark name has {len(name)} characters; the limit is 256")
+            self.marks += 1
+            if self.marks > self.limits.max_marks:
+                raise _Refused(f"more than {self.limits.max_marks} marks")
+            self._emit(Span(mark=name))
         elif tag == "prosody":
             if "rate" in attrs:
                 r = _rate(attrs["rate"])

@@ -43,6 +43,7 @@ __all__ = [
     "End",
     "ErrorInfo",
     "LexiconRecord",
+    "MarkTime",
     "ModelInfo",
     "ObjectRef",
     "Rejection",
@@ -229,6 +230,9 @@ class Segment(_Event, frozen=True, kw_only=True):
         "absent for plain text"))] | None = None
     lexicons: Annotated[list[str], msgspec.Meta(description=(
         "On the last segment: the lexicons the request applied, as owner/name@version"))] | None = None
+    marked: Annotated[list[NonNegInt], msgspec.Meta(description=(
+        "On the last segment: the seq of every segment of the request whose spans hold an SSML mark "
+        "(absent: none), so a worker that restarted mid-request knows whose mark times to read back"))] | None = None
     more: Annotated[bool, msgspec.Meta(description=(
         "More segments of this request may follow (its text is still arriving): total is a lower bound"))] = False
     lang: Annotated[Language, msgspec.Meta(description=(
@@ -332,6 +336,15 @@ class WordTimings(_Event, frozen=True, kw_only=True):
     schema_version: Literal[1] = 1
 
 
+class MarkTime(_Event, frozen=True, kw_only=True):
+    """An SSML ``<mark name="..."/>`` and when the audio reaches it: seconds in the request's joined
+    audio on a completion, in the chunk's own audio on a chunk (like a chunk's words; its request
+    time is the chunk's ``offset_s`` plus ``time_s``)."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    time_s: NonNegFloat
+
+
 class ModelInfo(_Event, frozen=True, kw_only=True):
     """The model that answered; ``voice`` is the voice that spoke (absent in older events)."""
 
@@ -374,6 +387,8 @@ ErrorCode = Annotated[str, msgspec.Meta(description=(
     "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak), "
     "invalid_ssml (text_type ssml and the document is not valid or not allowed SSML: the message gives line, "
     "column and reason), unknown_lexicon (a lexicon the request names is not stored, or its document is invalid), "
+    "too_many_lexicons (a lexicon the request names is one its owner wrote past TTS_LEXICONS_PER_USER: the stage "
+    "serves an owner's first that many, by their last write), "
     "internal_error (a stage bug, answered instead of stopping the partition); for a request sent in pieces: "
     "stream_timeout (no piece for TTS_STREAM_TIMEOUT_S before the final one), too_many_streams (the user has "
     "TTS_MAX_OPEN_STREAMS_PER_USER open), stage_busy (the stage holds TTS_MAX_OPEN_STREAMS open), "
@@ -411,6 +426,9 @@ class Completion(_Event, frozen=True, kw_only=True):
         "Why a request that asked for timestamps has no words (a voice without durations)"))] | None = None
     lexicons: Annotated[list[str], msgspec.Meta(description=(
         "The pronunciation lexicons the request applied, as owner/name@version (absent: none)"))] | None = None
+    marks: Annotated[list[MarkTime], msgspec.Meta(description=(
+        "The SSML marks of the request in document order, each with its time in the joined audio (absent: "
+        "none, or a voice that does not time them: piper, chattts)"))] | None = None
     schema_version: Literal[1] = 1
 
 
@@ -439,6 +457,9 @@ class Chunk(_Event, frozen=True, kw_only=True):
         "Where this chunk starts in the request's joined audio (a word's time in it is offset_s + start_s); "
         "also the sum of the earlier chunks' duration_s plus 0.15 s between each two"))] | None = None
     words_reason: str | None = None
+    marks: Annotated[list[MarkTime], msgspec.Meta(description=(
+        "The SSML marks in this chunk's segment, times in the chunk's audio (in the request's: offset_s + "
+        "time_s); absent: none"))] | None = None
     more: Annotated[bool, msgspec.Meta(description=(
         "More chunks of this request may follow (its text is still arriving): total is a lower bound; "
         "the completion ends the request"))] = False

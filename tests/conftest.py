@@ -5,12 +5,15 @@
   module forgets it, so ``-m "not integration"`` selects the pure unit tests.
 * Hypothesis runs without per-example deadlines: the CI box has 2 shared cores and a
   slow example is not a failure of the property.
+* ``kokoro_store``: one model store per session for the unit tests that run kokoro (installing
+  it from its wheels costs ~8 s; each module made its own).
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck
@@ -31,3 +34,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "e2e" in parts and not item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def kokoro_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from engine.store import ModelStore
+
+    return ModelStore(tmp_path_factory.mktemp("kokoro-models"))

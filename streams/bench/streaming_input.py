@@ -61,6 +61,7 @@ class _Seen:
 
         self.chunks: dict[tuple[str, int], float] = {}
         self.done: dict[str, Any] = {}
+        self.epoch = time.time() - time.monotonic()  # monotonic + epoch: wall-clock seconds
         self._stop = threading.Event()
         self._c = assigned_reader(s.kafka, [s.kafka.topic_chunks, s.kafka.topic_completed],
                                   **{"enable.partition.eof": False})
@@ -208,14 +209,45 @@ def _others(s: Any, seen: _Seen, producer: Any, texts: Any, seconds: float, tag:
 
 
 def _latency_of(seen: _Seen, sent: list[tuple[str, int, float]], partitions: set[int]) -> dict[str, Any]:
-    seen.wait(lambda: all(r in seen.done for r, _, _ in sent), 300)
-    xs = {"hostile_partitions": [seen.done[r][0] - t for r, p, t in sent if r in seen.done and p in partitions],
-          "other_partitions": [seen.done[r][0] - t for r, p, t in sent if r in seen.done and p not in partitions]}
+    """Other users' answer times on the hostile partitions and on the others, and where each one's
+    time went (the completion's timings, :func:`streams.bench.tail.ttsflow_path`): p50/p95 per place."""
     from streams.bench.harness import percentile
+    from streams.bench.tail import ttsflow_path
 
-    return {k: {"n": len(v), "p50_s": _r(percentile(v, 50)), "p95_s": _r(percentile(v, 95)),
-                "max_s": _r(max(v) if v else None)} for k, v in xs.items()} | {
-        "unanswered": sum(1 for r, _, _ in sent if r not in seen.done)}
+    seen.wait(lambda: all(r in seen.done for r, _, _ in sent), 300)
+    out: dict[str, Any] = {}
+    for name, inside in (("hostile_partitions", True), ("other_partitions", False)):
+        mine = [(r, t) for r, p, t in sent if r in seen.done and (p in partitions) == inside]
+        xs = [seen.done[r][0] - t for r, t in mine]
+        paths = [x for r, t in mine if (x := ttsflow_path(seen.done[r][1], t + seen.epoch,
+                                                          seen.done[r][0] + seen.epoch)) is not None]
+        out[name] = {"n": len(xs), "p50_s": _r(percentile(xs, 50)), "p95_s": _r(percentile(xs, 95)),
+                     "max_s": _r(max(xs) if xs else None), "phases_s": {
+                         k: {"p50": _r(percentile([x[k] for x in paths], 50)),
+                             "p95": _r(percentile([x[k] for x in paths], 95))} for k in (paths[0] if paths else ())}}
+    return out | {"unanswered": sum(1 for r, _, _ in sent if r not in seen.done)}
+
+
+def _stage_log(log: Path) -> dict[str, int]:
+    """What the stage's log says about the run: watchdog restarts, and stages started."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return {"watchdog_restarts": text.count("event=input_stalled") + text.count("event=commit_stalled"),
+            "stage_starts": text.count("event=stage_started")}
+
+
+def _stage_metrics(port: int) -> dict[str, float]:
+    """The stage's own counters at the end of a run (``/metrics``): records, time spent on them, pieces."""
+    import urllib.request
+
+    want = ("ttsflow_stage_requests_consumed_total", "ttsflow_stage_processing_seconds_sum",
+            "ttsflow_stage_processing_seconds_count", "ttsflow_stage_pieces_total", "ttsflow_stage_requests_failed_total",
+            "ttsflow_stage_duplicates_total", "ttsflow_stage_refused_total")
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return {}
+    return {k: round(float(v), 3) for line in body.splitlines() if line.startswith(want)
+            for k, v in [line.rsplit(" ", 1)]}
 
 
 def _r(v: float | None) -> float | None:
@@ -266,6 +298,47 @@ def _hostile(s: Any, seen: _Seen, producer: Any, texts: Any, *, tiny: int, strea
             "others_before": before, "others_during": _latency_of(seen, during, hostile)}
 
 
+def _flood(s: Any, seen: _Seen, producer: Any, texts: Any, *, n: int, distinct: bool) -> dict[str, Any]:
+    """One user publishing ``n`` whole one-word requests as fast as it can, while other users send one
+    sentence a second; each flood request answered once (ok, or refused with its documented code).
+    ``distinct``: every word a new one (each a model call); else words of a small vocabulary (cache hits
+    after the first of each: the cost is the pipeline's, not the model's)."""
+    from collections import Counter
+
+    from schemas import Request, encode
+    from streams.kafka.partitioner import partition_for
+
+    words = ["yes", "no", "hello", "thanks", "okay", "maybe", "sure", "later", "again", "stop"]
+    before = _latency_of(seen, _others(s, seen, producer, texts, 15, "calm"), set())
+    tag = f"fl-{uuid.uuid4().hex[:6]}"
+    ids = [f"{tag}-{i}" for i in range(n)]
+    hostile = {partition_for(b"flooder", s.kafka.partitions)}
+
+    def attack() -> None:
+        for i, rid in enumerate(ids):
+            text = f"{words[i % len(words)]} {i}." if distinct else f"{words[i % len(words)]}."
+            producer.produce(s.kafka.topic_requests, key=b"flooder", value=encode(Request(
+                request_id=rid, user_id="flooder", text=text)))
+            if i % 1000 == 0:
+                producer.poll(0)
+        producer.flush(60)
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=attack, daemon=True)
+    th.start()
+    during = _others(s, seen, producer, texts, 30, "busy")
+    th.join(120)
+    want = set(ids)
+    seen.wait(lambda: want <= set(seen.done), 300)
+    codes = Counter((seen.done[r][1].error.code if seen.done[r][1].error else seen.done[r][1].status)
+                    for r in ids if r in seen.done)
+    last = max((seen.done[r][0] for r in ids if r in seen.done), default=None)
+    return {"flood_requests": n, "distinct": distinct, "hostile_partitions": sorted(hostile),
+            "flood_codes": dict(codes), "flood_unanswered": len(want - set(seen.done)),
+            "flood_answered_after_s": round(last - t0, 1) if last else None,
+            "others_before": before, "others_during": _latency_of(seen, during, hostile)}
+
+
 def _zh_first(rng: random.Random) -> str:
     """A Mandarin text whose first sentence is ~60 characters (clauses joined by commas), then a second."""
     from streams.bench.corpus import _zh_sentence
@@ -291,7 +364,8 @@ def _en_first(texts: Any) -> str:
 def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: float | None = None,
               n_sent: int = 3, wps: float = 20.0, first_runs: int = 5, zh: bool = True,
               seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0,
-              hostile: tuple[int, int] | None = None) -> dict[str, Any]:
+              hostile: tuple[int, int] | None = None, flood: int | None = None, distinct: bool = False,
+              stage_env: dict[str, Any] | None = None) -> dict[str, Any]:
     from schemas import Request, encode
     from streams.bench.corpus import sentences
     from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
@@ -312,6 +386,8 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
     base = load_settings()
     require_stack_up(base)
     s = isolated(base, run_id)
+    if stage_env:  # settings of this run's stage and worker (``--set``)
+        s = s.replace(**stage_env)
     stack.ensure_topics(s)
     report: dict[str, Any] = {"run_id": run_id, "seed": seed, "quick": quick, "cpus": os.cpu_count(),
                               "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "backend": s.engine.backend,
@@ -323,15 +399,21 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
     texts = _one_segment_sentences(seed)
     try:
         _say(f"run {run_id}: one stage + one {s.engine.backend} worker")
-        sup.stage("stage", s)
+        stage_proc = sup.stage("stage", s)
         sup.worker("worker", s)
         for p in ("stage", "worker"):
             sup.wait_ready(p, timeout=300)
         seen = _Seen(s)
         if hostile is not None:  # only the hostile phase
             report["hostile"] = _hostile(s, seen, producer, texts, tiny=hostile[0], streams=hostile[1])
-        only_zh = zh_only or hostile is not None
-        zh = zh and hostile is None
+        if flood is not None:  # only the flood phase
+            report["flood"] = _flood(s, seen, producer, texts, n=flood, distinct=distinct)
+        if hostile is not None or flood is not None:
+            report["settings"] = stage_env or {}
+            report["stage_metrics"] = _stage_metrics(stage_proc.settings.process.metrics_port)
+            report["stage_log"] = _stage_log(stage_proc.log_path)
+        only_zh = zh_only or hostile is not None or flood is not None
+        zh = zh and hostile is None and flood is None
         if only_zh:
             loads = []
         burst_n = 0 if only_zh or not loads else 10 if quick else 40
@@ -399,6 +481,22 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
     return report
 
 
+def _settings_args(items: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs as settings fields, each value typed like the field's default."""
+    import dataclasses
+
+    from streams.settings import Settings
+
+    defaults = {f.name: getattr(sec, f.name) for sec in (getattr(Settings(), x.name) for x in
+                                                          dataclasses.fields(Settings)) for f in dataclasses.fields(sec)}
+    out: dict[str, Any] = {}
+    for item in items:
+        name, _, value = (x.strip() for x in item.partition("="))
+        cur = defaults[name]
+        out[name] = value.lower() in ("1", "true", "yes") if isinstance(cur, bool) else type(cur)(value)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ttsflow bench streaming-input", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
@@ -414,11 +512,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hostile", default=None, metavar="TINY,STREAMS",
                     help="only the hostile phase: a request of TINY one-character pieces and one user opening "
                          "STREAMS streams while other users send a sentence a second (e.g. 1000000,10000)")
+    ap.add_argument("--flood", type=int, default=None, metavar="N",
+                    help="only the flood phase: one user publishes N whole one-word requests as fast as it can "
+                         "while other users send a sentence a second (e.g. 20000)")
+    ap.add_argument("--distinct", action="store_true", help="--flood: every flood text a new one (a model call "
+                                                            "each; default: a small vocabulary, cache hits)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting of this run's stage and worker (settings field name, e.g. "
+                         "stage_buffer_records=4096), repeatable: before/after runs side by side")
     ap.add_argument("--seed", type=int, default=None)
     a = ap.parse_args(argv)
     r = run_bench(quick=a.quick, loads=[] if a.loads == "none" else [float(x) for x in a.loads.split(",")], run_s=a.run_s, n_sent=a.sentences,
                   wps=a.words_per_s, first_runs=a.first_runs, zh=not a.no_zh, seed=a.seed,
                   zh_only=a.zh_only, zh_lanes=a.zh_lanes,
-                  hostile=tuple(int(x) for x in a.hostile.split(",")) if a.hostile else None)  # type: ignore[arg-type]
+                  hostile=tuple(int(x) for x in a.hostile.split(",")) if a.hostile else None,  # type: ignore[arg-type]
+                  flood=a.flood, distinct=a.distinct, stage_env=_settings_args(a.set))
     print(json.dumps(r))
     return 0

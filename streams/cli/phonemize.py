@@ -20,9 +20,9 @@ __all__ = ["main"]
 
 
 def _load_lexicons(settings: Any, names: list[str] | None) -> Any:
-    from streams.stage.lexicons import LexiconReader, LexiconStore, lexicon_limits
+    from streams.stage.lexicons import LexiconReader, lexicon_store
 
-    store = LexiconStore(lexicon_limits(settings.stage))
+    store = lexicon_store(settings.stage)
     if names:
         reader = LexiconReader(settings.kafka, store)
         reader.start(wait_s=20.0)

@@ -54,6 +54,8 @@ def _describe(c: Completion) -> str:
         parts.append(f"e2e={c.timings.e2e_ms:.0f}ms")
     if c.audio is not None:
         parts.append(c.audio.uri)
+    if c.marks:  # SSML <mark/>s: where the audio reaches each
+        parts.append("marks=" + ",".join(f"{m.name}@{m.time_s:.3f}s" for m in c.marks))
     return " ".join(parts)
 
 

@@ -319,7 +319,8 @@ class TTSClient:
     def stream(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
                priority: str = "interactive", timeout: float = 120.0, raise_on_failure: bool = True,
-               chunk_grace_s: float = _CHUNK_GRACE_S, timestamps: bool = False, voices: dict[str, str] | None = None
+               chunk_grace_s: float = _CHUNK_GRACE_S, timestamps: bool = False, text_type: str = "text",
+               lexicons: list[str] | None = None, voices: dict[str, str] | None = None
                ) -> Generator[Chunk | Completion, None, None]:
         """Publish a streaming request (when iteration starts) and yield its chunks as they commit,
         once each and in ``seq`` order, then its completion (last). A chunk's ``audio`` is one
@@ -327,13 +328,15 @@ class TTSClient:
         completion's is the whole request in ``format``. Raises :class:`CompletionTimeout` when
         no completion comes within ``timeout``, :class:`RequestFailed` for a failed one (after the
         chunks that came) unless ``raise_on_failure`` is false. With ``timestamps`` each chunk carries
-        its ``words`` (times in the chunk's audio; ``chunk.offset_s`` is where it starts in the request)."""
+        its ``words`` (times in the chunk's audio; ``chunk.offset_s`` is where it starts in the request).
+        ``text_type`` and ``lexicons`` as for :meth:`submit`; an SSML document's marks come on
+        ``chunk.marks`` (times in the chunk's audio) and the completion's ``marks`` (in the joined audio)."""
         rid = request_id or uuid.uuid4().hex
 
         def publish() -> float:
             self.submit(text, user_id, voice=voice, format=format, request_id=rid, speed=speed,
                         sample_rate=sample_rate, stream=True, priority=priority, timestamps=timestamps,
-                        voices=voices)
+                        text_type=text_type, lexicons=lexicons, voices=voices)
             return time.monotonic() + timeout
 
         yield from self._follow(rid, publish, timeout, raise_on_failure, chunk_grace_s)

@@ -352,7 +352,8 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA}
             sse = body.stream_format == "sse"
             if "stream_format" in body.model_fields_set:  # asked to stream: audio as each segment commits
-                got = await _streamed(call, p, ask, body.response_format, "sse" if sse else "audio", body.timestamps,
+                got = await _streamed(call, p, {**ask, "text_type": body.text_type, "lexicons": body.lexicons},
+                                      body.response_format, "sse" if sse else "audio", body.timestamps,
                                       headers, "text/event-stream" if sse else CONTENT_TYPES[call.fmt])
                 if isinstance(got, Response):
                     return got
@@ -371,13 +372,13 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             call.status = 200
             metrics.first_byte(call.fmt, time.monotonic() - call.t0)
             if sse:
-                extra = _words_fields(words, c.words_reason) if body.timestamps else {}
+                extra = {**_words_fields(words, c.words_reason), **_marks_fields(c)} if body.timestamps else {}
                 return StreamingResponse(_sse([out], extra), media_type="text/event-stream", headers=headers)
-            if body.timestamps:  # one JSON answer: the audio in base64 and its words
+            if body.timestamps:  # one JSON answer: the audio in base64, its words and its SSML marks
                 return JSONResponse({"request_id": rid, "format": body.response_format,
                                      "content_type": CONTENT_TYPES[body.response_format], "duration_s": duration,
                                      "audio": base64.b64encode(out).decode("ascii"),
-                                     **_words_fields(words, c.words_reason)}, headers=headers)
+                                     **_words_fields(words, c.words_reason), **_marks_fields(c)}, headers=headers)
             return Response(out, media_type=CONTENT_TYPES[body.response_format], headers=headers)
 
         return await _answer(request, body.response_format, answer)
@@ -430,7 +431,9 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
 
         def wrap(piece: bytes) -> bytes:
             if shape == "sse":
-                return _sse_event(piece, _words_fields(carry.take(), carry.reason) if timestamps else None)
+                marks = carry.take_marks()
+                return _sse_event(piece, {**_words_fields(carry.take(), carry.reason),
+                                          **({"marks": marks} if marks else {})} if timestamps else None)
             if shape == "kokoro":
                 return _kokoro_line(piece, fmt, carry.take())
             return piece
@@ -468,6 +471,11 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
 def _words_fields(words: list[WordSpan] | None, reason: str | None) -> dict[str, Any]:
     """``words`` (ttsflow's shape) and, when there are none, ``words_reason``."""
     return {"words": ours(words)} if words is not None else {"words": None, "words_reason": reason}
+
+
+def _marks_fields(c: Completion) -> dict[str, Any]:
+    """``marks``: the SSML marks of the answer, ``name`` and ``time_s`` (seconds in the audio); none: absent."""
+    return {"marks": [{"name": m.name, "time_s": m.time_s} for m in c.marks]} if c.marks else {}
 
 
 def _sse_event(piece: bytes, extra: dict[str, Any] | None = None) -> bytes:

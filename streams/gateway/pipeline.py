@@ -199,7 +199,8 @@ class Pipeline:
                        type="server_error", code="timeout", headers={"x-request-id": rid})
 
     async def events(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
-                     idempotent: bool, timestamps: bool = False, voices: dict[str, str] | None = None
+                     idempotent: bool, timestamps: bool = False, text_type: str = "text",
+                     lexicons: list[str] | None = None, voices: dict[str, str] | None = None
                      ) -> AsyncIterator[Chunk | Completion]:
         """A streaming request: its chunks as each segment commits (in ``seq`` order), ending with
         the last chunk, or with its completion when that comes first (a failed request, or one
@@ -219,7 +220,7 @@ class Pipeline:
         try:
             task = asyncio.ensure_future(self.completion(rid=rid, user=user, text=text, voice=voice, speed=speed,
                                                          idempotent=idempotent, stream=True, timestamps=timestamps,
-                                                         voices=voices))
+                                                         text_type=text_type, lexicons=lexicons, voices=voices))
             task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else queue.put_nowait(t.result()[0]))
             seen = 0
             pending: set[asyncio.Future[object]] = {task}  # type: ignore[arg-type]

@@ -9,7 +9,7 @@
   gateway's streamed answer puts the chunks' audio end to end (no pause between them, unlike the
   joined audio), so a chunk starts where the earlier chunks' audio ends. An encoder may hold a
   chunk's audio back (mp3 frames); :class:`Carry` keeps the words until a piece of audio goes out
-  with them.
+  with them; so do the chunks' SSML marks (:meth:`Carry.take_marks`).
 """
 
 from __future__ import annotations
@@ -41,14 +41,21 @@ class Carry:
     def __init__(self) -> None:
         self.running_s = 0.0
         self._held: list[WordSpan] = []
+        self._marks: list[dict[str, Any]] = []
         self.reason: str | None = None
 
     def add(self, ch: Chunk) -> None:
         """The chunk whose audio goes out next (end to end after the earlier ones)."""
         self._held += in_request(ch, self.running_s)
+        self._marks += [{"name": m.name, "time_s": round(m.time_s + self.running_s, 4)} for m in ch.marks or ()]
         self.reason = self.reason or ch.words_reason
         self.running_s += ch.audio.duration_s
 
     def take(self) -> list[WordSpan]:
         out, self._held = self._held, []
+        return out
+
+    def take_marks(self) -> list[dict[str, Any]]:
+        """The SSML marks of the chunks added since the last call (``name``, ``time_s`` in the answer)."""
+        out, self._marks = self._marks, []
         return out

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+import weakref
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ from streams.kafka.topics import dedup_table_name, open_table_name
 from streams.settings import Settings
 from streams.stage.core import Record, StageCore, served_voices
 from streams.stage.dedup import SeenIndex, UserSeen
-from streams.stage.lexicons import LexiconReader, LexiconStore, lexicon_limits
-from streams.stage.patches import fetch_state, leave_group_on_stop, stage_app_class
+from streams.stage.lexicons import LexiconReader, lexicon_store
+from streams.stage.patches import fetch_in_turns, fetch_state, leave_group_on_stop, stage_app_class
+from streams.stage.pending import Deferred, Handled
 from streams.stage.pieces import CONTROL_HEADER, OpenIndex, OpenRequest, decode_open, open_key, tick_value
 from streams.stage.watch import InputWatch
 
@@ -87,10 +89,12 @@ async def _sweep_expired(store: Any, index: SeenIndex, now: float, *, chunk: int
 
 def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None) -> Any:
     """The faust app of the stage (not started). ``metrics`` is a :class:`StageMetrics`."""
+    from faust.streams import _current_event  # the record a table write belongs to (see flush)
+
     _StageApp = stage_app_class()
     if core is None:
         # the lexicon topics, read whole before the first request is handled (streams/stage/lexicons.py)
-        lexicons = LexiconStore(lexicon_limits(settings.stage))
+        lexicons = lexicon_store(settings.stage)
         reader = LexiconReader(settings.kafka, lexicons)
         if not reader.start(wait_s=30.0):
             _log.warning("event=lexicons_not_loaded waited_s=30 count=%d", len(lexicons))
@@ -108,6 +112,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     datadir = Path(settings.process.home) / "stage" / settings.stage.stage_app_id / instance_id
     datadir.mkdir(parents=True, exist_ok=True)
     leave_group_on_stop()
+    fetch_in_turns()
     metrics.identify(instance_id=instance_id, group=settings.stage.stage_app_id)
     from streams.kafka.config import faust_credentials
 
@@ -133,6 +138,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         # partitions until its session times out: keep that short
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
+        # partitions in turns of at most this many records, and a short queue in front of the agent: a
+        # flooded partition never keeps the others' records waiting for long (patches.fetch_in_turns)
+        broker_max_poll_records=settings.stage.stage_poll_records,
+        stream_buffer_maxsize=settings.stage.stage_buffer_records,
     )
     requests = app.topic(settings.kafka.topic_requests, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")
@@ -153,12 +162,23 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     opened._verified_source_topics_for_partitions.add(source_topic)
     open_index = OpenIndex()
     indexed_gen: list[int | None] = [None]
+    # handled records whose outputs are not yet known delivered, and their table writes (pending.py)
+    deferred = Deferred()
+    batch_records = settings.stage.stage_batch_records
+    handling = asyncio.Lock()  # the agent's record and a timer's flush never interleave
+    agent_stream: list[Any] = []
 
     def sync_index() -> None:
-        """Rebuild the index from the table after each assignment (the table holds the partitions held)."""
+        """Rebuild the index from the table after each assignment (the table holds the partitions held),
+        with the open-table writes still held on top."""
         gen = app.consumer_generation_id
         if indexed_gen[0] != gen:
             open_index.rebuild(opened.items())
+            for ok, state in deferred.open_writes().items():
+                if state is None:
+                    open_index.delete(ok)
+                else:
+                    open_index.put(ok, decode_open(state))
             indexed_gen[0] = gen
             metrics.open_requests(len(open_index))
 
@@ -169,7 +189,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             self.user_key = user_key
 
         def get(self, request_id: str) -> OpenRequest | None:
-            raw = opened.get(open_key(self.user_key, request_id))
+            raw = deferred.open_get(open_key(self.user_key, request_id), opened.get)
             return decode_open(raw) if raw else None
 
         def user_open(self) -> int:
@@ -182,6 +202,36 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
         headers = list(rec.headers) or None
         return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers)
+
+    async def flush(stream: Any) -> None:
+        """Wait for the held records' outputs, then make their table writes and mark them processed
+        (each id or open text is recorded only after its outputs are delivered: a crash repeats, never
+        loses), in input order; a key written several times in the run is written once, its last state."""
+        held = deferred.take()
+        for h in held:
+            for f in h.deliveries:
+                await f
+        # the last write of each key only (a run of one request's pieces is one changelog record), made
+        # as of its own record: faust writes a table key to the changelog partition of the current event
+        seen_writes = {h.seen[0]: (h.event, h.seen[1]) for h in held if h.seen is not None}
+        open_writes = {h.open[0]: (h.event, h.open[1]) for h in held if h.open is not None}
+        current = _current_event.get(None)
+        try:
+            for sk, (ev, sv) in seen_writes.items():
+                _current_event.set(weakref.ref(ev))
+                seen[sk] = sv
+            for ok, (ev, state) in open_writes.items():
+                _current_event.set(weakref.ref(ev))
+                if state is None:
+                    if opened.get(ok) is not None:
+                        del opened[ok]
+                else:
+                    opened[ok] = state
+        finally:
+            _current_event.set(current)
+        for h in held:
+            app.mark_processed(h.event.message)
+            await stream.ack(h.event)
 
     # (consumer generation, last offset processed) per input partition: a jump within one
     # generation is a hole in what the agent was handed (transaction markers, or records
@@ -198,62 +248,73 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
 
     @app.agent(requests)
     async def stage(stream: Any) -> None:
+        agent_stream[:] = [stream]
+        stream.enable_acks = False  # acked by flush(), once processed
         async for event in stream.events():
-            msg = event.message
-            note_offset(msg)
-            t0 = time.perf_counter()
-            metrics.consumed()
-            k = msg.key or b""
-            sync_index()
-            user_seen = UserSeen(index, seen.get, k, core.clock())
-            outcome = core.handle(msg.key, msg.value, partition=msg.partition, offset=msg.offset,
-                                  timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=user_seen,
-                                  opened=_OpenView(k), tick=_is_tick(msg.headers))
-            metrics.processed(time.perf_counter() - t0)
-            futs = [await send(r, msg.partition) for r in outcome.records]
-            if outcome.remember is not None or outcome.open is not None:
-                for f in futs:
-                    await f  # delivered before the id or the open text is recorded: a crash repeats, never loses
-            if outcome.remember is not None:
-                entry_key, entry_value = index.entry(k, outcome.remember, core.clock())
-                seen[entry_key] = entry_value
-            if outcome.open is not None:
-                ok, state = open_key(k, outcome.open[0]), outcome.open[1]
-                if state is None:
-                    if opened.get(ok) is not None:
-                        del opened[ok]
-                    open_index.delete(ok)
-                else:
-                    opened[ok] = state
-                    open_index.put(ok, decode_open(state))
-                metrics.open_requests(len(open_index))
-            n_segments = sum(1 for r in outcome.records if r.topic == settings.kafka.topic_segments)
-            if outcome.open is not None and outcome.kind == "failed":
-                metrics.piece("failed", n_segments - 1)  # (the rejection goes to the same topic)
-            if outcome.kind in ("piece", "closed") or outcome.code in _PIECE_DROPS:
-                metrics.piece(outcome.kind if outcome.kind != "duplicate" else
-                              ("tick" if (outcome.code or "").startswith("tick") else "repeated"), n_segments)
-                if outcome.kind == "closed":
-                    _log.info("event=pieces_closed request_id=%s key=%s segments=%d", outcome.request_id,
-                              _key_str(msg.key), n_segments)
-            elif outcome.kind == "segments":
-                metrics.segments(len(outcome.records))
-                if msg.timestamp:
-                    metrics.request_age(time.time() - msg.timestamp)
-            elif outcome.kind == "failed":
-                k = _key_str(msg.key)
-                metrics.failed(outcome.code or "?")
-                _log.info("event=request_failed request_id=%s key=%s code=%s", outcome.request_id, k, outcome.code)
-            elif outcome.kind == "dead_letter":
-                metrics.dead_letter(outcome.code or "?")
-                _log.info("event=dead_letter partition=%d offset=%d reason=%s", msg.partition, msg.offset,
-                          outcome.code)
+            async with handling:
+                await handle(event)
+                if len(deferred) >= batch_records:
+                    await flush(stream)
+
+    @app.timer(0.05)
+    async def flush_held() -> None:
+        """The records held are flushed every 50 ms when fewer than stage_batch_records came: their
+        outputs went out when they were handled (no answer waits for this), so the wait only moves
+        their table writes and committable offsets; pieces of one request within it are one write."""
+        if len(deferred) and agent_stream:
+            async with handling:
+                await flush(agent_stream[0])
+
+    async def handle(event: Any) -> None:
+        """One input record: its outputs sent, its table writes held until they are delivered."""
+        msg = event.message
+        note_offset(msg)
+        t0 = time.perf_counter()
+        metrics.consumed()
+        k = msg.key or b""
+        sync_index()
+        user_seen = UserSeen(index, deferred.seen_get(seen.get), k, core.clock())
+        outcome = core.handle(msg.key, msg.value, partition=msg.partition, offset=msg.offset,
+                              timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=user_seen,
+                              opened=_OpenView(k), tick=_is_tick(msg.headers))
+        metrics.processed(time.perf_counter() - t0)
+        futs = [await send(r, msg.partition) for r in outcome.records]
+        seen_write = index.entry(k, outcome.remember, core.clock()) if outcome.remember is not None else None
+        open_write = None
+        if outcome.open is not None:
+            ok, state = open_key(k, outcome.open[0]), outcome.open[1]
+            open_write = (ok, state)
+            if state is None:
+                open_index.delete(ok)
             else:
-                k = _key_str(msg.key)
-                metrics.duplicate()
-                _log.info("event=duplicate request_id=%s key=%s", outcome.request_id, k)
-            app.mark_processed(msg)
-            metrics.heartbeat()
+                open_index.put(ok, decode_open(state))
+            metrics.open_requests(len(open_index))
+        deferred.add(Handled(event, futs, seen_write, open_write))
+        n_segments = sum(1 for r in outcome.records if r.topic == settings.kafka.topic_segments)
+        if outcome.open is not None and outcome.kind == "failed":
+            metrics.piece("failed", n_segments - 1)  # (the rejection goes to the same topic)
+        if outcome.kind in ("piece", "closed") or outcome.code in _PIECE_DROPS:
+            metrics.piece(outcome.kind if outcome.kind != "duplicate" else
+                          ("tick" if (outcome.code or "").startswith("tick") else "repeated"), n_segments)
+            if outcome.kind == "closed":
+                _log.info("event=pieces_closed request_id=%s key=%s segments=%d", outcome.request_id,
+                          _key_str(msg.key), n_segments)
+        elif outcome.kind == "segments":
+            metrics.segments(len(outcome.records))
+            if msg.timestamp:
+                metrics.request_age(time.time() - msg.timestamp)
+        elif outcome.kind == "failed":
+            metrics.failed(outcome.code or "?")
+            _log.info("event=request_failed request_id=%s key=%s code=%s", outcome.request_id, _key_str(msg.key),
+                      outcome.code)
+        elif outcome.kind == "dead_letter":
+            metrics.dead_letter(outcome.code or "?")
+            _log.info("event=dead_letter partition=%d offset=%d reason=%s", msg.partition, msg.offset,
+                      outcome.code)
+        else:
+            metrics.duplicate()
+            _log.info("event=duplicate request_id=%s key=%s", outcome.request_id, _key_str(msg.key))
+        metrics.heartbeat()
 
     @app.timer(1.0)
     async def beat() -> None:

@@ -151,6 +151,8 @@ class StageCore:
             i for i in (engine_voices.voice_info(v) for v in voices or ()) if i is not None)
         self.on_dropped = on_dropped  # (script, spoken units cut from an accepted request)
         self.pieces = PieceHandler(self, clock)
+        self._ssml_limits = engine_ssml.Limits(max_chars=stage.ssml_max_chars, max_depth=stage.ssml_max_depth,
+                                               max_elements=stage.ssml_max_elements)
 
     def is_duplicate(self, request_id: str, seen: SeenIds, now: float) -> bool:
         """``seen`` maps the user's request ids to when they were first seen (epoch seconds)."""
@@ -258,8 +260,7 @@ class StageCore:
         voice's, when the text picks another voice), lexicons applied to its plain runs (``rewrite``),
         checked like plain text. Raises ``SchemaError`` (``invalid_ssml`` and the plain checks)."""
         stage = self.stage
-        limits = engine_ssml.Limits(max_chars=stage.ssml_max_chars, max_depth=stage.ssml_max_depth,
-                                    max_elements=stage.ssml_max_elements)
+        limits = self._ssml_limits
         lang = _language(requested or self.default_voice)
         spans = engine_ssml.parse(req.text, lang=lang, limits=limits, rewrite=rewrite)
         pieces = cut_spans(spans, stage.max_segment_chars)
@@ -367,6 +368,7 @@ class StageCore:
                                pronunciation=spans_key(p.spans) + lex_key + (f"lang:{lang}" if lang else ""))
                   for p, (v, lang) in zip(pieces, voiced, strict=True)]
         named = [lex.ref for lex in lexicons] or None
+        marked = [i for i, p in enumerate(pieces) if p.spans and any(s.mark is not None for s in p.spans)] or None
         rh = request_hash(hashes, format=req.format)
         enqueued = datetime.fromtimestamp((timestamp_ms / 1000.0) if timestamp_ms else now, UTC)
         out_key = key if key else req.user_id.encode()
@@ -388,6 +390,7 @@ class StageCore:
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
                 parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority,
                 spans=_wire(p.spans), lexicons=named if i == n - 1 else None,
+                marked=marked if i == n - 1 else None,
                 timestamps=req.timestamps, source=sources[i], lang=lang,
                 sources=sources if req.timestamps and i == n - 1 else None)))  # type: ignore[arg-type]
             for i, (p, h, (v, lang)) in enumerate(zip(pieces, hashes, voiced, strict=True)))

@@ -13,6 +13,12 @@ Guarantees:
 * A key on ``tts.lexicons`` that starts ``global/``, or whose ``owner/name`` is not its record's, is
   ignored (counted): users cannot write global lexicons, even by forging a key; on a secured cluster
   only the operators' principal may write ``tts.lexicons.global`` (ACL).
+* An owner's lexicons are bounded (``TTS_LEXICONS_PER_USER``) here too, not only by the writers (SDK,
+  CLI, gateway), whose check a raw producer bypasses: the stage serves an owner's first that many in
+  the order of their last write on the topic (one partition: every stage, and every restarted one,
+  reads the same order; an update moves a lexicon last); one past them is refused, logged with its
+  reason and counted, and a request naming it fails with ``too_many_lexicons``. Deleting one of the
+  served ones serves the next.
 * :meth:`LexiconStore.resolve` is what a request sees: its own lexicons by name and the global ones
   as ``global/<name>``, in the order named; a missing one raises ``unknown_lexicon``.
 * The stage starts answering requests once the reader has reached the topics' ends as they were at
@@ -34,15 +40,18 @@ from schemas import SchemaError, decode_lexicon
 from schemas.errors import ContentError
 from streams.settings import KafkaSettings
 
-__all__ = ["LexiconReader", "LexiconStore", "lexicon_key", "lexicon_limits", "watermarks"]
+__all__ = ["LexiconReader", "LexiconStore", "lexicon_key", "lexicon_limits", "lexicon_store", "watermarks"]
 
 _log = logging.getLogger("ttsflow.stage")
 GLOBAL = "global"
 
 
+_GLOBAL_PREFIX = f"{GLOBAL}/"
+
+
 def lexicon_key(user_id: str, name: str) -> str:
     """The topic key a request's lexicon name refers to: ``global/x`` as is, else ``<user>/<name>``."""
-    return name if name.startswith(f"{GLOBAL}/") else f"{user_id}/{name}"
+    return name if name.startswith(_GLOBAL_PREFIX) else f"{user_id}/{name}"
 
 
 def watermarks(consumer: Any, tp: Any, *, attempts: int = 20) -> tuple[int, int]:
@@ -64,14 +73,23 @@ def lexicon_limits(stage: Any) -> LexiconLimits:
     return LexiconLimits(max_bytes=stage.lexicon_max_bytes, max_entries=stage.lexicon_max_entries)
 
 
+def lexicon_store(stage: Any) -> LexiconStore:
+    """The stage's store with its settings' bounds (bytes, entries, lexicons per owner)."""
+    return LexiconStore(lexicon_limits(stage), per_owner=stage.lexicons_per_user)
+
+
 class LexiconStore:
     """Lexicons by key (``owner/name``): parsed, or the reason they could not be. Written by one reader
     thread, read by the stage's agent (a dict assignment per change: safe under the GIL)."""
 
-    def __init__(self, limits: LexiconLimits | None = None) -> None:
+    def __init__(self, limits: LexiconLimits | None = None, *, per_owner: int = 100) -> None:
         self.limits = limits or LexiconLimits()
+        self.per_owner = per_owner
         self._by_key: dict[str, Lexicon | str] = {}
+        self._owned: dict[str, dict[str, None]] = {}  # owner -> its keys, in the order of their last write
+        self._over: frozenset[str] = frozenset()  # keys past their owner's limit (refused)
         self.ignored = 0
+        self.refused = 0
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -85,6 +103,7 @@ class LexiconStore:
             return
         if value is None:
             self._by_key.pop(key, None)
+            self._count(key, stored=False)
             return
         try:
             rec = decode_lexicon(value)
@@ -94,6 +113,34 @@ class LexiconStore:
         except (SchemaError, LexiconError) as e:
             self._by_key[key] = str(e)
             _log.warning("event=lexicon_invalid key=%s error=%s", key, e)
+        self._count(key, stored=True)
+
+    def _count(self, key: str, *, stored: bool) -> None:
+        """``key`` written (moved last in its owner's order) or deleted; the owner's keys past
+        ``per_owner`` are refused (a user's only: global lexicons are the operators')."""
+        owner = key.split("/", 1)[0]
+        if owner == GLOBAL:
+            return
+        mine = self._owned.setdefault(owner, {})
+        mine.pop(key, None)
+        if stored:
+            mine[key] = None
+        elif not mine:
+            self._owned.pop(owner, None)
+        keys = list(mine)
+        over = set(keys[self.per_owner:])
+        was = {k for k in self._over if k.startswith(f"{owner}/")}
+        for k in sorted(over - was):
+            self.refused += 1
+            _log.warning("event=lexicon_refused key=%s reason=%s", k, self._refusal(k))
+        if over != was:
+            self._over = frozenset((self._over - was) | over)
+
+    def _refusal(self, key: str) -> str:
+        owner = key.split("/", 1)[0]
+        return (f"{owner} has {len(self._owned.get(owner, ()))} lexicons and the stage serves the first "
+                f"{self.per_owner} (TTS_LEXICONS_PER_USER) by their last write; {key} came after them: "
+                "delete one of yours and write it again")
 
     def get(self, key: str) -> Lexicon | str | None:
         return self._by_key.get(key)
@@ -113,7 +160,10 @@ class LexiconStore:
             if isinstance(lex, str):
                 raise ContentError(f"lexicon {name!r} is stored but invalid: {lex}", field="lexicons",
                                    code="unknown_lexicon")
-            if lex not in out:
+            if key in self._over:
+                raise ContentError(f"lexicon {name!r} is refused: {self._refusal(key)}", field="lexicons",
+                                   code="too_many_lexicons")
+            if all(lex is not o for o in out):  # (named twice: applied once; identity, not a deep compare)
                 out.append(lex)
         return tuple(out)
 

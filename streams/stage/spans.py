@@ -21,6 +21,7 @@ Guarantees (``tests/unit/test_ssml.py``, hypothesis included):
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ class Piece:
 
 
 def _norm(text: str) -> str:
-    n = normalize(text)
+    n = normalize(text.strip())  # (stripped first: most runs then take normalize's fast path)
     if not n:
         return " " if text[:1].isspace() or text[-1:].isspace() else ""
     return (" " if text[:1].isspace() else "") + n + (" " if text[-1:].isspace() else "")
@@ -61,8 +62,8 @@ def _atoms(spans: list[Span]) -> tuple[str, list[tuple[int, int, Span]], list[in
         t = _norm(s.text) if s.ph is None else (normalize(s.text) or normalize(s.ph))  # <phoneme/> empty: its ph
         if not t:
             continue
-        placed.append((len(text), len(text) + len(t), Span(text=t, ph=s.ph, alphabet=s.alphabet, rate=s.rate,
-                                                           lang=s.lang)))
+        placed.append((len(text), len(text) + len(t), s if t == s.text and s.mark is None and s.break_ms is None
+                       else Span(text=t, ph=s.ph, alphabet=s.alphabet, rate=s.rate, lang=s.lang)))
         text += t
     return text, placed, hard
 
@@ -98,7 +99,8 @@ def cut_spans(spans: list[Span], max_chars: int) -> list[Piece]:
             pos = start + len(seg)
         ranges[-1] = (ranges[-1][0], b)
     ranges = _out_of_phonemes(ranges, placed)
-    pieces = [_piece(text, placed, a, b, i == 0, i == len(ranges) - 1) for i, (a, b) in enumerate(ranges)]
+    starts = [s0 for s0, _, _ in placed]
+    pieces = [_piece(text, placed, starts, a, b, i == 0, i == len(ranges) - 1) for i, (a, b) in enumerate(ranges)]
     return _fold_empty(pieces)
 
 
@@ -115,9 +117,16 @@ def _out_of_phonemes(ranges: list[tuple[int, int]], placed: list[tuple[int, int,
     return [(a, b) for a, b in out if a < b or a == b == 0]
 
 
-def _piece(text: str, placed: list[tuple[int, int, Span]], a: int, b: int, first: bool, last: bool) -> list[Span]:
+def _piece(text: str, placed: list[tuple[int, int, Span]], starts: list[int], a: int, b: int, first: bool,
+           last: bool) -> list[Span]:
     out: list[Span] = []
-    for s0, s1, s in placed:
+    # placed is in order of start: only the spans from the last one starting before a can reach into [a, b]
+    k = max(0, bisect.bisect_left(starts, a) - 1)
+    while k > 0 and placed[k - 1][1] > a:  # (a span that starts earlier and still covers a)
+        k -= 1
+    for s0, s1, s in itertools.islice(placed, k, None):
+        if s0 > b:
+            break
         if s.text == "" and s.ph is None:  # a break or a mark: at a cut, it goes with the text before it
             if (a < s0 <= b) or (first and s0 == a) or (last and s0 == b):
                 out.append(s)

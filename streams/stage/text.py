@@ -147,11 +147,18 @@ def _dot_ends_sentence(t: str, i: int, j: int) -> bool:
     return True
 
 
+_END_CANDIDATE = re.compile(r"[.!?;。！？；…｡]")  # every character the loop below can end a sentence at
+
+
 def _sentence_cuts(t: str) -> list[int]:
     """Indices where a new sentence starts (exclusive of 0 and len(t))."""
     cuts: list[int] = []
     i, n = 0, len(t)
     while i < n:
+        m = _END_CANDIDATE.search(t, i)  # jump to the next mark that can end a sentence (C speed)
+        if m is None:
+            break
+        i = m.start()
         ch = t[i]
         if ch in _CJK_ENDS or ch in "!?" or ch == "." or (ch == ";" and i > 0 and _is_cjk(t[i - 1])):
             j = i + 1

@@ -18,7 +18,7 @@ def build_completion(req: Request, *, status: str, model_info: ModelInfo, now: d
                      words: RequestTimings | None = None) -> tuple[Completion, float | None]:
     """The completion of ``req`` and its end-to-end latency (None when the request's start is unknown).
     ``model`` names the serving model and the voice that spoke the request; ``words``: its word
-    timings and captions (or why there are none), when it asked for timestamps."""
+    timings and captions (or why there are none), when it asked for timestamps, and its SSML marks."""
     start = (req.first.created_at or req.first.enqueued_at) if req.first is not None else req.start
     e2e_s = (now - start).total_seconds() if start is not None else None
     cached = sum(1 for p in req.parts.values() if p.cached)
@@ -32,7 +32,7 @@ def build_completion(req: Request, *, status: str, model_info: ModelInfo, now: d
         error=error, completed_at=now, lexicons=req.last.lexicons if req.last is not None else None)
     if words is not None and status == "ok":
         c = msgspec.structs.replace(c, words=words.words, captions=words.captions, words_count=words.count,
-                                    words_reason=words.reason)
+                                    words_reason=words.reason, marks=words.marks or None)
     return c, e2e_s
 
 

@@ -193,16 +193,17 @@ class WorkerCore:
     def chunk(self, c: ChunkDue) -> Chunk:
         p = c.part
         words = offset_s = reason = None
-        if c.segment is not None and c.segment.timestamps:  # its words, and where it starts in the request
+        if c.segment is not None and c.segment.timestamps:  # its words
             if p.words is None:
                 reason = no_words_reason(c.voice, self.engine_times)
             elif c.segment.source is None:
                 reason = NO_SOURCE_REASON
             else:
                 words = chunk_words(p.words, c.segment.source)
-            if c.request is not None:
-                offset_s = chunk_offset({k: q.duration_s for k, q in c.request.parts.items()}, c.seq,
-                                        self._sample_rate)
+        marks = p.marks.marks if p.marks is not None and p.marks.marks else None  # times in the chunk's audio
+        if c.request is not None and (words is not None or reason is not None or marks is not None):
+            # where it starts in the request (a word's or a mark's time there is offset_s plus its own)
+            offset_s = chunk_offset({k: q.duration_s for k, q in c.request.parts.items()}, c.seq, self._sample_rate)
         return Chunk(request_id=c.request_id, user_id=c.user_id, seq=c.seq, total=c.total, cached=p.cached, more=c.more,
                      audio=AudioRef(uri=self._uri(p.key), bucket=self._bucket, key=p.key, format=PART_FORMAT,
                                     sample_rate=self._sample_rate, duration_s=p.duration_s, bytes=p.bytes,
@@ -210,4 +211,4 @@ class WorkerCore:
                      # the backend and voice that spoke this part (a voice map's parts may differ)
                      model=msgspec.structs.replace(self.models.model_info_for(c.voice), voice=c.voice),
                      created_at=datetime.now(UTC),
-                     words=words, offset_s=offset_s, words_reason=reason)
+                     words=words, offset_s=offset_s, words_reason=reason, marks=marks)

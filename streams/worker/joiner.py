@@ -17,6 +17,12 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
   objects (from memory, else S3) are placed in the request and stored with its captions
   (:mod:`~streams.worker.timings`); a voice without durations, or a part whose words are
   gone, answers ok audio with the reason instead of words.
+* Turns: at most ``joins`` joins run at once (the S3 pool is shared with the parts' uploads), and the
+  waiting ones start one user at a time in rotation (:class:`~streams.worker.turns.UserTurns`): one
+  user's flood of requests never keeps another user's answer waiting behind all of its joins.
+* SSML marks (a request whose last segment lists ``marked`` parts): after the audio, each marked
+  part's marks (memory, else its marks object in S3) placed in the joined audio
+  (:mod:`~streams.worker.marks`); a marks object that is gone loses its marks (logged), not the answer.
 * Failures of one object are that request's: an S3 call on it (a part's GET, the upload)
   that still fails after ``attempts`` tries fails the request with ``storage_failed`` if S3
   answers a ping, so the other partitions go on; only if the ping fails too is it an
@@ -32,18 +38,19 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
 from engine import audio as audio_codec
 from engine.errors import ItemError
-from schemas import AudioRef, ErrorInfo, Segment, TtsflowError
+from schemas import AudioRef, ErrorInfo, MarkTime, Segment, TtsflowError
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 from storage.s3 import AudioStore
 from streams.worker.keys import PART_FORMAT, part_id, request_digest
 from streams.worker.ledger import Part, Request
+from streams.worker.marks import PartMarks, decode_part_marks, part_marks_key, request_marks
 from streams.worker.timings import (
     NO_SOURCE_REASON,
     PartWords,
@@ -54,6 +61,7 @@ from streams.worker.timings import (
     store_request_timings,
     voice_times,
 )
+from streams.worker.turns import UserTurns
 
 __all__ = ["JoinSpec", "Joiner", "join_upload"]
 
@@ -158,9 +166,11 @@ class Joiner:
     (the core marks :attr:`Request.finalizing`, and drops a join finished for a revoked or rewound partition)."""
 
     def __init__(self, store: AudioStore, io: ThreadPoolExecutor, *, sample_rate: int, max_audio_s: float,
-                 engine_times: bool = True) -> None:
+                 engine_times: bool = True, joins: int = 2) -> None:
         self.store = store
         self._io = io
+        self.joins = joins  # at once; the rest wait their user's turn
+        self._waiting: UserTurns[tuple[Request, JoinSpec, list[str], dict[int, Part], list[str], Segment]] = UserTurns()
         self.sample_rate = sample_rate
         self.max_audio_s = max_audio_s
         self.engine_times = engine_times  # the engine's word on timing voices the registry does not know
@@ -176,15 +186,61 @@ class Joiner:
         key = self.store.key("req", request_digest(hashes, last.format, identities[0], out_sr), last.format)
         spec = JoinSpec(key=key, fmt=last.format, sr_in=self.sample_rate, sr_out=out_sr,
                         max_audio_s=self.max_audio_s, request_id=req.request_id)
-        self._futs.append((req, self._io.submit(self._join_all, spec, hashes, parts, identities, last)))
+        self._waiting.add(req.user_id, (req, spec, hashes, parts, identities, last))
+        self._start()
+
+    def _start(self) -> None:
+        """Start waiting joins, one user at a time in rotation, while fewer than ``joins`` run."""
+        while len(self._futs) < self.joins and len(self._waiting):
+            job = self._waiting.pop()
+            assert job is not None
+            req, spec, hashes, parts, identities, last = job
+            self._futs.append((req, self._io.submit(self._join_all, spec, hashes, parts, identities, last)))
 
     def _join_all(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
                   last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
-        """Pool thread: the request's audio, then (if it asked for them) its word timings."""
+        """Pool thread: the request's audio, then (if it asked for them) its word timings, and its marks."""
         audio = self._join(spec, hashes, parts, identities)
-        if isinstance(audio, ErrorInfo) or not last.timestamps:
+        if isinstance(audio, ErrorInfo):
             return audio, None
-        return audio, self._timings(hashes, parts, identities, last, audio.duration_s)
+        timings = self._timings(hashes, parts, identities, last, audio.duration_s) if last.timestamps else None
+        if last.marked:
+            timings = replace(timings or RequestTimings(),
+                               marks=self._marks(hashes, parts, identities, last.marked))
+        return audio, timings
+
+    def _marks(self, hashes: list[str], parts: dict[int, Part], identities: list[str],
+               marked: list[int]) -> list[MarkTime]:
+        """The marks of the parts ``marked`` (memory, else S3) placed in the joined audio; the lengths of
+        the parts before them from memory, else their objects' sizes (16-bit mono WAV, 44-byte header)."""
+        sr = self.sample_rate
+        lengths: list[int] = []
+        found: dict[int, PartMarks] = {}
+        wanted = set(marked)
+        for seq in range(min(max(wanted), len(hashes) - 1) + 1):
+            part = parts.get(seq)
+            pm = part.marks if part is not None else None
+            if pm is None and seq in wanted:
+                pm = self._fetch_beside(part.key if part is not None else None, hashes[seq], identities,
+                                        part_marks_key, decode_part_marks)
+                if pm is None:
+                    _log.warning("event=marks_missing segment=%d part=%s", seq, hashes[seq])
+            if pm is not None and seq in wanted:
+                found[seq] = pm
+                lengths.append(round(pm.samples * sr / pm.sample_rate))
+            elif part is not None:
+                lengths.append(len(part.audio) if part.audio is not None else round(part.duration_s * sr))
+            else:
+                lengths.append(self._stored_length(hashes[seq], identities))
+        return request_marks(lengths, sr, found)
+
+    def _stored_length(self, segment_hash: str, identities: list[str]) -> int:
+        """A part's samples from its object's size (a part not in this worker's memory)."""
+        for i in identities:
+            head = self.store.head(self.store.key("part", part_id(segment_hash, i), PART_FORMAT))
+            if head is not None:
+                return max(0, int(head["bytes"]) - 44) // 2
+        return 0
 
     def _timings(self, hashes: list[str], parts: dict[int, Part], identities: list[str], last: Segment,
                  duration_s: float) -> RequestTimings:
@@ -207,11 +263,17 @@ class Joiner:
         return store_request_timings(self.store, words, sources, duration_s)
 
     def _fetch_words(self, key: str | None, segment_hash: str, identities: list[str]) -> PartWords | None:
+        return self._fetch_beside(key, segment_hash, identities, part_words_key, decode_part_words)
+
+    def _fetch_beside(self, key: str | None, segment_hash: str, identities: list[str], where: Callable[[str], str],
+                      decode: Callable[[bytes], T | None]) -> T | None:
+        """An object beside a part's audio (its words, its marks): by the part's stored key, else by its
+        content address under the serving model and those served before it."""
         keys = [key] if key is not None else \
             [self.store.key("part", part_id(segment_hash, i), PART_FORMAT) for i in identities]
         for k in keys:
             try:
-                return decode_part_words(self.store.get(part_words_key(k)))
+                return decode(self.store.get(where(k)))
             except ObjectMissing:
                 continue
         return None
@@ -257,16 +319,19 @@ class Joiner:
                 out.append((req, *fut.result()))
             except S3Unavailable:
                 self._futs = []
+                self._waiting.clear()
                 raise
         self._futs = keep
+        self._start()
         return out
 
     def busy(self) -> bool:
-        return bool(self._futs)
+        return bool(self._futs) or bool(len(self._waiting))
 
     def futures(self) -> list[Future[Any]]:
         return [f for _, f in self._futs]
 
     def drop(self) -> None:
         self._futs = []
+        self._waiting.clear()
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from engine.base import Failure, Prepared
 from schemas import Completion, End, ErrorInfo, Rejection, Segment
+from streams.worker.marks import PartMarks
 from streams.worker.offsets import OffsetTracker
 from streams.worker.timings import PartWords
 
@@ -93,6 +94,7 @@ class Part:
     bytes: int = 0
     duration_s: float = 0.0
     words: PartWords | None = None  # its words (streams.worker.timings), when made or found with them
+    marks: PartMarks | None = None  # its SSML marks (streams.worker.marks), when its segment holds some
 
 
 # a model call's result for one segment: the part made (in S3) or why not, its share of the

@@ -168,7 +168,7 @@ class Worker:
         self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batcher.max_batch,
                                overlap=self.overlap, io=self._io, lanes=lanes)
         self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s,
-                             engine_times=bool(getattr(engine, "timestamps", False)))
+                             engine_times=bool(getattr(engine, "timestamps", False)), joins=batching.max_joins)
         self.checkpoint = Checkpoint(core=self.core, producer=producer_, consumer=self.consumer,
                                      segments_topic=kafka.topic_segments, metrics=metrics, clock=clock,
                                      interval_s=kafka.worker_commit_interval_ms / 1000,

@@ -12,6 +12,8 @@ Invariants:
 * A part for a segment that asked for timestamps is made with its words, and made only once
   its words object is in S3 beside its audio (:mod:`~streams.worker.timings`); a cache hit
   serves such a segment only if that object is there (else it is made again, same key).
+* A part for a segment that holds SSML marks is made only once its marks object is in S3 beside
+  its audio (:mod:`~streams.worker.marks`); a cache hit serves it only with that object.
 * An engine failure on one item fails that item; a failure of the model call fails every
   item of that call (and nothing else).
 * S3 unreachable during an upload raises :class:`~storage.errors.S3Unavailable` into the
@@ -32,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -47,6 +49,7 @@ from storage.s3 import AudioStore
 from streams.worker.batcher import MicroBatcher
 from streams.worker.keys import PART_FORMAT
 from streams.worker.ledger import Part, PartResult, Seg
+from streams.worker.marks import PartMarks, decode_part_marks, has_marks, part_marks, part_marks_key
 from streams.worker.timings import PartWords, decode_part_words, encode_part_words, part_words_key, voice_times
 
 if TYPE_CHECKING:
@@ -55,9 +58,10 @@ if TYPE_CHECKING:
 __all__ = ["PartMaker"]
 
 _log = logging.getLogger("ttsflow.worker")
+T = TypeVar("T")
 
-# segment, result, key, synth share, sha256, bytes, wait, words
-_Made = tuple[Seg, Audio | Failure, str, float, str, int, float, PartWords | None]
+# segment, result, key, synth share, sha256, bytes, wait, words, marks
+_Made = tuple[Seg, Audio | Failure, str, float, str, int, float, PartWords | None, PartMarks | None]
 
 
 class PartMaker:
@@ -96,20 +100,31 @@ class PartMaker:
                 if words is None:  # made without timestamps: made again, with them (same audio, same key)
                     self.metrics.cache(False)
                     return None
+            marks = None
+            if has_marks(s.seg):
+                marks = self._stored(key, part_marks_key, decode_part_marks)
+                if marks is None:  # its marks object is gone: made again (same audio, same key)
+                    self.metrics.cache(False)
+                    return None
             self.metrics.cache(True)
             size = int(head["bytes"])  # a part is 16-bit mono WAV: its duration from its size (44-byte header)
             return Part(key, None, cached=True, sha256=str(head.get("sha256") or ""), bytes=size,
-                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4), words=words)
+                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4), words=words,
+                        marks=marks)
         if key is not None:
             self.cache.delete(s.part_id)  # the object expired: the pointer is stale
         self.metrics.cache(False)
         return None
 
     def _stored_words(self, audio_key: str) -> PartWords | None:
+        return self._stored(audio_key, part_words_key, decode_part_words)
+
+    def _stored(self, audio_key: str, where: Callable[[str], str], decode: Callable[[bytes], T | None]) -> T | None:
+        """The object beside a part's audio (its words, its marks), None if it is not there."""
         from storage.errors import ObjectMissing
 
         try:
-            return decode_part_words(self.store.get(part_words_key(audio_key)))
+            return decode(self.store.get(where(audio_key)))
         except ObjectMissing:
             return None
 
@@ -174,7 +189,8 @@ class PartMaker:
             raw = self.engine.infer_batch(prepared)
         except EngineError as e:  # the model failed on the batch: every item of it fails
             _log.warning("event=batch_failed size=%d error=%s", len(segs), e)
-            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w, None) for s, w in zip(segs, waits, strict=True)])
+            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w, None, None)
+                             for s, w in zip(segs, waits, strict=True)])
             return
         except BaseException as e:  # not an engine's failure: raised into the loop at collect
             done.set_exception(e)
@@ -197,13 +213,19 @@ class PartMaker:
         self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
         uploads: list[tuple[Future[str], int] | None] = []
         word_uploads: list[tuple[Future[str], PartWords] | None] = []
+        mark_uploads: list[tuple[Future[str], PartMarks] | None] = []
         for i, (s, r) in enumerate(zip(segs, results, strict=True)):
             word_uploads.append(None)
+            mark_uploads.append(None)
             if isinstance(r, Audio):
+                key = self.store.key("part", s.part_id, PART_FORMAT)
+                if has_marks(s.seg):  # its marks beside it (an empty list from a voice that times none)
+                    pm = part_marks(r.marks, len(r.samples), r.sample_rate)
+                    mark_uploads[i] = (self._io.submit(self.store.put, part_marks_key(key), msgspec.json.encode(pm),
+                                                       "application/json"), pm)
                 data = audio_codec.encode(r.samples, r.sample_rate, PART_FORMAT)
                 # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
                 results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
-                key = self.store.key("part", s.part_id, PART_FORMAT)
                 uploads.append((self._io.submit(self.store.put, key, data, audio_codec.content_type(PART_FORMAT)),
                                 len(data)))
                 if s.seg.timestamps and r.words is not None:  # its words beside it, under the same address
@@ -214,13 +236,15 @@ class PartMaker:
                 uploads.append(None)
         out: list[_Made] = []
         share = synth_s / max(1, len(segs))
-        for s, r, up, wu, w in zip(segs, results, uploads, word_uploads, waits, strict=True):
+        for s, r, up, wu, mu, w in zip(segs, results, uploads, word_uploads, mark_uploads, waits, strict=True):
             key = self.store.key("part", s.part_id, PART_FORMAT)
             sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
-            if wu is not None:
-                wu[0].result()
+            for extra in (wu, mu):
+                if extra is not None:
+                    extra[0].result()
             s.model_s, s.uploaded_at = share, time.time()
-            out.append((s, r, key, share, sha, size, w, wu[1] if wu is not None else None))
+            out.append((s, r, key, share, sha, size, w, wu[1] if wu is not None else None,
+                        mu[1] if mu is not None else None))
         return out
 
     def _learn_cost(self, prepared: list[Prepared], synth_s: float) -> None:
@@ -260,13 +284,14 @@ class PartMaker:
             except BaseException:
                 self._futs = []
                 raise
-            for s, r, key, share, sha, size, w, pw in results:
+            for s, r, key, share, sha, size, w, pw, pm in results:
                 if isinstance(r, Failure):
                     out.append((s, r, share, w))
                     continue
                 self.cache.set(s.part_id, key)  # the audio is in S3 whoever waits for it now
                 out.append((s, Part(key, r.samples, cached=False, sha256=sha, bytes=size,
-                                    duration_s=round(len(r.samples) / r.sample_rate, 4), words=pw), share, w))
+                                    duration_s=round(len(r.samples) / r.sample_rate, 4), words=pw, marks=pm),
+                            share, w))
         self._futs = keep
         return out
 

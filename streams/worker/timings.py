@@ -37,7 +37,7 @@ from engine import voices as engine_voices
 from engine.audio import part_starts
 from engine.captions import cues, to_srt, to_vtt
 from engine.timing import Word
-from schemas import ObjectRef, SegmentSource, WordSpan, WordTimings, encode
+from schemas import MarkTime, ObjectRef, SegmentSource, WordSpan, WordTimings, encode
 
 __all__ = ["GAP_MS", "NO_SOURCE_REASON", "PartWords", "RequestTimings", "chunk_offset", "chunk_words", "decode_part_words",
            "encode_part_words", "no_words_reason", "part_words_key", "request_timings", "store_request_timings",
@@ -63,12 +63,13 @@ _part_decoder = msgspec.json.Decoder(PartWords)
 
 @dataclass(frozen=True, slots=True)
 class RequestTimings:
-    """What a completion says about its words: the objects, or why there are none."""
+    """What a completion says about its words (the objects, or why there are none) and its marks."""
 
     words: ObjectRef | None = None
     captions: dict[str, ObjectRef] | None = None
     count: int | None = None
     reason: str | None = None
+    marks: list[MarkTime] | None = None  # its SSML marks in the joined audio (streams.worker.marks)
 
 
 def part_words_key(audio_key: str) -> str:

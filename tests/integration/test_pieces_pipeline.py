@@ -6,7 +6,8 @@
 * A stream whose final piece never comes is closed with ``stream_timeout``.
 * Hostile streams: pieces out of order (spoken in order), re-sent, after the final one (dropped),
   far too many (``too_many_pieces``); one user opening many streams (``too_many_streams`` past the
-  bound) while another user's request is answered meanwhile.
+  bound); one user flooding whole requests; other users on every partition, behind all of it,
+  answered within a bound meanwhile.
 * Stage and worker SIGKILLed mid-stream: every piece spoken once and in order, chunks once each,
   one completion per request.
 * The gateway's ElevenLabs ``stream-input`` WebSocket, driven by a client that follows the
@@ -110,8 +111,13 @@ def _completions(s: Settings, rids: set[str], timeout: float) -> dict[str, list[
     return out
 
 
+OTHERS_BOUND_S = 10.0  # other users' answer time while the floods below are read (issue 26: p95 <= 5 s)
+
+
 @pytest.mark.timeout(300)
-def test_hostile_streams_are_answered_as_documented(rig: tuple[Settings, Supervisor]) -> None:
+def test_hostile_streams_are_answered_as_documented_and_nobody_else_waits(rig: tuple[Settings, Supervisor]) -> None:
+    from streams.kafka.partitioner import partition_for
+
     s, _ = rig
     p = Producer(producer_conf(s))
     tag = uuid.uuid4().hex[:6]
@@ -123,28 +129,45 @@ def test_hostile_streams_are_answered_as_documented(rig: tuple[Settings, Supervi
         p.produce(s.kafka.topic_requests, key=b"mallory", value=_piece(order, "mallory", seq, text, **kw))
     # far too many tiny pieces: failed at the bound, the rest dropped
     many = f"many-{tag}"
-    for seq in range(1000):
+    for seq in range(5000):
         p.produce(s.kafka.topic_requests, key=b"mallory", value=_piece(many, "mallory", seq, "a"))
-        if seq % 200 == 0:
+        if seq % 500 == 0:
             p.poll(0)
     # one user opening many streams: past the bound each is refused
-    opened = [f"open-{tag}-{i}" for i in range(60)]
+    opened = [f"open-{tag}-{i}" for i in range(300)]
     for rid in opened:
         p.produce(s.kafka.topic_requests, key=b"trudy", value=_piece(rid, "trudy", 0, "Hello"))
+    # one user flooding whole requests (one word each: cache hits after the first, the pipeline's cost)
+    flood = [f"flood-{tag}-{i}" for i in range(300)]
+    for rid in flood:
+        p.produce(s.kafka.topic_requests, key=b"flooder",
+                  value=json.dumps({"request_id": rid, "user_id": "flooder", "text": "Yes."}).encode())
     # a stream that never sends its final piece
     silent = f"silent-{tag}"
     p.produce(s.kafka.topic_requests, key=b"oscar",
               value=_piece(silent, "oscar", 0, "This sentence is spoken. This one never ends", stream=True))
+    # other users on every partition, behind all of it in theirs
+    users: dict[int, list[str]] = defaultdict(list)
+    for i in range(64):
+        users[partition_for(f"bob{i}".encode(), TEST_PARTITIONS)].append(f"bob{i}")
+    others: dict[str, float] = {}
+    for part in range(TEST_PARTITIONS):
+        for u in users[part][:2]:
+            rid = f"other-{tag}-{u}"
+            p.produce(s.kafka.topic_requests, key=u.encode(), value=json.dumps(
+                {"request_id": rid, "user_id": u, "text": f"Meanwhile, {u} asks for one sentence."}).encode())
+            others[rid] = time.time()
     assert p.flush(30) == 0
-    t0 = time.monotonic()
-    with TTSClient(s) as client:  # another user, meanwhile
-        bob = client.wait(client.submit("Meanwhile, Bob asks for one sentence.", "bob"), timeout=120)
-    bob_s = time.monotonic() - t0
-    assert bob.status == "ok"
-    want = {order, many, silent, *opened[4:]}
-    got = _completions(s, want, timeout=60)
+    want = {order, many, silent, *opened[4:], *flood, *others}
+    got = _completions(s, want, timeout=90)
     assert want <= set(got), sorted(want - set(got))[:5]
     assert all(len(v) == 1 for v in got.values()), {k: len(v) for k, v in got.items() if len(v) > 1}
+    waited = {r: got[r][0].completed_at.timestamp() - t for r, t in others.items()}  # type: ignore[union-attr]
+    print(f"\nhostile: other users answered in {min(waited.values()):.2f}-{max(waited.values()):.2f} s meanwhile "
+          f"({len(others)} on {TEST_PARTITIONS} partitions)")
+    assert all(got[r][0].status == "ok" for r in others)
+    assert max(waited.values()) < OTHERS_BOUND_S, waited
+    assert {got[r][0].status for r in flood} == {"ok"}
     assert got[order][0].status == "ok" and got[order][0].segments == 3
     segs = [e for m in drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, timeout=2.0)
             if isinstance(e := decode_segment_event(m.value()), Segment) and e.request_id == order]
@@ -158,8 +181,6 @@ def test_hostile_streams_are_answered_as_documented(rig: tuple[Settings, Supervi
                                                            timeout=2.0)]
     # its sentence, then (idle) its whole words were spoken; the unfinished last word never was
     assert [ch.seq for ch in chunks if ch.request_id == silent] == [0, 1]
-    print(f"\nhostile: bob answered in {bob_s:.2f} s meanwhile")
-    assert bob_s < 30
 
 
 @pytest.mark.timeout(600)

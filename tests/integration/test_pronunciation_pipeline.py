@@ -13,7 +13,13 @@ One stage and one worker answer every request of this module in one run (lean: h
   partitions are answered ok;
 - a lexicon alias (stored on ``tts.lexicons`` before the stage starts) is heard; the lexicon is then
   updated while the stage runs, and the same text is spoken anew with the new alias (not served
-  from the cache), the completion naming the new version.
+  from the cache), the completion naming the new version;
+- two SSML marks (in a request's second segment, streamed) are timed in order inside the audio, each
+  in the pause right after the words before it; the chunk's marks plus its ``offset_s`` are the
+  completion's;
+- an owner with more lexicons on the topic than ``TTS_LEXICONS_PER_USER`` (written by a raw producer,
+  past the SDK's check) is served its first ones; a request naming a later one fails with
+  ``too_many_lexicons``.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import numpy as np
 import pytest
 
 from engine.pron import SILENCE_PEAK
+from schemas import decode_chunk
 from streams.settings import Settings
+from tests.integration.conftest import drain_topic
 from tests.support.asr import normalize_text, recognize
 from tests.support.pipeline import by_request, check_audio, completions
 
@@ -47,7 +55,7 @@ REASONS = {"laughs": "DTDs", "xxe": "DTDs", "nested": "nested deeper", "unclosed
 @pytest.fixture
 def settings(settings: Settings, unique: str) -> Settings:
     return settings.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, backend="hibari", backends="", voice="",
-                            ssml_max_chars=2_000_000, threads=2)
+                            ssml_max_chars=2_000_000, threads=2, lexicons_per_user=2)
 
 
 def _longest_pause_ms(x: np.ndarray, sr: int) -> int:
@@ -58,6 +66,34 @@ def _longest_pause_ms(x: np.ndarray, sr: int) -> int:
         cur = cur + 1 if q else 0
         best = max(best, cur)
     return best * 10
+
+
+def _quiet_runs(x: np.ndarray, sr: int, min_ms: int = 400) -> list[tuple[float, float]]:
+    """(start, end) seconds of every run of quiet 10 ms frames at least ``min_ms`` long."""
+    f = sr // 100
+    quiet = np.abs(x[: len(x) // f * f]).reshape(-1, f).max(axis=1) < SILENCE_PEAK
+    runs, start = [], None
+    for i, q in enumerate([*quiet, False]):
+        if q and start is None:
+            start = i
+        elif not q and start is not None:
+            if (i - start) * 10 >= min_ms:
+                runs.append((start / 100, i / 100))
+            start = None
+    return runs
+
+
+def _raw_lexicons(settings: Settings, owner: str, names: list[str]) -> None:
+    """Lexicons written straight to the topic, past the SDK's per-user check (as any producer can)."""
+    from confluent_kafka import Producer
+
+    from schemas import LexiconRecord, encode
+
+    p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "partitioner": "murmur2_random"})
+    for n in names:
+        p.produce(settings.kafka.topic_lexicons, key=f"{owner}/{n}".encode(),
+                  value=encode(LexiconRecord(owner=owner, name=n, pls=_lexicon(f"word {n}"))))
+    assert p.flush(30) == 0
 
 
 def _lexicon(alias: str) -> str:
@@ -93,6 +129,13 @@ def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(set
     for i, (k, doc) in enumerate(HOSTILE.items()):  # other users' plain requests around each hostile one
         reqs.append({"request_id": f"bad-{k}", "user_id": f"mallory-{i}", "text": doc, "text_type": "ssml"})
         reqs.append({"request_id": f"ok-{k}", "user_id": f"user-{i}", "text": f"Request {i} is fine."})
+    # marks in the second segment (the first is plain), each just before a long pause
+    reqs.append({"request_id": "marks", "user_id": "u-marks", "text_type": "ssml", "stream": True, "text": (
+        "<speak><p>Good morning to you.</p><p>Please hold on. <mark name='held'/><break time='700ms'/> "
+        "Thank you for waiting. <mark name='thanked'/><break time='700ms'/> Goodbye.</p></speak>")})
+    _raw_lexicons(settings, "lex-many", ["one", "two", "three"])  # past TTS_LEXICONS_PER_USER=2
+    reqs += [{"request_id": f"many-{n}", "user_id": "lex-many", "text": "Say Qzx.", "lexicons": [n]}
+             for n in ("one", "three")]
     v1 = put_lexicon(settings, "lex-user", "brand", _lexicon("green apple"))
     said = "Please buy Qzx today."
     reqs.append({"request_id": "lex-1", "user_id": "lex-user", "text": said, "lexicons": ["brand"]})
@@ -114,6 +157,8 @@ def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(set
                 break
         sup.check_alive()
     got = {c.request_id: c for c in cs}
+    chunks = [decode_chunk(m.value()) for m in drain_topic(settings.kafka.bootstrap_servers,
+                                                           settings.kafka.topic_chunks, count=2, timeout=30)]
 
     answers = {}
     for k in HOSTILE:
@@ -142,3 +187,27 @@ def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(set
     assert "kay seven" in heard["chars"], heard
     assert "structured query language" in heard["sub"], heard
     assert "green apple" in lex_heard[0] and "blue ocean" in lex_heard[1], lex_heard
+
+    assert got["many-one"].status == "ok", got["many-one"].error
+    over = got["many-three"]
+    assert over.status == "failed" and over.error is not None and over.error.code == "too_many_lexicons", over
+    assert "lex-many/three" in over.error.message
+
+    marked = got["marks"]
+    x, sr = check_audio(settings, marked)
+    (chunk,) = [ch for ch in chunks if ch.request_id == "marks" and ch.marks]
+    assert chunk.seq == 1 and chunk.offset_s is not None and chunk.offset_s > 0.5
+    names = [m.name for m in marked.marks or ()]
+    times = [m.time_s for m in marked.marks or ()]
+    # the pauses of the two 700 ms breaks (+-10%): quiet runs of 600 ms or more that start inside the
+    # second segment (not the join before it, nor the shorter natural pauses)
+    pauses = [(a, b) for a, b in _quiet_runs(x, sr, min_ms=600) if a > chunk.offset_s]
+    print(json.dumps({"marks": dict(zip(names, times, strict=True)), "pauses_s": pauses,
+                      "segment_1_at_s": chunk.offset_s, "duration_s": marked.audio.duration_s if marked.audio else None}))
+    assert names == ["held", "thanked"] and times[0] < times[1]
+    assert marked.audio is not None and 0 < times[0] and times[1] < marked.audio.duration_s
+    # each mark is where the words before it end: inside the pause after them, before the next words
+    inside = [[k for k, (a, b) in enumerate(pauses) if a - 0.06 <= t <= b + 0.06] for t in times]
+    assert inside == [[0], [1]], (times, pauses)
+    assert [m.name for m in chunk.marks or ()] == names
+    assert [round(chunk.offset_s + m.time_s, 3) for m in chunk.marks or ()] == pytest.approx(times, abs=0.002)

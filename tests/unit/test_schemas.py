@@ -311,7 +311,8 @@ def test_every_stable_error_code_is_documented_in_schema_asyncapi_and_user_docs(
     root = Path(__file__).resolve().parents[2]
     codes = {"invalid_json", "invalid_field", "empty_text", "text_too_long", "unknown_voice", "unsupported_format",
              "unsupported_language", "internal_error", "synthesis_failed", "engine_error", "part_missing",
-             "audio_too_long", "storage_failed", "join_failed", "invalid_ssml", "unknown_lexicon"}
+             "audio_too_long", "storage_failed", "join_failed", "invalid_ssml", "unknown_lexicon",
+             "too_many_lexicons"}
     completion = json.loads((root / "schemas" / "json" / "completion.v1.schema.json").read_text())
     described = completion["$defs"]["ErrorInfo"]["properties"]["code"]["description"]
     for where, text in (("completion schema", described), ("asyncapi", (root / "schemas" / "asyncapi.yaml").read_text()),

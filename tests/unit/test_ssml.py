@@ -233,3 +233,11 @@ def test_ssml_size_limit_is_a_setting() -> None:
     body = {"request_id": "r-1", "user_id": "a", "text": "<speak>" + "x" * 60 + "</speak>", "text_type": "ssml"}
     out = c.handle(b"a", json.dumps(body).encode(), partition=0, offset=1, timestamp_ms=None, seen={})
     assert out.code == "invalid_ssml"
+
+
+def test_marks_are_bounded_since_they_travel_inline() -> None:
+    with pytest.raises(InvalidSSML, match="more than 3 marks"):
+        parse("<speak>" + "a<mark name='m'/>" * 4 + "</speak>", limits=Limits(max_marks=3))
+    with pytest.raises(InvalidSSML, match="limit is 256"):
+        parse(f"<speak>a<mark name='{'n' * 257}'/></speak>")
+    assert Span(mark="n" * 256) in parse(f"<speak>a<mark name='{'n' * 256}'/></speak>")

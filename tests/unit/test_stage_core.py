@@ -339,3 +339,16 @@ def test_a_dead_letter_of_a_huge_record_stays_far_below_the_broker_limit() -> No
 def test_a_rejection_keyed_by_a_huge_key_names_a_bounded_user_id() -> None:
     (rec,) = run(core(), req(text="", user_id=5), key=b"u" * 200_000).records
     assert len(rejection(rec.value).user_id) <= 256 and rec.key == b"u" * 200_000
+
+
+def test_a_partition_handed_out_goes_to_the_back_of_the_fetch_line() -> None:
+    """patches.take_turns: a flooded partition with records left waits for the others' turn."""
+    from collections import OrderedDict
+
+    fetched = OrderedDict([("p1", "9,800 left"), ("p0", "3 left"), ("p2", "1 left")])
+    patches_mod.take_turns(fetched, {"p1": ["200 records"]})
+    assert list(fetched) == ["p0", "p2", "p1"]
+    patches_mod.take_turns(fetched, {"p0": ["3"], "p2": ["1"]})  # (drained ones are gone from it already)
+    assert list(fetched) == ["p1", "p0", "p2"]
+    patches_mod.take_turns(fetched, {})
+    assert list(fetched) == ["p1", "p0", "p2"]
