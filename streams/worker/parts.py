@@ -148,7 +148,8 @@ class PartMaker:
         if not misses:
             return failed
         prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed, s.seg.timestamps,
-                                                       spans=tuple(s.seg.spans) if s.seg.spans else None)
+                                                       spans=tuple(s.seg.spans) if s.seg.spans else None,
+                                                       lang=s.seg.lang)
                                              for s in misses])
         for s, p in zip(misses, prepared, strict=True):
             if isinstance(p, Failure):
