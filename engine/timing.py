@@ -80,8 +80,11 @@ class WordPlan:
 
     def kept(self, chunks: Sequence[Sequence[str]], keep: Callable[[str], bool]) -> WordPlan:
         """Over units laid out as a pad, each symbol ``keep`` accepts, a pad (hibari, kokoro)."""
-        return self.over_units(lambda c, arr: np.asarray(
-            [-1, *[int(o) for ch, o in zip(chunks[c], arr, strict=True) if keep(ch)], -1], np.int64))
+        def unit_map(c: int, arr: np.ndarray) -> np.ndarray:
+            mask = np.fromiter((keep(ch) for ch in chunks[c]), bool, len(chunks[c]))
+            return np.concatenate(([-1], np.asarray(arr, np.int64)[mask], [-1]))
+
+        return self.over_units(unit_map)
 
 
 class WordPhonemes:
@@ -223,13 +226,16 @@ def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: 
     char_spans: dict[tuple[int, int], tuple[int, int]] = {}
     for c, (own, dur, base) in enumerate(zip(unit_owners, unit_samples, chunk_starts, strict=True)):
         own = np.asarray(own, np.int64)
-        sub = plan.chars[c] if c < len(plan.chars) and len(plan.chars[c]) == len(own) else np.full(len(own), -1)
+        sub = plan.chars[c] if c < len(plan.chars) and len(plan.chars[c]) == len(own) else None
         ends = np.maximum(base, base + np.cumsum(np.asarray(dur, np.int64)) - lead_samples)
         starts = np.maximum(base, ends - np.asarray(dur, np.int64))
-        for w in np.unique(own[own >= 0]):
+        valid = own >= 0
+        np.minimum.at(first, own[valid], starts[valid])  # each word's first and last unit, at once
+        np.maximum.at(last, own[valid], ends[valid])
+        if sub is None or not (sub >= 0).any():
+            continue
+        for w in np.unique(own[valid & (sub >= 0)]):  # a Mandarin word's characters
             sel = own == w
-            first[w] = min(first[w], int(starts[sel].min()))
-            last[w] = max(last[w], int(ends[sel].max()))
             for ci in np.unique(sub[sel & (sub >= 0)]):
                 cs = sel & (sub == ci)
                 a0, b0 = char_spans.get((int(w), int(ci)), (int(starts[cs].min()), int(ends[cs].max())))
@@ -276,9 +282,10 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
     n = len(samples) // hop
     if n == 0 or not words:
         return tuple(words)
-    x = np.asarray(samples[: n * hop], np.float64).reshape(n, hop)
-    rms = np.sqrt(np.mean(x * x, axis=1)) + 1e-12
-    loud = 20 * np.log10(rms / rms.max()) > floor_db
+    x = np.asarray(samples[: n * hop], np.float32).reshape(n, hop)
+    power = np.einsum("ij,ij->i", x, x, dtype=np.float64)  # frame energy (a dB threshold: no root, no log)
+    top = float(power.max())
+    loud = power > top * 10 ** (floor_db / 10) if top > 0 else np.ones(n, bool)
     out = []
     for w in words:
         a, b = int(w.start_s * sample_rate) // hop, min(n, -(-round(w.end_s * sample_rate) // hop))

@@ -32,6 +32,7 @@ from schemas.errors import ContentError, InvalidField, InvalidJSON, SchemaError
 
 __all__ = [
     "FORMATS",
+    "LANGUAGE_PATTERN",
     "LEXICON_NAME_PATTERN",
     "PRIORITIES",
     "REQUEST_ID_PATTERN",
@@ -80,6 +81,15 @@ UserId = Annotated[str, msgspec.Meta(min_length=1, max_length=256, description="
 Voice = Annotated[str, msgspec.Meta(min_length=1, max_length=128, description=(
     "A voice name, or a mix of up to 4 voices of one backend that mixes (kokoro), weights > 0 in parentheses: "
     "zf_xiaobei(2)+zm_yunjian(1)"))]
+LANGUAGE_PATTERN = r"^[a-z]{2,3}$"
+Language = Annotated[str, msgspec.Meta(pattern=LANGUAGE_PATTERN, description=(
+    "A language as its ISO 639 code, lower case: zh (Mandarin), ja (Japanese), en (English)"))]
+VoiceMap = Annotated[dict[Language, Voice], msgspec.Meta(max_length=8, description=(
+    "Which voice speaks each language of a mixed-language request, e.g. "
+    '{"ja": "jf_alpha", "en": "heart"}: the stage cuts the text into runs of one language '
+    "(zh, ja, en: docs/using/voices.md#per-language-voices) and each run not in the map is spoken "
+    "by the request's voice (or the one chosen for it). Each voice must be served and speak its "
+    "language; a request with text_type ssml or sent in pieces takes no map"))]
 Speed = Annotated[float, msgspec.Meta(ge=0.25, le=4.0, description="Speaking rate multiplier")]
 SampleRate = Annotated[int, msgspec.Meta(ge=8000, le=48000)]
 Sha256Hex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
@@ -113,6 +123,7 @@ class Request(_Event, frozen=True, kw_only=True):
     user_id: UserId
     text: str
     voice: Voice | None = None
+    voices: VoiceMap | None = None
     format: str = "wav"
     speed: Speed = 1.0
     sample_rate: SampleRate | None = None
@@ -224,6 +235,9 @@ class Segment(_Event, frozen=True, kw_only=True):
         "(absent: none), so a worker that restarted mid-request knows whose mark times to read back"))] | None = None
     more: Annotated[bool, msgspec.Meta(description=(
         "More segments of this request may follow (its text is still arriving): total is a lower bound"))] = False
+    lang: Annotated[Language, msgspec.Meta(description=(
+        "The one language the whole text is read in, as the stage cut it for a request's voice map "
+        "(its hash covers it); absent: the voice's front end tells the languages of its clauses"))] | None = None
     schema_version: Literal[1] = 1
 
     @property
@@ -533,7 +547,7 @@ class DeadLetter(_Event, frozen=True, kw_only=True):
 
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
-_FIELD_AT = re.compile(r"at `\$\.([A-Za-z0-9_]+)")
+_FIELD_AT = re.compile(r"(?:at|in) `\$\.([A-Za-z0-9_]+)")  # "in": a bad key of a map
 _MISSING = re.compile(r"missing required field `([A-Za-z0-9_]+)`")
 
 E = TypeVar("E", bound=_Event)

@@ -325,6 +325,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--front-only", action="store_true", help="--mixed: time the front end (text -> phonemes) only")
     p.add_argument("--mix-cost", default=None, metavar="MIX",
                    help="--mixed: instead, what the kokoro voice mix MIX costs against its first part")
+    p.add_argument("--switch-cost", action="store_true",
+                   help="--mixed: isolate the switch: the front end of each text against its grouped control, "
+                        "interleaved ABAB, --runs times, in thread CPU and wall time, and the model's work compared "
+                        "(tokens, calls); meaningful on a loaded machine")
     p.add_argument("--no-separate", action="store_true",
                    help="--mixed: only the equal-audio control (the same clauses, languages grouped), not the runs "
                         "synthesized apart")
@@ -340,7 +344,7 @@ def main(argv: list[str]) -> int:
         return mixed.main(runs=args.runs, threads=args.threads[0], voice=args.voice,
                           model_dir=str(load_settings(model_dir=args.model_dir).effective_model_dir), as_json=args.json,
                           texts=args.texts, front_only=args.front_only, mix=args.mix_cost,
-                          separate=not args.no_separate)
+                          separate=not args.no_separate, switch=args.switch_cost)
     backends = ["hibari", "piper"] if args.backend == "all" else [args.backend]
     if any(b not in _BACKENDS for b in backends):
         p.error(f"unknown backend {args.backend!r}; expected hibari, piper, kokoro, chattts or all")

@@ -257,6 +257,8 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
     from streams.bench.corpus import ASR_SENTENCES, bench_texts
     from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
+    from streams.devstack.paths import stack_paths
+    from streams.devstack.pidfiles import owned_pid
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
 
@@ -264,6 +266,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
     run_id = new_run_id()
     base = load_settings()
     require_stack_up(base)
+    s3_pid = owned_pid(stack_paths(base), "s3")  # the local S3 server shares the machine: its CPU is counted too
     s = isolated(base, run_id)
     stack.ensure_topics(s)
     rng = random.Random(seed)
@@ -273,7 +276,8 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                               "backend": s.engine.backend, "rounds": rounds, "per_round": per_round,
                               "loadavg_start": list(os.getloadavg())}
     sides: dict[str, dict[str, float]] = {k: {"audio_s": 0.0, "wall_s": 0.0, "synth_ms": 0.0, "requests": 0.0,
-                                              "words": 0.0, "worker_cpu_s": 0.0} for k in ("without", "with")}
+                                              "words": 0.0, "worker_cpu_s": 0.0, "s3_cpu_s": 0.0}
+                                          for k in ("without", "with")}
     spread: dict[str, list[float]] = {"without": [], "with": []}  # audio s per s of each round (the spread)
     sup = Supervisor(out_dir / run_id / "logs")
     driver: _Driver | None = None
@@ -295,7 +299,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                 batch = [Request(request_id=f"bench-{run_id}-{side}-{k + i:05d}", user_id=rng.choice(users),
                                  text=texts[k + i], timestamps=side == "with") for i in range(per_round)]
                 k += per_round
-                cpu0 = _cpu_s(sup.procs["worker"].pid)
+                cpu0, s3_cpu0 = _cpu_s(sup.procs["worker"].pid), _cpu_s(s3_pid)
                 t0 = time.time()
                 for r in batch:
                     driver.publish(r)
@@ -303,6 +307,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                 cs = [driver.got[r.request_id][0] for r in batch]
                 acc = sides[side]
                 acc["worker_cpu_s"] += _cpu_s(sup.procs["worker"].pid) - cpu0
+                acc["s3_cpu_s"] += _cpu_s(s3_pid) - s3_cpu0
                 wall = max(driver.got[r.request_id][1] for r in batch) - t0
                 audio = sum(c.audio.duration_s for c in cs if c.audio is not None)
                 spread[side].append(round(audio / wall, 2))
@@ -320,6 +325,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                             "wall_s": round(acc["wall_s"], 2), "audio_s_per_s": round(acc["audio_s"] / acc["wall_s"], 3),
                             "synth_ms_per_audio_s": round(acc["synth_ms"] / acc["audio_s"], 2),
                             "worker_cpu_ms_per_audio_s": round(acc["worker_cpu_s"] * 1000 / acc["audio_s"], 2),
+                            "s3_server_cpu_ms_per_audio_s": round(acc["s3_cpu_s"] * 1000 / acc["audio_s"], 2),
                             "words": int(acc["words"]), "rounds_audio_s_per_s": spread[side]}
         w, wo = report["with"], report["without"]
         report["throughput_ratio"] = round(w["audio_s_per_s"] / wo["audio_s_per_s"], 4)  # < 1: timings cost
@@ -327,6 +333,9 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
         # the worker process's own CPU seconds (all its threads) per audio second: what the timings cost the
         # worker, less swayed by other processes on a shared machine than wall time is
         report["worker_cpu_ratio"] = round(w["worker_cpu_ms_per_audio_s"] / wo["worker_cpu_ms_per_audio_s"], 4)
+        if wo["s3_server_cpu_ms_per_audio_s"] > 0:  # the local S3 server's work (a hosted S3's is not ours)
+            report["s3_server_cpu_ratio"] = round(w["s3_server_cpu_ms_per_audio_s"] /
+                                                  wo["s3_server_cpu_ms_per_audio_s"], 4)
         if long_chars > 0:
             sents: list[str] = []
             while sum(len(x) + 1 for x in sents) < long_chars:

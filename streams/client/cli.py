@@ -90,6 +90,9 @@ def main_say(argv: list[str]) -> int:
     ap.add_argument("-o", "--out", required=True, help="audio file to write")
     ap.add_argument("--user", default="cli", help="user id (the partition key)")
     ap.add_argument("--voice", default=None)
+    ap.add_argument("--voices", action="append", default=None, metavar="LANG=VOICE[,LANG=VOICE]",
+                    help="the voice of each language of a mixed-language text, e.g. ja=jf_alpha,en=heart (zh, ja, "
+                         "en; the rest is spoken by --voice); repeatable")
     ap.add_argument("--format", default=None, help="wav, flac or ogg (default: from the file suffix, else wav)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the completion")
     ap.add_argument("--stream", action="store_true",
@@ -112,6 +115,12 @@ def main_say(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     if (a.text is None) != a.stdin_stream:
         ap.error("give TEXT, or --stdin-stream (and no TEXT)")
+    try:
+        a.voices = parse_voice_map(a.voices or [])
+    except ValueError as e:
+        ap.error(str(e))
+    if a.voices and (a.stdin_stream or a.ssml):
+        ap.error("--voices needs the whole plain text: not with --stdin-stream or --ssml")
     fmt = a.format or (Path(a.out).suffix.lstrip(".").lower() if Path(a.out).suffix else "wav")
     if a.captions is not None and Path(a.captions).suffix.lower() not in (".vtt", ".srt"):
         return _fail("say", f"captions go to a .vtt or .srt file, not {a.captions!r}")
@@ -130,7 +139,7 @@ def main_say(argv: list[str]) -> int:
             else:
                 rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority,
                                     text_type="ssml" if a.ssml else "text", lexicons=a.lexicon,
-                                    timestamps=a.timestamps)
+                                    timestamps=a.timestamps, voices=a.voices)
                 dog = _Watchdog("say", settings, a.timeout)
                 try:
                     c = client.wait(rid, min(a.timeout, dog.probe_s))
@@ -151,6 +160,21 @@ def main_say(argv: list[str]) -> int:
     if a.timestamps and c.words_reason:
         print(f"no word timings: {c.words_reason}", file=sys.stderr)
     return 0
+
+
+def parse_voice_map(specs: list[str]) -> dict[str, str] | None:
+    """``--voices`` values (``ja=jf_alpha,en=heart``, repeatable) as a request's voice map (None: none).
+    Raises ``ValueError`` for a pair without ``=`` or a language given twice."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        for pair in filter(None, (p.strip() for p in spec.split(","))):
+            lang, sep, voice = pair.partition("=")
+            if not sep or not lang.strip() or not voice.strip():
+                raise ValueError(f"--voices: {pair!r} is not LANG=VOICE")
+            if lang.strip() in out:
+                raise ValueError(f"--voices: {lang.strip()!r} is given twice")
+            out[lang.strip()] = voice.strip()
+    return out or None
 
 
 def _timed_words(client: Any, c: Completion, a: argparse.Namespace) -> list[Any] | None:
@@ -195,13 +219,15 @@ def _say_streaming(client: Any, a: argparse.Namespace, fmt: str, t0: float, item
 
     if items is None:
         items = client.stream(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority, timeout=a.timeout,
-                              timestamps=a.timestamps)
+                              timestamps=a.timestamps, voices=a.voices)
     for item in items:
         if isinstance(item, Chunk):
             path = write_atomic(chunk_path(a.out, item.seq), client.fetch_chunk(item))
             if not a.json:
                 of = "" if item.more else f"/{item.total}"  # a request sent in pieces: its count is known at the end
                 said = f" words={len(item.words)}" if item.words is not None else ""
+                if a.voices and item.model is not None:  # a voice map: which voice spoke this part
+                    said += f" voice={item.model.voice}"
                 print(f"chunk {item.seq + 1}{of} {path} {item.audio.duration_s:.2f}s "
                       f"at {time.monotonic() - t0:.2f}s{said}", flush=True)
         else:

@@ -189,19 +189,22 @@ class TTSClient:
     def submit(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
                block: bool = True, timeout: float = 30.0, stream: bool = False, priority: str = "interactive",
-               text_type: str = "text", lexicons: list[str] | None = None, timestamps: bool = False) -> str:
+               text_type: str = "text", lexicons: list[str] | None = None, timestamps: bool = False,
+               voices: dict[str, str] | None = None) -> str:
         """Publish one request; returns its id. ``block`` waits for the broker's ack. ``stream`` asks
         the worker for a chunk per segment on ``tts.chunks`` (see :meth:`stream`); ``priority`` is
         ``interactive`` or ``bulk`` (audiobooks, backfills: yields to interactive work for a while);
         ``text_type`` ``ssml`` reads ``text`` as SSML; ``lexicons`` names up to 5 lexicons to apply;
-        ``timestamps`` asks for every word's time (:meth:`words`, :meth:`captions`; chunks carry theirs)."""
+        ``timestamps`` asks for every word's time (:meth:`words`, :meth:`captions`; chunks carry theirs);
+        ``voices`` picks the voice of each language of a mixed-language text (``{"ja": "jf_alpha", "en":
+        "heart"}``; the rest is spoken by ``voice``; docs/using/voices.md#per-language-voices)."""
         rid = request_id or uuid.uuid4().hex
         from datetime import UTC, datetime
 
         req = Request(request_id=rid, user_id=user_id, text=text, voice=voice, format=format, speed=speed,
                       sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
                       priority=priority, text_type=text_type, lexicons=lexicons,  # type: ignore[arg-type]
-                      timestamps=timestamps)
+                      timestamps=timestamps, voices=voices or None)
         with self._lock:
             self._expected.add(rid)
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -317,7 +320,8 @@ class TTSClient:
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
                priority: str = "interactive", timeout: float = 120.0, raise_on_failure: bool = True,
                chunk_grace_s: float = _CHUNK_GRACE_S, timestamps: bool = False, text_type: str = "text",
-               lexicons: list[str] | None = None) -> Generator[Chunk | Completion, None, None]:
+               lexicons: list[str] | None = None, voices: dict[str, str] | None = None
+               ) -> Generator[Chunk | Completion, None, None]:
         """Publish a streaming request (when iteration starts) and yield its chunks as they commit,
         once each and in ``seq`` order, then its completion (last). A chunk's ``audio`` is one
         segment's audio (a WAV part at the engine's rate; :meth:`fetch_chunk` downloads it); the
@@ -332,7 +336,7 @@ class TTSClient:
         def publish() -> float:
             self.submit(text, user_id, voice=voice, format=format, request_id=rid, speed=speed,
                         sample_rate=sample_rate, stream=True, priority=priority, timestamps=timestamps,
-                        text_type=text_type, lexicons=lexicons)
+                        text_type=text_type, lexicons=lexicons, voices=voices)
             return time.monotonic() + timeout
 
         yield from self._follow(rid, publish, timeout, raise_on_failure, chunk_grace_s)
@@ -476,9 +480,10 @@ class TTSClient:
         return write_atomic(Path(path), self.fetch(completion))
 
     def say(self, text: str, user_id: str, path: str | os.PathLike[str], *, voice: str | None = None,
-            format: str = "wav", timeout: float = 120.0, timestamps: bool = False) -> Completion:
+            format: str = "wav", timeout: float = 120.0, timestamps: bool = False,
+            voices: dict[str, str] | None = None) -> Completion:
         """Submit, wait and save in one call."""
-        rid = self.submit(text, user_id, voice=voice, format=format, timestamps=timestamps)
+        rid = self.submit(text, user_id, voice=voice, format=format, timestamps=timestamps, voices=voices)
         c = self.wait(rid, timeout)
         self.save(c, path)
         return c

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine import mix as engine_mix
 from engine import voices as engine_voices
+from engine.languages import LANGUAGES
 from schemas import Chunk, Completion, WordSpan
 from streams.gateway.audio import CONTENT_TYPES, StreamEncoder, to_rate, transcode
 from streams.gateway.auth import ApiKey, KeyRing, Limiter, load_keys
@@ -78,6 +79,8 @@ class SpeechBody(BaseModel):
     text_type: str = "text"  # ttsflow's: "ssml" reads input as SSML (docs/using/pronunciation.md)
     lexicons: list[str] | None = None  # ttsflow's: up to 5 of the caller's (or global/NAME) lexicons
     timestamps: bool = False  # ttsflow's: every word's time (the OpenAI SDK sends it with extra_body)
+    # ttsflow's: the voice of each language of a mixed-language input, {"ja": "jf_alpha", "en": "heart"}
+    voices: dict[str, str] | None = None
 
 
 class CaptionedBody(BaseModel):
@@ -120,6 +123,25 @@ class Voices:
             return target
         known = ", ".join([*self.names, *sorted(self.aliases)])
         raise ApiError(400, f"Unknown voice {name[:64]!r}; known voices: {known}.", param="voice", code="unknown_voice")
+
+    def resolve_map(self, voices: dict[str, str] | None) -> dict[str, str] | None:
+        """A per-language voice map, each voice resolved like ``voice`` (names, aliases, mixes); the
+        languages are those the stage cuts by. Raises :class:`ApiError` 400 naming the bad entry."""
+        if not voices:
+            return None
+        if len(voices) > 8:
+            raise ApiError(400, f"voices maps {len(voices)} languages; at most 8.", param="voices",
+                           code="invalid_value")
+        out: dict[str, str] = {}
+        for lang, voice in voices.items():
+            if lang not in LANGUAGES:
+                raise ApiError(400, f"voices: {lang[:16]!r} is not a language the input is cut by; use "
+                                    f"{', '.join(LANGUAGES)}.", param="voices", code="unsupported_language")
+            try:  # any served backend's voice by name (a run may be spoken by another backend), else as `voice`
+                out[lang] = voice if isinstance(voice, str) and voice in self.served else self.resolve(voice)
+            except ApiError as e:
+                raise ApiError(e.status, f"voices.{lang}: {e.message}", param="voices", code=e.code) from None
+        return out
 
     def listing(self) -> dict[str, Any]:
         return {"voices": [{"id": n, "name": n, "default": n == self.default} for n in self.names],
@@ -315,6 +337,10 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             key = call.key
             _validate(body, settings)
             voice = voices.resolve(body.voice)
+            vmap = voices.resolve_map(body.voices)
+            if vmap and body.text_type != "text":
+                raise ApiError(400, "voices: an SSML input picks languages with xml:lang and takes no voice map.",
+                               param="voices", code="invalid_value")
             idem = request.headers.get("idempotency-key")
             if idem is not None and not 1 <= len(idem) <= _MAX_KEY:
                 raise ApiError(400, f"Idempotency-Key must be 1-{_MAX_KEY} characters.", param="Idempotency-Key",
@@ -322,7 +348,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             p = _admit(call)
             rid = request_id_for(key.user, idem)
             ask: dict[str, Any] = {"rid": rid, "user": key.user, "text": body.input, "voice": voice, "speed": body.speed,
-                   "idempotent": idem is not None, "timestamps": body.timestamps}
+                   "idempotent": idem is not None, "timestamps": body.timestamps, "voices": vmap}
             headers = {"x-request-id": rid, "x-ttsflow-replica": _REPLICA}
             sse = body.stream_format == "sse"
             if "stream_format" in body.model_fields_set:  # asked to stream: audio as each segment commits

@@ -86,7 +86,8 @@ def failed_error(c: Completion) -> ApiError:
     code = c.error.code if c.error else "unknown"
     msg = c.error.message if c.error else "the pipeline gave no reason"
     status, typ = _FAILED.get(code, (500, "server_error"))
-    return ApiError(status, msg, type=typ, param=_PARAM.get(code), code=code, headers={"x-request-id": c.request_id})
+    param = "voices" if msg.startswith("voices") else _PARAM.get(code)  # a voice map's language or voice
+    return ApiError(status, msg, type=typ, param=param, code=code, headers={"x-request-id": c.request_id})
 
 
 class Pipeline:
@@ -133,7 +134,8 @@ class Pipeline:
 
     async def completion(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
                          idempotent: bool, stream: bool = False, timestamps: bool = False, text_type: str = "text",
-                         lexicons: list[str] | None = None) -> tuple[Completion, str]:
+                         lexicons: list[str] | None = None, voices: dict[str, str] | None = None
+                         ) -> tuple[Completion, str]:
         """The request's completion (ok or failed) and where it was found; raises :class:`ApiError`."""
         c = self._recalled(rid)
         if c is not None:
@@ -145,7 +147,8 @@ class Pipeline:
         try:
             await self.run(lambda: self.client.submit(text, user, voice=voice, format="wav", request_id=rid,
                                                       speed=speed, sample_rate=RATE, timeout=10.0, stream=stream,
-                                                      timestamps=timestamps, text_type=text_type, lexicons=lexicons))
+                                                      timestamps=timestamps, text_type=text_type, lexicons=lexicons,
+                                                      voices=voices))
         except StackUnavailable as e:
             self.client._forget(rid, fut)
             raise ApiError(503, f"The pipeline is unreachable: {e}", type="server_error", code="unavailable",
@@ -197,7 +200,8 @@ class Pipeline:
 
     async def events(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
                      idempotent: bool, timestamps: bool = False, text_type: str = "text",
-                     lexicons: list[str] | None = None) -> AsyncIterator[Chunk | Completion]:
+                     lexicons: list[str] | None = None, voices: dict[str, str] | None = None
+                     ) -> AsyncIterator[Chunk | Completion]:
         """A streaming request: its chunks as each segment commits (in ``seq`` order), ending with
         the last chunk, or with its completion when that comes first (a failed request, or one
         answered before: from memory, the reader or the topic). Raises :class:`ApiError` 504 when
@@ -216,7 +220,7 @@ class Pipeline:
         try:
             task = asyncio.ensure_future(self.completion(rid=rid, user=user, text=text, voice=voice, speed=speed,
                                                          idempotent=idempotent, stream=True, timestamps=timestamps,
-                                                         text_type=text_type, lexicons=lexicons))
+                                                         text_type=text_type, lexicons=lexicons, voices=voices))
             task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else queue.put_nowait(t.result()[0]))
             seen = 0
             pending: set[asyncio.Future[object]] = {task}  # type: ignore[arg-type]

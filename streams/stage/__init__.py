@@ -46,7 +46,8 @@ What the stage guarantees under kills, and the faust patches that make it so:
 
 Rooms: :mod:`~streams.stage.core` (pure per-record logic), :mod:`~streams.stage.text`
 (normalize, split), :mod:`~streams.stage.dedup` (the dedup table's keys),
-:mod:`~streams.stage.watch` (input watchdog), :mod:`~streams.stage.patches` (faust /
+:mod:`~streams.stage.watch` (input watchdog), :mod:`~streams.stage.voicemap` (a request's per-language
+voices: checked, the text cut into runs), :mod:`~streams.stage.patches` (faust /
 aiokafka patches), :mod:`~streams.stage.app` (faust wiring), :mod:`~streams.stage.main`
 (process start-up), :mod:`~streams.stage.metrics`.
 """

@@ -45,6 +45,7 @@ from schemas import (
 )
 from schemas.errors import ContentError
 from streams.settings import EngineSettings, KafkaSettings, StageSettings
+from streams.stage import voicemap
 from streams.stage.cut import budget_for, shorten_first
 from streams.stage.lexicons import LexiconStore
 from streams.stage.pieces import OpenView, PieceHandler
@@ -272,6 +273,43 @@ class StageCore:
                                stage.max_segment_chars)
         return voice, pieces
 
+    def _pieces(self, text: str, stream: bool, rewrite: Callable[[Span], list[Span]] | None,
+                first: bool = True) -> list[Piece]:
+        """Plain text's segments: cut at sentences (and the matched words of lexicons, ``rewrite``,
+        made spans); a streaming request's ``first`` segment short (streams/stage/cut.py)."""
+        stage = self.stage
+        if rewrite is not None:  # plain text with lexicons: the matched words become spans (alias text, phonemes)
+            return cut_spans(rewrite(Span(text=text)), stage.max_segment_chars)
+        cuts = split_segments(text, stage.max_segment_chars)
+        budget = budget_for(text, stage.first_budgets) if stream and first else None
+        if budget is not None:  # fast first audio: a short first segment
+            cuts = shorten_first(cuts, budget)
+        return [Piece(p, None) for p in cuts]
+
+    def _mapped(self, req: Request, requested: str | None, text: str, rewrite: Callable[[Span], list[Span]] | None
+                ) -> tuple[str, list[Piece], list[tuple[str, str | None]]]:
+        """A request with a per-language voice map (:mod:`streams.stage.voicemap`): its text cut into
+        language runs, each spoken by the map's voice for its language, else by the request's (or the
+        one chosen for the run, as for a whole request), each run checked like a request of its own.
+        Returns the text spoken, the segments and each one's (voice, lang)."""
+        vmap = voicemap.check(req.voices or {}, served=self.voices)
+        base = requested or self.default_voice
+        chosen: list[voicemap.Run] = []
+        for run in voicemap.runs(text, vmap, voicemap.primary_for(_language(base))):
+            voice, said = self._speakable(req.request_id, run.voice or requested, run.text)
+            if said.strip():
+                chosen.append(voicemap.Run(said, run.lang, voice))
+        if not chosen:
+            raise ContentError("text is empty after normalization", field="text", code="empty_text")
+        pieces: list[Piece] = []
+        voiced: list[tuple[str, str | None]] = []
+        for i, run in enumerate(voicemap.join(chosen)):
+            assert run.voice is not None
+            cut = self._pieces(run.text.strip(), req.stream, rewrite, first=i == 0)
+            pieces += cut
+            voiced += [(run.voice, run.lang)] * len(cut)
+        return "".join(r.text for r in chosen), pieces, voiced
+
     def model_for(self, voice: str) -> str:
         """The backend that speaks ``voice`` (several backends: the voice's own names the model)."""
         info = engine_voices.voice_info(voice)
@@ -300,31 +338,35 @@ class StageCore:
             def rewrite(span: Span) -> list[Span]:
                 return applier(span, used)
 
+            voiced: list[tuple[str, str | None]] | None = None  # per piece: (voice, lang) of a voice map
+            if req.voices and req.text_type == "ssml":
+                raise ContentError("voices: an SSML request picks languages with xml:lang and takes no voice map",
+                                   field="voices", code="invalid_field")
             if req.text_type == "ssml":
                 voice, pieces = self._ssml(req, requested, rewrite if lexicons else None)
             else:
                 text = normalize(req.text)
                 check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
                               max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
-                voice, text = self._speakable(rid, requested, text)
-                if lexicons:  # plain text with lexicons: the matched words become spans (alias text, phonemes)
-                    pieces = cut_spans(rewrite(Span(text=text)), stage.max_segment_chars)
+                cut = rewrite if lexicons else None
+                if req.voices:
+                    text, pieces, voiced = self._mapped(req, requested, text, cut)
+                    voice = voiced[0][0]
                 else:
-                    cuts = split_segments(text, stage.max_segment_chars)
-                    budget = budget_for(text, stage.first_budgets) if req.stream else None
-                    if budget is not None:  # fast first audio: a short first segment (streams/stage/cut.py)
-                        cuts = shorten_first(cuts, budget)
-                    pieces = [Piece(p, None) for p in cuts]
+                    voice, text = self._speakable(rid, requested, text)
+                    pieces = self._pieces(text, req.stream, cut)
         except SchemaError as e:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
-        model = self.model_for(voice)
-        # what else decides the sound: the spans, and the versions of the lexicons that matched
+        voiced = voiced or [(voice, None)] * len(pieces)
+        models = {v: self.model_for(v) for v, _ in voiced}
+        # what else decides the sound: the spans, the versions of the lexicons that matched, and the
+        # language a voice map's run is read in
         lex_key = "lex:" + ",".join(sorted(used)) if used else ""
-        hashes = [segment_hash(p.text, voice=voice, model=model, model_version=engine.model_version, speed=req.speed,
+        hashes = [segment_hash(p.text, voice=v, model=models[v], model_version=engine.model_version, speed=req.speed,
                                sample_rate=req.sample_rate, format=req.format,
-                               pronunciation=spans_key(p.spans) + lex_key)
-                  for p in pieces]
+                               pronunciation=spans_key(p.spans) + lex_key + (f"lang:{lang}" if lang else ""))
+                  for p, (v, lang) in zip(pieces, voiced, strict=True)]
         named = [lex.ref for lex in lexicons] or None
         marked = [i for i, p in enumerate(pieces) if p.spans and any(s.mark is not None for s in p.spans)] or None
         rh = request_hash(hashes, format=req.format)
@@ -344,14 +386,14 @@ class StageCore:
         records = tuple(
             Record(self.kafka.topic_segments, out_key, encode(Segment(
                 request_id=rid, user_id=req.user_id, seq=i, total=n, text=p.text, hash=h, request_hash=rh,
-                voice=voice, format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=model,
+                voice=v, format=req.format, speed=req.speed, sample_rate=req.sample_rate, model=models[v],
                 model_version=engine.model_version, created_at=req.created_at, enqueued_at=enqueued,
                 parts=hashes if i == n - 1 else None, stream=req.stream, priority=req.priority,
                 spans=_wire(p.spans), lexicons=named if i == n - 1 else None,
                 marked=marked if i == n - 1 else None,
-                timestamps=req.timestamps, source=sources[i],
+                timestamps=req.timestamps, source=sources[i], lang=lang,
                 sources=sources if req.timestamps and i == n - 1 else None)))  # type: ignore[arg-type]
-            for i, (p, h) in enumerate(zip(pieces, hashes, strict=True)))
+            for i, (p, h, (v, lang)) in enumerate(zip(pieces, hashes, voiced, strict=True)))
         return Outcome("segments", records, request_id=rid, remember=rid)
 
 

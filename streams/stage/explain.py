@@ -16,13 +16,15 @@ __all__ = ["explain"]
 
 
 def explain(core: Any, engine: Any, text: str, *, voice: str | None, user: str = "cli", ssml: bool = False,
-            lexicons: list[str] | None = None, speed: float = 1.0) -> dict[str, Any]:
-    """The stage's segments of ``text`` and each one's phonemes by ``engine``'s front end (as data)."""
+            lexicons: list[str] | None = None, speed: float = 1.0,
+            voices: dict[str, str] | None = None) -> dict[str, Any]:
+    """The stage's segments of ``text`` and each one's phonemes by ``engine``'s front end (as data);
+    ``voices``: a per-language voice map, as a request's."""
     from engine.base import Failure, SynthItem
     from schemas import decode_segment, decode_segment_event
 
     body = {"request_id": "phonemize", "user_id": user, "text": text, "voice": voice, "speed": speed,
-            "text_type": "ssml" if ssml else "text", "lexicons": lexicons}
+            "text_type": "ssml" if ssml else "text", "lexicons": lexicons, "voices": voices}
     out = core.handle(user.encode(), json.dumps({k: v for k, v in body.items() if v is not None}).encode(),
                       partition=0, offset=0, timestamp_ms=None, seen={})
     if out.kind != "segments":
@@ -34,8 +36,8 @@ def explain(core: Any, engine: Any, text: str, *, voice: str | None, user: str =
     backend = getattr(engine, "backend", None)
     for seg in segs:
         (p,) = engine.prepare_many([SynthItem(seg.text, seg.voice, seg.speed,
-                                              spans=tuple(seg.spans) if seg.spans else None)])
-        row: dict[str, Any] = {"text": seg.text, "voice": seg.voice}
+                                              spans=tuple(seg.spans) if seg.spans else None, lang=seg.lang)])
+        row: dict[str, Any] = {"text": seg.text, "voice": seg.voice, **({"lang": seg.lang} if seg.lang else {})}
         if isinstance(p, Failure):
             row["error"] = {"code": p.code, "message": p.message}
         else:

@@ -287,6 +287,9 @@ class PieceHandler:
         if req.text_type != "text":
             raise _Closed("invalid_field", "text_type: a request sent in pieces is plain text (SSML needs the whole "
                                            "document: send it as one request)")
+        if req.voices:
+            raise _Closed("invalid_field", "voices: a request sent in pieces is spoken by one voice (a voice map "
+                                           "needs the whole text: send it as one request)")
         try:
             asked = self.core._mix(req.voice)
             probe = msgspec.structs.replace(req, voice=None if engine_mix.is_mix(req.voice) else req.voice, text="x")

@@ -208,5 +208,7 @@ class WorkerCore:
                      audio=AudioRef(uri=self._uri(p.key), bucket=self._bucket, key=p.key, format=PART_FORMAT,
                                     sample_rate=self._sample_rate, duration_s=p.duration_s, bytes=p.bytes,
                                     sha256=p.sha256),
-                     model=msgspec.structs.replace(self.models.model_info, voice=c.voice), created_at=datetime.now(UTC),
+                     # the backend and voice that spoke this part (a voice map's parts may differ)
+                     model=msgspec.structs.replace(self.models.model_info_for(c.voice), voice=c.voice),
+                     created_at=datetime.now(UTC),
                      words=words, offset_s=offset_s, words_reason=reason, marks=marks)

@@ -49,7 +49,7 @@ def admit_record(msg: Any, ledger: Ledger, metrics: Any, *, identity: str, now: 
     elif isinstance(seg, End):
         skipped = ledger.admit_end(p, off, seg)
     else:
-        work, skipped = ledger.admit(p, off, seg, part_id(seg.hash, identity), now)
+        work, skipped = ledger.admit(p, off, seg, part_id(seg.hash, identity, seg.timestamps), now)
     if skipped is not None:
         metrics.skipped(skipped)
     if work is not None:

@@ -13,10 +13,11 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
   them (an older worker's) keeps its bytes and sha256 (Ogg differs run to run).
 * Limits: a request whose audio passes ``max_audio_s`` fails with ``audio_too_long`` as soon
   as the join passes it.
-* Word timings (a request that asked for timestamps): after the audio, the parts' words
-  objects (from memory, else S3) are placed in the request and stored with its captions
-  (:mod:`~streams.worker.timings`); a voice without durations, or a part whose words are
-  gone, answers ok audio with the reason instead of words.
+* Word timings (a request that asked for timestamps): after the audio, the parts' words (from
+  memory, else from the part objects the join read: a part carries its words, so a restarted
+  worker places every word without another call) are placed in the request and stored with
+  its captions (:mod:`~streams.worker.timings`); a voice without durations, or a part whose
+  words are gone, answers ok audio with the reason instead of words.
 * Turns: at most ``joins`` joins run at once (the S3 pool is shared with the parts' uploads), and the
   waiting ones start one user at a time in rotation (:class:`~streams.worker.turns.UserTurns`): one
   user's flood of requests never keeps another user's answer waiting behind all of its joins.
@@ -57,6 +58,7 @@ from streams.worker.timings import (
     RequestTimings,
     decode_part_words,
     no_words_reason,
+    part_words,
     part_words_key,
     store_request_timings,
     voice_times,
@@ -200,17 +202,19 @@ class Joiner:
     def _join_all(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
                   last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
         """Pool thread: the request's audio, then (if it asked for them) its word timings, and its marks."""
-        audio = self._join(spec, hashes, parts, identities)
+        found: dict[int, PartWords] = {}  # words of the part objects the join read from S3
+        wants = last.timestamps and voice_times(last.voice, self.engine_times)
+        audio = self._join(spec, hashes, parts, identities, last.timestamps, found if wants else None)
         if isinstance(audio, ErrorInfo):
             return audio, None
-        timings = self._timings(hashes, parts, identities, last, audio.duration_s) if last.timestamps else None
+        timings = self._timings(hashes, parts, identities, last, audio.duration_s, found) if last.timestamps else None
         if last.marked:
             timings = replace(timings or RequestTimings(),
-                               marks=self._marks(hashes, parts, identities, last.marked))
+                              marks=self._marks(hashes, parts, identities, last.marked, last.timestamps))
         return audio, timings
 
-    def _marks(self, hashes: list[str], parts: dict[int, Part], identities: list[str],
-               marked: list[int]) -> list[MarkTime]:
+    def _marks(self, hashes: list[str], parts: dict[int, Part], identities: list[str], marked: list[int],
+               timed: bool = False) -> list[MarkTime]:
         """The marks of the parts ``marked`` (memory, else S3) placed in the joined audio; the lengths of
         the parts before them from memory, else their objects' sizes (16-bit mono WAV, 44-byte header)."""
         sr = self.sample_rate
@@ -222,7 +226,7 @@ class Joiner:
             pm = part.marks if part is not None else None
             if pm is None and seq in wanted:
                 pm = self._fetch_beside(part.key if part is not None else None, hashes[seq], identities,
-                                        part_marks_key, decode_part_marks)
+                                        part_marks_key, decode_part_marks, timed)
                 if pm is None:
                     _log.warning("event=marks_missing segment=%d part=%s", seq, hashes[seq])
             if pm is not None and seq in wanted:
@@ -231,46 +235,33 @@ class Joiner:
             elif part is not None:
                 lengths.append(len(part.audio) if part.audio is not None else round(part.duration_s * sr))
             else:
-                lengths.append(self._stored_length(hashes[seq], identities))
+                lengths.append(self._stored_length(hashes[seq], identities, timed))
         return request_marks(lengths, sr, found)
 
-    def _stored_length(self, segment_hash: str, identities: list[str]) -> int:
-        """A part's samples from its object's size (a part not in this worker's memory)."""
-        for i in identities:
-            head = self.store.head(self.store.key("part", part_id(segment_hash, i), PART_FORMAT))
-            if head is not None:
+    def _stored_length(self, segment_hash: str, identities: list[str], timed: bool = False) -> int:
+        """A part's samples from its object (a part not in this worker's memory): its size (16-bit mono
+        WAV, 44-byte header), or, for a part that carries its words, their ``samples``."""
+        for w in ((True, False) if timed else (False,)):
+            for i in identities:
+                key = self.store.key("part", part_id(segment_hash, i, w), PART_FORMAT)
+                head = self.store.head(key)
+                if head is None:
+                    continue
+                if w:  # its size counts its words too: read them
+                    got = self._fetch_part(key, segment_hash, identities, True)
+                    pw = part_words(got[1]) if got is not None else None
+                    if pw is not None:
+                        return round(pw.samples * self.sample_rate / pw.sample_rate)
                 return max(0, int(head["bytes"]) - 44) // 2
         return 0
 
-    def _timings(self, hashes: list[str], parts: dict[int, Part], identities: list[str], last: Segment,
-                 duration_s: float) -> RequestTimings:
-        """Every part's words (memory, else S3) placed in the request and stored with its captions."""
-        if not voice_times(last.voice, self.engine_times):
-            return RequestTimings(reason=no_words_reason(last.voice, self.engine_times))
-        sources = last.sources if last.sources is not None and len(last.sources) == len(hashes) else \
-            [last.source] * len(hashes) if len(hashes) == 1 else None
-        if sources is None or any(x is None for x in sources):
-            return RequestTimings(reason=NO_SOURCE_REASON)
-        words: list[PartWords] = []
-        for seq, h in enumerate(hashes):
-            part = parts.get(seq)
-            pw = part.words if part is not None else None
-            if pw is None:
-                pw = self._fetch_words(part.key if part is not None else None, h, identities)
-            if pw is None:
-                return RequestTimings(reason=f"the word timings of segment {seq} are not in the store")
-            words.append(pw)
-        return store_request_timings(self.store, words, sources, duration_s)
-
-    def _fetch_words(self, key: str | None, segment_hash: str, identities: list[str]) -> PartWords | None:
-        return self._fetch_beside(key, segment_hash, identities, part_words_key, decode_part_words)
-
     def _fetch_beside(self, key: str | None, segment_hash: str, identities: list[str], where: Callable[[str], str],
-                      decode: Callable[[bytes], T | None]) -> T | None:
-        """An object beside a part's audio (its words, its marks): by the part's stored key, else by its
-        content address under the serving model and those served before it."""
+                      decode: Callable[[bytes], T | None], timed: bool = False) -> T | None:
+        """An object beside a part's audio (its marks): by the part's stored key, else by its content
+        address under the serving model and those served before it."""
+        kinds = (True, False) if timed else (False,)
         keys = [key] if key is not None else \
-            [self.store.key("part", part_id(segment_hash, i), PART_FORMAT) for i in identities]
+            [self.store.key("part", part_id(segment_hash, i, w), PART_FORMAT) for w in kinds for i in identities]
         for k in keys:
             try:
                 return decode(self.store.get(where(k)))
@@ -278,31 +269,73 @@ class Joiner:
                 continue
         return None
 
-    def _join(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part],
-              identities: list[str]) -> AudioRef | ErrorInfo:
-        """Pool thread: stream the parts in order (memory, else S3) into the request's object."""
+    def _timings(self, hashes: list[str], parts: dict[int, Part], identities: list[str], last: Segment,
+                 duration_s: float, found: dict[int, PartWords] | None = None) -> RequestTimings:
+        """Every part's words (memory, else the part object from S3) placed in the request and stored
+        with its captions."""
+        if not voice_times(last.voice, self.engine_times):
+            return RequestTimings(reason=no_words_reason(last.voice, self.engine_times))
+        sources = last.sources if last.sources is not None and len(last.sources) == len(hashes) else \
+            [last.source] * len(hashes) if len(hashes) == 1 else None
+        if sources is None or any(x is None for x in sources):
+            return RequestTimings(reason=NO_SOURCE_REASON)
+        found = {} if found is None else found
+        words: list[PartWords] = []
+        for seq, h in enumerate(hashes):
+            part = parts.get(seq)
+            pw = (part.words if part is not None else None) or found.get(seq)
+            if pw is None:  # not read by the join (its audio was in memory, or the request's object existed)
+                got = self._fetch_part(part.key if part is not None else None, h, identities, True)
+                pw = self._words_in(*got) if got is not None else None
+            if pw is None:
+                return RequestTimings(reason=f"the word timings of segment {seq} are not in the store")
+            words.append(pw)
+        return store_request_timings(self.store, words, sources, duration_s)
+
+    def _words_in(self, key: str, data: bytes) -> PartWords | None:
+        """The words a part object carries, else (a part an older worker made) its words object beside it."""
+        pw = part_words(data)
+        if pw is not None:
+            return pw
+        try:
+            return decode_part_words(self.store.get(part_words_key(key)))
+        except ObjectMissing:
+            return None
+
+    def _join(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
+              timed: bool = False, found: dict[int, PartWords] | None = None) -> AudioRef | ErrorInfo:
+        """Pool thread: stream the parts in order (memory, else S3) into the request's object; the
+        words of a timed request's parts read from S3 go to ``found`` (words only: the bytes are
+        let go part by part)."""
         sr = self.sample_rate
 
         def samples(seq: int) -> np.ndarray | None:
             part = parts.get(seq)
             if part is not None and part.audio is not None:
                 return part.audio
-            data = self._fetch_part(part.key if part is not None else None, hashes[seq], identities)
-            if data is None:
+            got = self._fetch_part(part.key if part is not None else None, hashes[seq], identities, timed)
+            if got is None:
                 return None
-            x, psr = audio_codec.decode(data)
+            if found is not None and (part is None or part.words is None):
+                pw = self._words_in(*got)
+                if pw is not None:
+                    found[seq] = pw
+            x, psr = audio_codec.decode(got[1])
             return x if psr == sr else audio_codec.resample(x, psr, sr)
 
         return join_upload(self.store, spec, len(hashes), samples)
 
-    def _fetch_part(self, key: str | None, segment_hash: str, identities: list[str]) -> bytes | None:
-        """A part's bytes: by its stored key, else by its content address under the serving model or,
-        after a hot reload, the models served before it (a part made before the swap)."""
+    def _fetch_part(self, key: str | None, segment_hash: str, identities: list[str],
+                    timed: bool = False) -> tuple[str, bytes] | None:
+        """A part's key and bytes: by its stored key, else by its content address under the serving
+        model or, after a hot reload, the models served before it (a part made before the swap); a
+        timed request's part with its words first, then one without (made by an older worker)."""
+        kinds = (True, False) if timed else (False,)
         keys = [key] if key is not None else \
-            [self.store.key("part", part_id(segment_hash, i), PART_FORMAT) for i in identities]
+            [self.store.key("part", part_id(segment_hash, i, w), PART_FORMAT) for w in kinds for i in identities]
         for k in keys:
             try:
-                return self.store.get(k)
+                return k, self.store.get(k)
             except ObjectMissing:
                 continue
         return None

@@ -9,9 +9,10 @@ Invariants:
   (:func:`streams.worker.keys.part_id`: segment hash + model identity).
 * A Redis cache hit counts only when S3 still has the object; a stale pointer is deleted.
   Redis down means a cache bypass (counted), never an error.
-* A part for a segment that asked for timestamps is made with its words, and made only once
-  its words object is in S3 beside its audio (:mod:`~streams.worker.timings`); a cache hit
-  serves such a segment only if that object is there (else it is made again, same key).
+* A part for a segment that asked for timestamps is made with its words, in the same object as
+  its audio (one PUT; :func:`~streams.worker.timings.part_object`), under an address of its
+  own; a cache hit serves such a segment only if its object's words read back (one GET, which
+  also brings its samples for the join), else it is made again.
 * A part for a segment that holds SSML marks is made only once its marks object is in S3 beside
   its audio (:mod:`~streams.worker.marks`); a cache hit serves it only with that object.
 * An engine failure on one item fails that item; a failure of the model call fails every
@@ -30,6 +31,8 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -50,7 +53,7 @@ from streams.worker.batcher import MicroBatcher
 from streams.worker.keys import PART_FORMAT
 from streams.worker.ledger import Part, PartResult, Seg
 from streams.worker.marks import PartMarks, decode_part_marks, has_marks, part_marks, part_marks_key
-from streams.worker.timings import PartWords, decode_part_words, encode_part_words, part_words_key, voice_times
+from streams.worker.timings import PartWords, encode_part_words, part_object, part_words, voice_times
 
 if TYPE_CHECKING:
     from engine.reload import ModelManager
@@ -90,43 +93,53 @@ class PartMaker:
     # -- 3) cache, 4) batch ---------------------------------------------------------------
     def cached(self, s: Seg) -> Part | None:
         """The part of ``s`` from the cache, if its object is still in S3 (and, when ``s`` asked for
-        timestamps from a voice that times words, its words object beside it)."""
+        timestamps from a voice that times words, its words read back from that object; when it
+        holds SSML marks, its marks object beside it)."""
         key = self.cache.get(s.part_id)
-        head = self.store.head(key) if key is not None else None
-        if key is not None and head is not None:
-            words = None
-            if s.seg.timestamps and voice_times(s.seg.voice, bool(getattr(self.engine, "timestamps", False))):
-                words = self._stored_words(key)
-                if words is None:  # made without timestamps: made again, with them (same audio, same key)
-                    self.metrics.cache(False)
-                    return None
-            marks = None
-            if has_marks(s.seg):
-                marks = self._stored(key, part_marks_key, decode_part_marks)
-                if marks is None:  # its marks object is gone: made again (same audio, same key)
-                    self.metrics.cache(False)
-                    return None
-            self.metrics.cache(True)
-            size = int(head["bytes"])  # a part is 16-bit mono WAV: its duration from its size (44-byte header)
-            return Part(key, None, cached=True, sha256=str(head.get("sha256") or ""), bytes=size,
-                        duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4), words=words,
-                        marks=marks)
-        if key is not None:
-            self.cache.delete(s.part_id)  # the object expired: the pointer is stale
-        self.metrics.cache(False)
-        return None
-
-    def _stored_words(self, audio_key: str) -> PartWords | None:
-        return self._stored(audio_key, part_words_key, decode_part_words)
+        part = None
+        if key is not None and s.seg.timestamps and \
+                voice_times(s.seg.voice, bool(getattr(self.engine, "timestamps", False))):
+            part = self._cached_with_words(s, key)
+        elif key is not None:
+            head = self.store.head(key)
+            if head is None:
+                self.cache.delete(s.part_id)  # the object expired: the pointer is stale
+            else:
+                size = int(head["bytes"])  # a part is 16-bit mono WAV: its duration from its size (44-byte header)
+                part = Part(key, None, cached=True, sha256=str(head.get("sha256") or ""), bytes=size,
+                            duration_s=round(max(0, size - 44) / (2 * self.engine.sample_rate), 4))
+        if part is not None and key is not None and has_marks(s.seg):
+            marks = self._stored(key, part_marks_key, decode_part_marks)
+            part = dataclasses.replace(part, marks=marks) if marks is not None else None  # gone: made again
+        self.metrics.cache(part is not None)
+        return part
 
     def _stored(self, audio_key: str, where: Callable[[str], str], decode: Callable[[bytes], T | None]) -> T | None:
-        """The object beside a part's audio (its words, its marks), None if it is not there."""
+        """The object beside a part's audio (its marks), None if it is not there."""
         from storage.errors import ObjectMissing
 
         try:
             return decode(self.store.get(where(audio_key)))
         except ObjectMissing:
             return None
+
+    def _cached_with_words(self, s: Seg, key: str) -> Part | None:
+        """A timed segment's cached part: one GET gives its words and its samples (kept for the join,
+        within the request's join memory), where a HEAD and a later GET would have taken two calls."""
+        from storage.errors import ObjectMissing
+
+        try:
+            data = self.store.get(key)
+        except ObjectMissing:
+            self.cache.delete(s.part_id)
+            return None
+        words = part_words(data)
+        if words is None:  # an object without its words (unreadable): made again, with them
+            return None
+        samples, sr = audio_codec.decode(data)
+        return Part(key, samples if sr == self.engine.sample_rate else None, cached=True,
+                    sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
+                    duration_s=round(len(samples) / sr, 4), words=words)
 
     def batch(self, misses: list[Seg]) -> list[tuple[str, Failure]]:
         """The CPU front end as segments arrive; its length picks the padding bucket. Returns the
@@ -135,7 +148,8 @@ class PartMaker:
         if not misses:
             return failed
         prepared = self.engine.prepare_many([SynthItem(s.seg.text, s.seg.voice, s.seg.speed, s.seg.timestamps,
-                                                       spans=tuple(s.seg.spans) if s.seg.spans else None)
+                                                       spans=tuple(s.seg.spans) if s.seg.spans else None,
+                                                       lang=s.seg.lang)
                                              for s in misses])
         for s, p in zip(misses, prepared, strict=True):
             if isinstance(p, Failure):
@@ -210,39 +224,36 @@ class PartMaker:
         self._learn_cost(prepared, synth_s)
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
-        uploads: list[tuple[Future[str], int] | None] = []
-        word_uploads: list[tuple[Future[str], PartWords] | None] = []
+        uploads: list[tuple[Future[str], int, PartWords | None] | None] = []
         mark_uploads: list[tuple[Future[str], PartMarks] | None] = []
         for i, (s, r) in enumerate(zip(segs, results, strict=True)):
-            word_uploads.append(None)
             mark_uploads.append(None)
             if isinstance(r, Audio):
-                key = self.store.key("part", s.part_id, PART_FORMAT)
                 if has_marks(s.seg):  # its marks beside it (an empty list from a voice that times none)
                     pm = part_marks(r.marks, len(r.samples), r.sample_rate)
-                    mark_uploads[i] = (self._io.submit(self.store.put, part_marks_key(key), msgspec.json.encode(pm),
-                                                       "application/json"), pm)
+                    mark_uploads[i] = (self._io.submit(self.store.put, part_marks_key(self.store.key(
+                        "part", s.part_id, PART_FORMAT)), msgspec.json.encode(pm), "application/json"), pm)
                 data = audio_codec.encode(r.samples, r.sample_rate, PART_FORMAT)
                 # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
                 results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
-                uploads.append((self._io.submit(self.store.put, key, data, audio_codec.content_type(PART_FORMAT)),
-                                len(data)))
-                if s.seg.timestamps and r.words is not None:  # its words beside it, under the same address
+                pw = None
+                if s.seg.timestamps and r.words is not None:  # its words in the same object: one PUT
                     pw = encode_part_words(s.seg.text, r.words, len(r.samples), r.sample_rate)
-                    word_uploads[i] = (self._io.submit(self.store.put, part_words_key(key), msgspec.json.encode(pw),
-                                                       "application/json"), pw)
+                    data = part_object(data, pw)
+                key = self.store.key("part", s.part_id, PART_FORMAT)
+                uploads.append((self._io.submit(self.store.put, key, data, audio_codec.content_type(PART_FORMAT)),
+                                len(data), pw))
             else:
                 uploads.append(None)
         out: list[_Made] = []
         share = synth_s / max(1, len(segs))
-        for s, r, up, wu, mu, w in zip(segs, results, uploads, word_uploads, mark_uploads, waits, strict=True):
+        for s, r, up, mu, w in zip(segs, results, uploads, mark_uploads, waits, strict=True):
             key = self.store.key("part", s.part_id, PART_FORMAT)
             sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
-            for extra in (wu, mu):
-                if extra is not None:
-                    extra[0].result()
+            if mu is not None:
+                mu[0].result()
             s.model_s, s.uploaded_at = share, time.time()
-            out.append((s, r, key, share, sha, size, w, wu[1] if wu is not None else None,
+            out.append((s, r, key, share, sha, size, w, up[2] if up is not None else None,
                         mu[1] if mu is not None else None))
         return out
 

@@ -2,13 +2,15 @@
 
 Invariants (docs/concepts/timing.md):
 
-* **A part keeps the timings it was made with.** A part made for a segment that asked for
-  timestamps is made only once its words object (:class:`PartWords`: the segment's text, the
-  part's length and every word with its offsets in the segment and its times in the part) is
-  in S3 beside its audio, under the same content address (``part/<id>.json``). A cached part
-  counts for such a segment only if that object is there too; if not (a part made without
-  timestamps), the part is made again: the same audio under the same key, now with its words.
-  So a cache hit is as captioned as a miss.
+* **A part keeps the timings it was made with, in the same object.** A part made for a segment
+  that asked for timestamps carries its words (:class:`PartWords`: the segment's text, the
+  part's length and every word with its offsets in the segment and its times in the part)
+  inside its WAV file, as a RIFF chunk after the samples (:func:`part_object`; WAV readers
+  skip it), so one PUT stores both and the part is made only when both are in S3. Such a part
+  has its own content address (:func:`streams.worker.keys.part_id` with ``words=True``); a
+  cached one counts for a timed segment only if its words read back (:func:`part_words`),
+  else it is made again. So a cache hit is as captioned as a miss, and a restarted worker
+  reads every part's words from the part it reads for the join.
 * **Placed, never estimated.** A word's character offsets map through its segment's
   :class:`~schemas.SegmentSource` (written by the stage) into the request's text as sent;
   its time moves by its part's start in the joined audio (:func:`engine.audio.part_starts`:
@@ -34,19 +36,20 @@ from typing import Any
 import msgspec
 
 from engine import voices as engine_voices
-from engine.audio import part_starts
+from engine.audio import part_starts, read_chunk, with_chunk
 from engine.captions import cues, to_srt, to_vtt
 from engine.timing import Word
 from schemas import MarkTime, ObjectRef, SegmentSource, WordSpan, WordTimings, encode
 
-__all__ = ["GAP_MS", "NO_SOURCE_REASON", "PartWords", "RequestTimings", "chunk_offset", "chunk_words", "decode_part_words",
-           "encode_part_words", "no_words_reason", "part_words_key", "request_timings", "store_request_timings",
-           "voice_times"]
+__all__ = ["GAP_MS", "NO_SOURCE_REASON", "WORDS_CHUNK", "PartWords", "RequestTimings", "chunk_offset", "chunk_words",
+           "decode_part_words", "encode_part_words", "no_words_reason", "part_object", "part_words", "part_words_key",
+           "request_timings", "store_request_timings", "voice_times"]
 
 GAP_MS = 150.0  # the pause the join puts between two parts (engine.audio.join's default)
 # why a timed request's segments carry no source (the stage maps plain text only, for now)
 NO_SOURCE_REASON = "word timings of SSML, or of text a lexicon rewrote, are not offered yet"
 _JSON = "application/json"
+WORDS_CHUNK = b"wrds"  # the RIFF chunk of a part's WAV that holds its words (PartWords as JSON)
 
 
 class PartWords(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,8 +75,21 @@ class RequestTimings:
     marks: list[MarkTime] | None = None  # its SSML marks in the joined audio (streams.worker.marks)
 
 
+def part_object(wav: bytes, words: PartWords) -> bytes:
+    """A part's stored object: its WAV with its words in a RIFF chunk after the samples."""
+    return with_chunk(wav, WORDS_CHUNK, msgspec.json.encode(words))
+
+
+def part_words(data: bytes) -> PartWords | None:
+    """The words a part's object carries, or None (made without them, or unreadable)."""
+    payload = read_chunk(data, WORDS_CHUNK)
+    return decode_part_words(payload) if payload is not None else None
+
+
 def part_words_key(audio_key: str) -> str:
-    """The words object's key beside a part's audio key (``.../<id>.wav`` -> ``.../<id>.json``)."""
+    """Where a worker before 2026-12-02 (session 9) stored a part's words: a JSON object beside its
+    audio (``.../<id>.wav`` -> ``.../<id>.json``). Read only, as a fallback for a request one of
+    those workers started."""
     stem, dot, _ext = audio_key.rpartition(".")
     return (stem if dot else audio_key) + ".json"
 

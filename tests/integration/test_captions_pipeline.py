@@ -38,6 +38,7 @@ from streams.devstack.procs import Supervisor
 from streams.devstack.stack import ensure_topics
 from streams.settings import Settings
 from streams.stage.text import normalize, split_segments
+from streams.worker.timings import part_words
 from tests.integration.conftest import TEST_PARTITIONS, _cleanup
 from tests.support.gateway import http
 from tests.support.stack import require_stack
@@ -113,6 +114,12 @@ def test_chunks_and_completion_carry_the_same_words_and_a_cache_hit_keeps_them(r
         assert ch.offset_s is not None and (cw.start, cw.end, cw.word) == (w.start, w.end, w.word)
         assert abs(ch.offset_s + cw.start_s - w.start_s) < 0.002 and 0 <= cw.start_s <= ch.audio.duration_s
     assert chunks[0].offset_s == 0.0
+    # the chunk's audio is its part's object: a WAV that reads as audio and carries the part's words
+    data = client.fetch_chunk(chunks[-1])  # sha256 checked
+    pw = part_words(data)
+    assert pw is not None and [(w.word, w.start_s) for w in pw.words] == \
+        [(w.word, w.start_s) for w in chunks[-1].words or []]
+    assert abs(len(decode(data)[0]) / chunks[-1].audio.sample_rate - chunks[-1].audio.duration_s) < 1e-3
 
     for fmt in ("vtt", "srt"):
         cap = client.captions(c, fmt)
@@ -127,7 +134,7 @@ def test_chunks_and_completion_carry_the_same_words_and_a_cache_hit_keeps_them(r
     assert again.cached_segments == again.segments == c.segments
     assert client.words(again) == words and again.words == c.words
 
-    # a part made without timings is made again with them (same audio, same key), never a word-less hit
+    # a part made without timings is made again with them (under its own key), never a word-less hit
     plain = f"Sentence {uuid.uuid4().int % 10**6} is first spoken without timings, then with them."  # new audio
     first = client.wait(client.submit(plain, "bob"), 300)
     assert first.words is None and first.words_reason is None
@@ -299,8 +306,8 @@ def test_the_playground_highlights_the_word_being_spoken(rig: Rig, tmp_path: Pat
 
         _until(sample, 60, "words highlighted in turn")
         assert len({w for _, w in seen}) >= 4, seen
-        starts = {s.text: float(s.get_attribute("data-start")) for s in spans}
-        ends = {s.text: float(s.get_attribute("data-end")) for s in spans}
+        starts = {s.text: float(s.get_attribute("data-start") or "nan") for s in spans}
+        ends = {s.text: float(s.get_attribute("data-end") or "nan") for s in spans}
         # the marked word is the one whose time holds the clock (or the last one started, in a pause)
         assert all(starts[w] <= t + 0.05 and t <= ends[w] + 0.3 for t, w in seen), (seen, starts, ends)
         print(f"\nplayground screenshot: {tmp_path / 'playground-captions.png'}")

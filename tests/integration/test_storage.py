@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from storage import AudioCache, AudioStore, ObjectMissing, S3Unavailable, content_key
+from storage import AudioCache, AudioStore, ObjectMissing, S3Unavailable, StorageConfigError, content_key
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -105,6 +105,28 @@ def test_keys_are_built_from_digests_only() -> None:
     with pytest.raises(ValueError):
         content_key("audio/", "part", "a" * 64, "wav/../x")
     assert content_key("audio/", "req", "ab" * 32, "ogg") == f"audio/req/ab/ab/{'ab' * 32}.ogg"
+
+
+def test_a_put_is_signed_for_any_prefix_and_refused_as_the_client_would_refuse_it(stack_settings: Settings) -> None:
+    s = stack_settings
+    odd = AudioStore(s.s3.s3_endpoint, s.s3.s3_bucket, s.s3.s3_access_key, s.s3.s3_secret_key, s.s3.s3_region,
+                     f"test {uuid.uuid4().hex[:8]}+é=/", max_attempts=1)  # a prefix that needs quoting
+    wrong = AudioStore(s.s3.s3_endpoint, s.s3.s3_bucket, s.s3.s3_access_key, "not-the-secret", s.s3.s3_region,
+                       max_attempts=1)
+    nobucket = AudioStore(s.s3.s3_endpoint, f"no-bucket-{uuid.uuid4().hex[:8]}", s.s3.s3_access_key,
+                          s.s3.s3_secret_key, s.s3.s3_region, max_attempts=1)
+    key = odd.key("words", "ab" * 32, "json")
+    try:
+        assert odd.put(key, b"{}", "application/json") == hashlib.sha256(b"{}").hexdigest()
+        assert odd.get(key) == b"{}" and odd._client.head_object(Bucket=odd.bucket, Key=key)["Metadata"] == \
+            {"sha256": hashlib.sha256(b"{}").hexdigest()}
+        for store in (wrong, nobucket):
+            with pytest.raises(StorageConfigError):
+                store.put(store.key("part", "cd" * 32, "wav"), b"x")
+    finally:
+        odd._client.delete_object(Bucket=odd.bucket, Key=key)
+        for store in (odd, wrong, nobucket):
+            store.close()
 
 
 def test_unreachable_s3_is_retriable(stack_settings: Settings) -> None:

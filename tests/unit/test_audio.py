@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine import decode, encode, join, resample
-from engine.audio import JoinWriter
+from engine.audio import JoinWriter, read_chunk, with_chunk
 from engine.errors import ItemError
 
 SR = 24000
@@ -39,6 +39,20 @@ def test_encode_clips_and_rejects_unknown_formats() -> None:
     assert y[0] == pytest.approx(1.0, abs=1e-4) and y[1] == pytest.approx(-1.0, abs=1e-4)
     with pytest.raises(ItemError, match="mp3"):
         encode(np.zeros(10, np.float32), SR, "mp3")
+
+
+def test_a_chunk_rides_in_a_wav_file_that_reads_the_same() -> None:
+    import wave
+
+    wav = encode(_tone(440, 0.1), SR)
+    both = with_chunk(with_chunk(wav, b"abcd", b"odd"), b"wrds", b'{"words": []}')
+    assert read_chunk(both, b"abcd") == b"odd" and read_chunk(both, b"wrds") == b'{"words": []}'
+    assert read_chunk(wav, b"wrds") is None and read_chunk(b"not a wav", b"wrds") is None
+    assert np.array_equal(decode(both)[0], decode(wav)[0])  # libsndfile skips what it does not know
+    with wave.open(io.BytesIO(both)) as w:  # so does the standard library's reader
+        assert w.getnframes() == len(decode(wav)[0])
+    assert int.from_bytes(both[4:8], "little") == len(both) - 8 and len(both) % 2 == 0
+    assert read_chunk(both[:-4], b"wrds") is None  # cut short: not read as words
 
 
 @pytest.mark.parametrize("sr_out", [16000, 22050, 48000])

@@ -256,6 +256,32 @@ def test_a_voice_mix_passes_in_its_one_spelling_and_a_bad_part_is_unknown_voice(
         assert r.status_code == 400 and err["code"] == "unknown_voice" and err["param"] == "voice" and part in err["message"]
 
 
+def test_a_voice_map_passes_resolved_and_a_bad_entry_is_a_400_naming_it(tmp_path: Path) -> None:
+    """``voices`` (the OpenAI SDK sends it with extra_body): each voice resolved like ``voice`` (a served
+    voice of another backend by name, a mix in its one spelling), languages those the stage cuts by."""
+    c, stub = _client(tmp_path, TTS_BACKEND="kokoro", TTS_BACKENDS="kokoro,hibari")
+    with c:
+        ok = c.post("/v1/audio/speech", json={**BODY, "voice": "zf_xiaobei",
+                                              "voices": {"ja": "jf_alpha (2)+jm_kumo", "en": "heart"}})
+        bad = [c.post("/v1/audio/speech", json={**BODY, "voices": v}) for v in
+               ({"ko": "zf_xiaobei"}, {"ja": "nobody"}, {"ja": "jf_alpha+heart"})]
+        ssml = c.post("/v1/audio/speech", json={**BODY, "text_type": "ssml", "voices": {"ja": "jf_alpha"}})
+    assert ok.status_code == 200, ok.text
+    assert stub.calls[-1]["voices"] == {"ja": "jf_alpha(2)+jm_kumo(1)", "en": "heart"}
+    for r, code, named in zip(bad, ("unsupported_language", "unknown_voice", "unknown_voice"),
+                              ("'ko'", "voices.ja", "'heart'"), strict=True):
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["code"] == code and err["param"] == "voices" and named in err["message"]
+    assert ssml.status_code == 400 and ssml.json()["error"]["param"] == "voices"
+
+
+def test_a_voice_map_failed_by_the_stage_names_the_voices_param() -> None:
+    c = Completion(request_id="r", user_id="u", status="failed",
+                   error=ErrorInfo(code="unsupported_language", message="voices.zh: voice 'heart' speaks en-US"))
+    e = failed_error(c)
+    assert e.status == 400 and e.param == "voices"
+
+
 class StreamingStub(StubPipeline):
     """Streams two chunks of half a second of tone, then the completion."""
 

@@ -10,14 +10,15 @@ import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.audio import part_starts
+from engine.audio import decode, encode, part_starts
 from engine.timing import Word, segment_sources
 from engine.voices import NO_TIMESTAMPS_REASON
-from schemas import SegmentSource, decode_segment, decode_word_timings
+from schemas import ErrorInfo, SegmentSource, decode_segment, decode_word_timings
 from storage.errors import ObjectMissing
 from storage.s3 import content_key
 from streams.settings import Settings
@@ -30,6 +31,8 @@ from streams.worker.timings import (
     chunk_offset,
     chunk_words,
     encode_part_words,
+    part_object,
+    part_words,
     part_words_key,
     request_timings,
 )
@@ -133,6 +136,17 @@ class Store:
             raise ObjectMissing(key)
         return self.objects[key]
 
+    def head(self, key: str) -> dict[str, Any] | None:
+        return None if key not in self.objects else {"bytes": len(self.objects[key]), "sha256": None, "metadata": {}}
+
+    def put_file(self, key: str, f: Any, content_type: str = "", *, metadata: Any = None) -> tuple[str, int]:
+        f.seek(0)
+        data = f.read()
+        return self.put(key, data), len(data)
+
+    def ping(self) -> None:
+        pass
+
 
 def _last(voice: str, total: int) -> Any:
     body = {"request_id": "r", "user_id": "u", "seq": total - 1, "total": total, "text": "Hello there.",
@@ -147,14 +161,24 @@ def test_the_request_words_and_captions_are_stored_content_addressed_and_referen
         joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
         pw0 = _part("Hello there.", [(0, 5, 0.1, 0.4), (6, 11, 0.5, 0.9)], SR)
         pw1 = _part("Hello there.", [(0, 5, 0.0, 0.3), (6, 11, 0.4, 0.8)], SR)
+        # part 1 is read back from S3: its words ride in its WAV (a RIFF chunk that readers skip)
         audio_key = content_key("", "part", "c" * 64, "wav")
-        store.put(part_words_key(audio_key), json.dumps({"text": pw1.text, "samples": pw1.samples,
-                                                         "sample_rate": SR, "words": [
-                                                             {"word": w.word, "start": w.start, "end": w.end,
-                                                              "start_s": w.start_s, "end_s": w.end_s}
-                                                             for w in pw1.words]}).encode())
+        wav = encode(np.zeros(SR, np.float32), SR)
+        store.put(audio_key, part_object(wav, pw1))
+        assert decode(store.objects[audio_key])[0].shape == (SR,) and part_words(wav) is None
         parts = {0: Part("k0", None, cached=False, words=pw0), 1: Part(audio_key, None, cached=True)}
         t = joiner._timings(["d" * 64, "e" * 64], parts, ["id"], _last("heart", 2), 2.15)
+        # a part an older worker made: plain WAV, its words in a JSON object beside it
+        old_key = content_key("", "part", "f" * 64, "wav")
+        store.put(old_key, wav)
+        store.put(part_words_key(old_key), json.dumps({"text": pw1.text, "samples": pw1.samples,
+                                                       "sample_rate": SR, "words": [
+                                                           {"word": w.word, "start": w.start, "end": w.end,
+                                                            "start_s": w.start_s, "end_s": w.end_s}
+                                                           for w in pw1.words]}).encode())
+        old = joiner._timings(["d" * 64, "e" * 64], {**parts, 1: Part(old_key, None, cached=True)}, ["id"],
+                              _last("heart", 2), 2.15)
+        assert old.words == t.words
     assert t.reason is None and t.count == 4 and t.words is not None and t.captions is not None
     data = store.objects[t.words.key]
     assert t.words.key == content_key("", "words", hashlib.sha256(data).hexdigest(), "json")
@@ -164,6 +188,37 @@ def test_the_request_words_and_captions_are_stored_content_addressed_and_referen
     assert [w.start_s for w in doc.words] == pytest.approx([0.1, 0.5, 1.15, 1.55])
     assert store.objects[t.captions["vtt"].key].startswith(b"WEBVTT")
     assert set(t.captions) == {"vtt", "srt"}
+
+
+def test_a_restarted_worker_reads_every_part_and_its_words_in_one_get() -> None:
+    from streams.worker.joiner import JoinSpec
+    from streams.worker.keys import part_id
+
+    store = Store()
+    pw0 = _part("Hello there.", [(0, 5, 0.1, 0.4), (6, 11, 0.5, 0.9)], SR)
+    pw1 = _part("Hello there.", [(0, 5, 0.0, 0.3), (6, 11, 0.4, 0.8)], SR)
+    hashes = ["d" * 64, "e" * 64]
+    # part 0 was made before the restart: only its object in S3 (under the timed address) knows its words
+    store.put(content_key("", "part", part_id(hashes[0], "id", True), "wav"),
+              part_object(encode(np.zeros(SR, np.float32), SR), pw0))
+    gets: list[str] = []
+    get = store.get
+
+    def counted(key: str) -> bytes:
+        gets.append(key)
+        return get(key)
+
+    store.get = counted  # type: ignore[method-assign]
+    with ThreadPoolExecutor(1) as io:
+        joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
+        spec = JoinSpec(key=content_key("", "req", "a" * 64, "wav"), fmt="wav", sr_in=SR, sr_out=SR, max_audio_s=60)
+        audio, t = joiner._join_all(spec, hashes, {1: Part("k1", np.zeros(SR, np.float32), cached=False, words=pw1)},
+                                    ["id"], _last("heart", 2))
+    assert not isinstance(audio, ErrorInfo) and audio.duration_s == pytest.approx(2.15)
+    assert t is not None and t.reason is None and t.count == 4 and t.words is not None
+    assert [w.start_s for w in decode_word_timings(store.objects[t.words.key]).words] == \
+        pytest.approx([0.1, 0.5, 1.15, 1.55])
+    assert len(gets) == 1  # the part's audio and its words: one object, one GET
 
 
 def test_a_voice_without_durations_answers_with_the_reason_and_no_words() -> None:
