@@ -25,11 +25,13 @@ from streams.stage.lexicons import LexiconReader, lexicon_store
 from streams.stage.patches import fetch_in_turns, fetch_state, leave_group_on_stop, stage_app_class
 from streams.stage.pending import Deferred, Handled
 from streams.stage.pieces import CONTROL_HEADER, OpenIndex, OpenRequest, decode_open, open_key, tick_value
-from streams.stage.watch import InputWatch
+from streams.stage.watch import InputWatch, input_hole
 
 __all__ = ["build_app", "claim_stage_instance_id", "prepare_topics"]
 
 _log = logging.getLogger("ttsflow.stage")
+# when this process last re-executed itself for an input hole (kept across os.execv in the environment)
+_HOLE_RESTART_ENV = "TTSFLOW_STAGE_HOLE_RESTART_AT"
 
 
 _PIECE_DROPS = ("piece_repeated", "tick_stale", "tick_unreadable")  # counted, not logged (a hostile stream sends millions)
@@ -160,6 +162,20 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     opened = app.Table(open_table_name(settings.stage), default=None, partitions=settings.kafka.partitions,
                        key_type=bytes, value_type=bytes)
     opened._verified_source_topics_for_partitions.add(source_topic)
+    # A table write's changelog record must be delivered before its input record may be committed:
+    # faust's commit flushes its producer first, but that flush (faust-streaming 0.15.3,
+    # ProducerBuffer.flush_atmost) returns after 0.1 s without a message sent, and a message its
+    # drain task has taken off the buffer but not yet handed to the client is in neither; a SIGKILL
+    # then loses the write while the offset stays committed (seen: a stream's piece missing from the
+    # open table after a stage SIGKILL, its later pieces held forever behind the gap, the request
+    # closed by stream_timeout). The changelog futures are kept here and awaited in flush().
+    changelog_sent: list[Any] = []
+    for table in (seen, opened):
+        def _kept(*args: Any, _send: Any = table.send_changelog, **kwargs: Any) -> Any:
+            fut = _send(*args, **kwargs)
+            changelog_sent.append(fut)
+            return fut
+        table.send_changelog = _kept
     open_index = OpenIndex()
     indexed_gen: list[int | None] = [None]
     # handled records whose outputs are not yet known delivered, and their table writes (pending.py)
@@ -229,6 +245,9 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
                     opened[ok] = state
         finally:
             _current_event.set(current)
+        sent, changelog_sent[:] = list(changelog_sent), []
+        for f in sent:  # the writes are in the changelog (not only in faust's buffer) before any commit
+            await f
         for h in held:
             app.mark_processed(h.event.message)
             await stream.ack(h.event)
@@ -246,11 +265,39 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
                          prev[1], msg.offset, gen)
         last_offset[msg.partition] = (gen, msg.offset)
 
+    def restart(reason: str) -> None:
+        """Re-execute the stage in place (same PID, same command line): it reads again from the
+        committed offsets; the records handled but not yet flushed are not marked processed."""
+        _log.error("event=stage_restart reason=%s; restarting to re-read from the committed offset", reason)
+        metrics.ready(False)
+        metrics.close()
+        logging.shutdown()
+        os.environ[_HOLE_RESTART_ENV] = str(time.time()) if reason.startswith("input_hole") else \
+            os.environ.get(_HOLE_RESTART_ENV, "")
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+    def hole_before(msg: Any) -> tuple[int, int] | None:
+        tp = next((t for t in app.consumer.assignment() if t.topic == source_topic and t.partition == msg.partition),
+                  None)
+        committed = app.consumer._committed_offset.get(tp) if tp is not None else None
+        return input_hole(msg.offset, generation=app.consumer_generation_id, last=last_offset.get(msg.partition),
+                          committed=committed)
+
     @app.agent(requests)
     async def stage(stream: Any) -> None:
         agent_stream[:] = [stream]
         stream.enable_acks = False  # acked by flush(), once processed
         async for event in stream.events():
+            hole = hole_before(event.message)
+            if hole is not None:
+                # records faust fetched and never handed over: handled after them, a stream's later pieces
+                # would wait for the missing ones until it timed out. Read again from the committed offset,
+                # at once (at most once a minute: a hole that a re-read cannot fill is left to the watchdog).
+                last_restart = float(os.environ.get(_HOLE_RESTART_ENV) or 0)
+                _log.error("event=input_hole partition=%d from_offset=%d to_offset=%d generation=%s",
+                           event.message.partition, hole[0], hole[1], app.consumer_generation_id)
+                if time.time() - last_restart > 60:
+                    restart(f"input_hole partition={event.message.partition} offsets={hole[0]}-{hole[1] - 1}")
             async with handling:
                 await handle(event)
                 if len(deferred) >= batch_records:
@@ -382,13 +429,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
                                  delivered=delivered)
             if reason is None:
                 continue
-            _log.error("event=%s partition=%d committed=%s processed_next=%s end=%s paused=%s fetch_state=%s; "
-                       "restarting to re-read from the committed offset", reason, tp.partition, committed,
-                       processed_next, ends.get(tp), tp in consumer._paused_partitions, fetch_state(consumer, tp))
-            metrics.ready(False)
-            metrics.close()
-            logging.shutdown()
-            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+            _log.error("event=%s partition=%d committed=%s processed_next=%s end=%s paused=%s fetch_state=%s",
+                       reason, tp.partition, committed, processed_next, ends.get(tp), tp in consumer._paused_partitions,
+                       fetch_state(consumer, tp))
+            restart(reason)
 
     @app.task
     async def started() -> None:

@@ -6,7 +6,7 @@ two seconds per assigned partition and re-executes the process on a reason.
 
 from __future__ import annotations
 
-__all__ = ["InputWatch"]
+__all__ = ["InputWatch", "input_hole"]
 
 _STALL_S = 30.0
 _FRESH_STALL_S = 8.0
@@ -74,3 +74,25 @@ class InputWatch:
         elif now - prev_i[1] > (self.stall_s if delivered else self.fresh_stall_s):
             return "input_stalled"
         return None
+
+
+def input_hole(offset: int, *, generation: int | None, last: tuple[int | None, int] | None,
+               committed: int | None) -> tuple[int, int] | None:
+    """The offsets ``[from, to)`` of the input partition the agent was never handed, if ``offset``
+    (the record it is handed now) comes after such a hole; None when it follows on.
+
+    ``last``: ``(generation, offset)`` of the partition's record handed before (None: none since
+    the process started); ``committed``: the group's committed offset (the next one to read). The
+    first record of a generation must be the committed one, later ones the one after the record
+    before. One offset missing is not a hole: a transactional producer's commit marker takes an
+    offset no consumer is handed. Seen: a stage restarted after a SIGKILL was handed the last
+    piece of a stream and none of the 25 before it (faust drops records it fetched around a
+    rebalance); the pieces after the hole were held for the missing one until the stream timed
+    out, before the commit-stall watchdog's 30 s were up."""
+    if last is not None and last[0] == generation:
+        expected: int | None = last[1] + 1
+    else:
+        expected = committed
+    if expected is None or offset - expected <= 1:
+        return None
+    return expected, offset

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.stage.watch import InputWatch
+from streams.stage.watch import InputWatch, input_hole
 
 
 def run(w: InputWatch, steps: list[tuple[float, dict]]) -> list[str | None]:  # type: ignore[type-arg]
@@ -71,3 +71,18 @@ def test_a_partition_that_delivered_keeps_the_long_stall_time() -> None:
     w = InputWatch(stall_s=30, fresh_stall_s=8)
     moving = {"end": 500, "processed_next": 40, "delivered": True}
     assert run(w, [(0, moving), (9, moving), (20, moving), (31, moving)]) == [None, None, None, "input_stalled"]
+
+
+def test_a_record_after_offsets_never_handed_over_is_a_hole() -> None:
+    # the first record of a generation must be the committed one (a restarted stage handed piece 40
+    # of a stream and none of 15-39 held piece 40 until the stream timed out)
+    assert input_hole(40, generation=3, last=None, committed=15) == (15, 40)
+    assert input_hole(15, generation=3, last=None, committed=15) is None
+    assert input_hole(40, generation=3, last=(2, 99), committed=15) == (15, 40)  # the last record was another generation's
+    # within a generation: the one after the record before
+    assert input_hole(21, generation=3, last=(3, 20), committed=15) is None
+    assert input_hole(30, generation=3, last=(3, 20), committed=15) == (21, 30)
+    # one offset missing is a transaction marker, not a hole; nothing known, nothing to say
+    assert input_hole(22, generation=3, last=(3, 20), committed=15) is None
+    assert input_hole(16, generation=3, last=None, committed=15) is None
+    assert input_hole(500, generation=3, last=None, committed=None) is None
