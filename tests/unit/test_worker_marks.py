@@ -6,18 +6,14 @@ part counts as a hit only with its marks object)."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import msgspec
 import numpy as np
 import pytest
 
 from schemas import MarkTime, Segment, Span, decode_segment
-from storage.errors import ObjectMissing
-from storage.s3 import content_key
 from streams.settings import Settings
 from streams.stage.core import StageCore
 from streams.worker.joiner import Joiner
@@ -25,6 +21,7 @@ from streams.worker.keys import part_id
 from streams.worker.ledger import Part
 from streams.worker.marks import GAP_MS, PartMarks, part_marks, part_marks_key, request_marks
 from streams.worker.timings import RequestTimings
+from tests.support.memstore import MemStore
 
 SR = 24000
 MARKED = [Span(text="Hello there."), Span(mark="a"), Span(break_ms=300), Span(text="Bye.")]
@@ -55,33 +52,8 @@ def test_a_mark_is_placed_at_its_parts_start_in_the_joined_audio() -> None:
                                                  ("late", pytest.approx(start2 + 1.0))]
 
 
-class Store:
-    """An in-memory bucket with the calls the joiner's marks step uses."""
-
-    bucket = "b"
-    presign_ttl_s = 0
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def key(self, kind: str, digest: str, ext: str) -> str:
-        return content_key("", kind, digest, ext)
-
-    def put(self, key: str, data: bytes, content_type: str = "") -> str:
-        self.objects[key] = data
-        return hashlib.sha256(data).hexdigest()
-
-    def get(self, key: str) -> bytes:
-        if key not in self.objects:
-            raise ObjectMissing(key)
-        return self.objects[key]
-
-    def head(self, key: str) -> dict[str, Any] | None:
-        return {"bytes": len(self.objects[key]), "sha256": "x"} if key in self.objects else None
-
-
 def test_after_a_restart_the_marks_and_the_earlier_lengths_are_read_back_from_s3() -> None:
-    store = Store()
+    store = MemStore()
     hashes = [c * 64 for c in "abc"]
     # part 0 (no marks) and part 1 (marked) were made before a restart: only their objects are left
     key0 = store.key("part", part_id(hashes[0], "id"), "wav")
@@ -150,7 +122,7 @@ def test_a_marked_part_is_a_cache_hit_only_with_its_marks_object() -> None:
     from streams.worker.ledger import Seg
     from streams.worker.parts import PartMaker
 
-    store = Store()
+    store = MemStore()
     key = store.key("part", "f" * 64, "wav")
     store.put(key, b"\0" * (44 + 2 * SR))
     engine = type("E", (), {"sample_rate": SR, "timestamps": True})()

@@ -19,7 +19,6 @@ from engine.audio import decode, encode, part_starts
 from engine.timing import Word, segment_sources
 from engine.voices import NO_TIMESTAMPS_REASON
 from schemas import ErrorInfo, SegmentSource, decode_segment, decode_word_timings
-from storage.errors import ObjectMissing
 from storage.s3 import content_key
 from streams.settings import Settings
 from streams.stage.core import StageCore
@@ -36,6 +35,7 @@ from streams.worker.timings import (
     part_words_key,
     request_timings,
 )
+from tests.support.memstore import MemStore
 
 SR = 24000
 
@@ -112,42 +112,6 @@ def test_a_chunk_offset_needs_every_earlier_part() -> None:
     assert chunk_offset({0: 1.0}, 2, SR) is None  # a worker that restarted mid-request: unknown, not guessed
 
 
-class Store:
-    """An in-memory bucket with the calls the joiner's timing step uses."""
-
-    bucket = "b"
-    presign_ttl_s = 0
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def key(self, kind: str, digest: str, ext: str) -> str:
-        return content_key("", kind, digest, ext)
-
-    def uri(self, key: str) -> str:
-        return f"s3://b/{key}"
-
-    def put(self, key: str, data: bytes, content_type: str = "") -> str:
-        self.objects[key] = data
-        return hashlib.sha256(data).hexdigest()
-
-    def get(self, key: str) -> bytes:
-        if key not in self.objects:
-            raise ObjectMissing(key)
-        return self.objects[key]
-
-    def head(self, key: str) -> dict[str, Any] | None:
-        return None if key not in self.objects else {"bytes": len(self.objects[key]), "sha256": None, "metadata": {}}
-
-    def put_file(self, key: str, f: Any, content_type: str = "", *, metadata: Any = None) -> tuple[str, int]:
-        f.seek(0)
-        data = f.read()
-        return self.put(key, data), len(data)
-
-    def ping(self) -> None:
-        pass
-
-
 def _last(voice: str, total: int) -> Any:
     body = {"request_id": "r", "user_id": "u", "seq": total - 1, "total": total, "text": "Hello there.",
             "hash": "a" * 64, "request_hash": "b" * 64, "voice": voice, "timestamps": True,
@@ -156,7 +120,7 @@ def _last(voice: str, total: int) -> Any:
 
 
 def test_the_request_words_and_captions_are_stored_content_addressed_and_referenced() -> None:
-    store = Store()
+    store = MemStore()
     with ThreadPoolExecutor(1) as io:
         joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
         pw0 = _part("Hello there.", [(0, 5, 0.1, 0.4), (6, 11, 0.5, 0.9)], SR)
@@ -194,7 +158,7 @@ def test_a_restarted_worker_reads_every_part_and_its_words_in_one_get() -> None:
     from streams.worker.joiner import JoinSpec
     from streams.worker.keys import part_id
 
-    store = Store()
+    store = MemStore()
     pw0 = _part("Hello there.", [(0, 5, 0.1, 0.4), (6, 11, 0.5, 0.9)], SR)
     pw1 = _part("Hello there.", [(0, 5, 0.0, 0.3), (6, 11, 0.4, 0.8)], SR)
     hashes = ["d" * 64, "e" * 64]
@@ -222,7 +186,7 @@ def test_a_restarted_worker_reads_every_part_and_its_words_in_one_get() -> None:
 
 
 def test_a_voice_without_durations_answers_with_the_reason_and_no_words() -> None:
-    store = Store()
+    store = MemStore()
     with ThreadPoolExecutor(1) as io:
         joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
         t = joiner._timings(["d" * 64], {0: Part("k", None, cached=False)}, ["id"], _last("chattts", 1), 1.0)
