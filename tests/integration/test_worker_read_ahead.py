@@ -92,11 +92,14 @@ def test_short_requests_behind_a_long_one_in_its_partition_are_answered_first_an
         sup.restart("w1")  # same transactional.id: fences the dead instance
         sup.wait_ready(w, timeout=120)
         wait(["long"], 300)
-        end = time.monotonic() + 3.0
-        while time.monotonic() < end:  # a repeated answer would come right after the long one's
+        # the long one's last chunks commit with its completion but come through another reader: read on
+        # until all are in (or 60 s), then 3 s more, where a repeated answer or chunk would come
+        deadline, end = time.monotonic() + 60.0, time.monotonic() + 3.0
+        while time.monotonic() < end or (len(long_chunks) < LONG_SEGMENTS and time.monotonic() < deadline):
             for rec in reader.poll(0.2):
                 c = decode_completion(rec.value)
                 seen[c.request_id] += 1
+            long_chunks.extend(r.received for r in chunks.poll(0) if decode_chunk(r.value).request_id == "long")
         dropped = metric_sum(w.metrics_port, 'ttsflow_worker_segments_skipped_total{reason="request_done"}', timeout=5)
     t_long = got["long"][1] - sent["long"]
     before = sum(1 for t in long_chunks if t <= last_short)
