@@ -239,6 +239,8 @@ class StageSettings:
     stage_poll_records: int = _f(64, "Records the stage takes from its consumer at a time (faust broker_max_poll_records); a partition with more waiting goes to the back of the line after its turn, so a record of another partition waits behind at most about this many of a flooded one's, plus stage_buffer_records.", lo=1, hi=100_000)
     stage_buffer_records: int = _f(128, "Records fetched and queued in front of the stage's agent (faust stream_buffer_maxsize); each waits behind at most this many. Lower: another user's record is reached sooner behind a flood; higher: fewer pauses of the fetch under a steady load.", lo=16, hi=1_000_000)
     max_pieces_ahead: int = _f(64, "Pieces of a request held while an earlier one is missing (out of order); past it the request is failed with piece_gap.", lo=0, hi=100_000)
+    user_requests_per_s: float = _f(20.0, "Per-user admission: new requests (whole, or the first piece of one sent in pieces) one user (record key) may start per second on average, by the records' own timestamps; past it and its burst the request is failed at once with rate_limited, so one user's flood is answered instead of queued in front of the other users of its partition (streams/stage/admission.py). 0: no limit.", lo=0.0, hi=1_000_000.0)
+    user_request_burst: int = _f(200, "Per-user admission: new requests one user may start back to back above user_requests_per_s (the bucket's size).", lo=1, hi=10_000_000)
 
     @property
     def first_budgets(self) -> dict[str, int]:
