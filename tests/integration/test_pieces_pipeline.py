@@ -178,7 +178,7 @@ def test_hostile_streams_are_answered_as_documented_and_nobody_else_waits(rig: t
     assert max(waited.values()) < OTHERS_BOUND_S, waited
     # the flood: its burst (and what the rate refilled while it was published) spoken, every other request
     # answered once, at once, with the stable code
-    codes = [c.status if (e := c.error) is None else e.code for c in (got[r][0] for r in flood)]
+    codes = [c.status if (err := c.error) is None else err.code for c in (got[r][0] for r in flood)]
     admitted = codes.count("ok")
     assert set(codes) == {"ok", "rate_limited"}, set(codes)
     assert FLOOD_BURST <= admitted <= FLOOD_BURST + FLOOD_RATE * flood_s + 1, (admitted, flood_s)
