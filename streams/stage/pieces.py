@@ -30,8 +30,9 @@ its own. Guarantees:
   partitions it holds, so this one depends on the assignment), a request at most
   ``max_stream_pieces`` pieces (``too_many_pieces``) and ``max_text_chars`` characters
   (``text_too_long``); a request without a piece for ``stream_timeout_s`` before its final one is
-  closed with ``stream_timeout`` (what was spoken stays spoken, as chunks). Each is a rejection the
-  worker answers once, as a failed completion.
+  closed with ``stream_timeout`` (what was spoken stays spoken, as chunks); and opening one takes a
+  token of the user's admission bucket (``rate_limited``, :mod:`streams.stage.admission`). Each is a
+  rejection the worker answers once, as a failed completion.
 """
 
 from __future__ import annotations
