@@ -372,6 +372,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             n = limited.get(k, 0)
             if n == 0:
                 _log.warning("event=rate_limited key=%s first_request_id=%s", _key_str(k), outcome.request_id)
+                if len(limited) >= 10_000:  # keys that never came back: forget them (this is only for the log)
+                    limited.clear()
             limited[k] = n + 1
         elif k in limited and outcome.rate is not None:  # admitted again
             _log.info("event=rate_limit_lifted key=%s refused=%d", _key_str(k), limited.pop(k))
