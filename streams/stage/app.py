@@ -145,6 +145,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         # flooded partition never keeps the others' records waiting for long (patches.fetch_in_turns)
         broker_max_poll_records=settings.stage.stage_poll_records,
         stream_buffer_maxsize=settings.stage.stage_buffer_records,
+        # outputs gathered into few produce requests: with none, a flood's outputs were one socket write each
+        producer_linger=settings.stage.stage_linger_ms / 1000.0,
     )
     requests = app.topic(settings.kafka.topic_requests, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")
