@@ -176,7 +176,7 @@ def fetch_in_turns() -> None:
     AIOKafkaConsumerThread._ttsflow_turns = True  # type: ignore[attr-defined]
 
 
-BUFFERED_WAIT_S = 0.01  # longest fetch wait while a partition is held back by its full queue
+BUFFERED_WAIT_S = 0.003  # longest fetch wait while a partition is held back by its full queue
 
 
 def fetch_timeout(timeout: float | None, buffered: Any) -> float | None:
