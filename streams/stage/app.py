@@ -115,7 +115,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     datadir = Path(settings.process.home) / "stage" / settings.stage.stage_app_id / instance_id
     datadir.mkdir(parents=True, exist_ok=True)
     leave_group_on_stop()
-    fetch_in_turns()
+    fetch_in_turns(held_wait_s=settings.stage.stage_held_fetch_ms / 1000.0)
     metrics.identify(instance_id=instance_id, group=settings.stage.stage_app_id)
     from streams.kafka.config import faust_credentials
 

@@ -137,7 +137,7 @@ def stage_app_class() -> type:
     return StageApp
 
 
-def fetch_in_turns() -> None:
+def fetch_in_turns(held_wait_s: float = 0.003) -> None:
     """Make aiokafka hand out the records of its partitions in turns, not one partition's whole fetch first.
 
     aiokafka 0.14's ``Fetcher.fetched_records(max_records=N)`` takes records from the partitions in the
@@ -156,18 +156,20 @@ def fetch_in_turns() -> None:
     asks with a 1-s timeout; aiokafka, with that partition's records already fetched and no other
     partition's coming, sleeps out the timeout although the agent has emptied the queue and faust has
     put the partition back in the meantime. Measured under one user's flood of 10,000 requests: the
-    stage idle most of the time, ~400 records a second; here the wait is at most
-    :data:`BUFFERED_WAIT_S` while a partition is held back that way (:func:`fetch_timeout`).
+    stage idle most of the time, ~400 records a second; here the wait is at most ``held_wait_s``
+    (``TTS_STAGE_HELD_FETCH_MS``) while a partition is held back that way (:func:`fetch_timeout`).
     """
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
+    AIOKafkaConsumerThread._ttsflow_held_wait_s = held_wait_s  # type: ignore[attr-defined]
     if getattr(AIOKafkaConsumerThread, "_ttsflow_turns", False):
         return
     fetch = AIOKafkaConsumerThread._fetch_records
 
     async def _fetch_records(self: Any, consumer: Any, active_partitions: Any, timeout: float | None = None,
                              max_records: int | None = None) -> Any:
-        timeout = fetch_timeout(timeout, getattr(self.consumer, "_buffered_partitions", None))
+        timeout = fetch_timeout(timeout, getattr(self.consumer, "_buffered_partitions", None),
+                                wait_s=AIOKafkaConsumerThread._ttsflow_held_wait_s)
         drained = await fetch(self, consumer, active_partitions, timeout=timeout, max_records=max_records)
         take_turns(getattr(consumer._fetcher, "_records", None), drained)
         return drained
@@ -176,15 +178,12 @@ def fetch_in_turns() -> None:
     AIOKafkaConsumerThread._ttsflow_turns = True  # type: ignore[attr-defined]
 
 
-BUFFERED_WAIT_S = 0.003  # longest fetch wait while a partition is held back by its full queue
-
-
-def fetch_timeout(timeout: float | None, buffered: Any) -> float | None:
-    """The wait for fetched records: at most :data:`BUFFERED_WAIT_S` while faust holds a partition
-    back because its queue is full (``buffered``: faust's ``Consumer._buffered_partitions``), so it is
-    asked for again as soon as its queue drains."""
-    if buffered and (timeout is None or timeout > BUFFERED_WAIT_S):
-        return BUFFERED_WAIT_S
+def fetch_timeout(timeout: float | None, buffered: Any, *, wait_s: float) -> float | None:
+    """The wait for fetched records: at most ``wait_s`` while faust holds a partition back because its
+    queue is full (``buffered``: faust's ``Consumer._buffered_partitions``), so it is asked for again
+    as soon as its queue drains."""
+    if buffered and (timeout is None or timeout > wait_s):
+        return wait_s
     return timeout
 
 
