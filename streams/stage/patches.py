@@ -169,7 +169,7 @@ def fetch_in_turns(held_wait_s: float = 0.003) -> None:
     async def _fetch_records(self: Any, consumer: Any, active_partitions: Any, timeout: float | None = None,
                              max_records: int | None = None) -> Any:
         timeout = fetch_timeout(timeout, getattr(self.consumer, "_buffered_partitions", None),
-                                wait_s=AIOKafkaConsumerThread._ttsflow_held_wait_s)
+                                wait_s=AIOKafkaConsumerThread._ttsflow_held_wait_s)  # type: ignore[attr-defined]
         drained = await fetch(self, consumer, active_partitions, timeout=timeout, max_records=max_records)
         take_turns(getattr(consumer._fetcher, "_records", None), drained)
         return drained
