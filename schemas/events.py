@@ -158,10 +158,15 @@ class SegmentSource(_Event, frozen=True, kw_only=True):
     segment is character ``start + k`` of the request, except past a breakpoint ``[i, d]`` of
     ``map`` (the last with ``i <= k``), where it is ``start + d + (k - i)``. Normalization that
     changes lengths (``…`` read as ``...``, folded whitespace, removed invisible characters,
-    dropped foreign words) makes breakpoints; a segment copied verbatim has none."""
+    dropped foreign words, SSML markup) makes breakpoints; a segment copied verbatim has none.
+    ``groups``: stretches read in place of other words (:mod:`engine.spoken`)."""
 
     start: NonNegInt
     map: list[tuple[NonNegInt, NonNegInt]] | None = None
+    groups: Annotated[list[tuple[NonNegInt, NonNegInt, NonNegInt, NonNegInt, str]], msgspec.Meta(description=(
+        "Stretches read otherwise than written (SSML sub, say-as, phoneme; a lexicon's alias or phoneme): "
+        "[i, j, start, end, text]: segment characters i..j were read for request characters start..end, "
+        "written text; their words are one caption"))] | None = None
 
     def offset(self, k: int) -> int:
         """The request-text offset of segment character ``k``."""
