@@ -121,7 +121,7 @@ def test_chattts_says_it_has_no_timestamps() -> None:
 
 
 SSML = ('<speak>I visited the <sub alias="World Wide Web">WWW</sub> today. <break time="700ms"/>'
-        'Then I ate a <phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme> and '
+        'Then I ate a <phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme> and '  # noqa: RUF001
         '<prosody rate="slow">walked home slowly</prosody>.</speak>')
 
 
