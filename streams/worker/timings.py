@@ -267,11 +267,14 @@ def store_request_timings(store: Any, parts: Sequence[PartWords], sources: Seque
     its bytes' SHA-256, so a redone request writes the same objects). S3 errors are raised."""
     doc, vtt, srt = request_timings(parts, sources, duration_s)
     refs: dict[str, ObjectRef] = {}
-    for name, data, ctype in (("words", encode(doc), _JSON), ("vtt", vtt.encode(), "text/vtt; charset=utf-8"),
-                              ("srt", srt.encode(), "application/x-subrip; charset=utf-8")):
-        key = store.key("words" if name == "words" else "captions", hashlib.sha256(data).hexdigest(),
-                        "json" if name == "words" else name)
-        sha = store.put(key, data, ctype)
+    objects = [(name, data, ctype, store.key("words" if name == "words" else "captions",
+                                             hashlib.sha256(data).hexdigest(), "json" if name == "words" else name))
+               for name, data, ctype in (("words", encode(doc), _JSON), ("vtt", vtt.encode(), "text/vtt; charset=utf-8"),
+                                         ("srt", srt.encode(), "application/x-subrip; charset=utf-8"))]
+    many = getattr(store, "put_many", None)  # the three at once (storage.s3), else one after the other
+    digests = many([(key, data, ctype) for _, data, ctype, key in objects]) if many is not None else \
+        [store.put(key, data, ctype) for _, data, ctype, key in objects]
+    for (name, data, ctype, key), sha in zip(objects, digests, strict=True):
         url = store.presigned_url(key) if getattr(store, "presign_ttl_s", 0) else None
         refs[name] = ObjectRef(uri=store.uri(key), bucket=store.bucket, key=key, content_type=ctype,
                                bytes=len(data), sha256=sha, url=url)
