@@ -17,7 +17,8 @@ speed, take the fastest point above the acceptable quality), built in:
    median pass and the passes' spread as the noise estimate), real-time factor, batch p50/p99.
 3. **Intelligibility per version**: word error (pocketsphinx, English voices) or character error
    (Whisper base, Mandarin kokoro) of all 50 sentences of the language's corpus
-   (:mod:`streams.bench.sweep_corpus`), synthesized one by one. Batch and threads do not change
+   (:mod:`streams.bench.sweep_corpus`), synthesized one by one; ``--quality-jobs`` versions at
+   once (one thread each), after every timed point, so scoring never overlaps a timing. Batch and threads do not change
    the arithmetic of an item (a batch pads and trims; tests/unit/test_engine*.py check batched
    items against single ones), so one score per backend x precision serves each of its points;
    ``quality_from`` says so in every row.
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +219,7 @@ def _child(kind: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 def run(*, backends: Sequence[str], batches: Sequence[int], threads: Sequence[int], precisions: Sequence[str] | None,
         repeats: int, speed_texts: int, quality_texts: int = 50, max_points: int, max_wer: float, max_cer: float, providers: str,
-        model_dir: str | None, quality: bool = True, rerun: bool = True, timeout: float = 900,
+        model_dir: str | None, quality: bool = True, quality_jobs: int = 1, rerun: bool = True, timeout: float = 900,
         log: Callable[[str], None] = print) -> dict[str, Any]:
     started = time.monotonic()
     plan: list[dict[str, Any]] = []
@@ -248,12 +250,16 @@ def run(*, backends: Sequence[str], batches: Sequence[int], threads: Sequence[in
                     f"x{row['audio_s_per_s']} realtime (spread {row['spread']}), first audio {row['first_audio_ms']} ms, "
                     f"rss {row['peak_rss_mib']} MiB"))
     scores: dict[str, dict[str, Any]] = {}
-    if quality:
-        for b, prec in versions:
-            q = _child("quality", {"backend": b, "precision": prec, "threads": max(threads), "quality_texts": quality_texts,
-                                   **common}, timeout)
-            scores[f"{b}/{prec}"] = q
-            progress(f"{b} {prec} quality: {q}")
+    if quality:  # after every timed point, so scoring several versions at once disturbs no timing
+        one_each = quality_jobs > 1
+        with ThreadPoolExecutor(max_workers=quality_jobs) as pool:
+            jobs = {pool.submit(_child, "quality", {
+                "backend": b, "precision": prec, "threads": 1 if one_each else max(threads),
+                "quality_texts": quality_texts, **common}, timeout): f"{b}/{prec}" for b, prec in versions}
+            for job in as_completed(jobs):
+                scores[jobs[job]] = q = job.result()
+                progress(f"{jobs[job].replace('/', ' ')} quality: {q}")
+        scores = dict(sorted(scores.items()))
     for r in rows:
         q = scores.get(f"{r['backend']}/{r['precision']}", {})
         r["language"] = _LANG[r["backend"]]
@@ -357,7 +363,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed passes per point (default 3)")
     p.add_argument("--speed-texts", type=int, default=16, help="corpus sentences per timed pass (default 16)")
     p.add_argument("--quality-texts", type=int, default=50, help="corpus sentences scored per version (default all 50)")
-    p.add_argument("--max-points", type=int, default=18, help="a backend's full grid above this many points becomes a Latin square")
+    p.add_argument("--max-points", type=int, default=9,
+                   help="a backend's full grid above this many points becomes a Latin square (default 9: the 3 x 3 x 2 "
+                        "grid of precision x batch x threads runs as a 9-point Latin square; 18 runs it whole)")
+    p.add_argument("--quality-jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="versions scored at once, one thread each, after the timed points (default: 2 on 2+ cores)")
     p.add_argument("--max-wer", type=float, default=0.10, help="English quality floor for the recommendation")
     p.add_argument("--max-cer", type=float, default=0.10, help="Mandarin quality floor for the recommendation")
     p.add_argument("--providers", default="auto", help="TTS_PROVIDERS for every point (e.g. torch-cuda on a GPU)")
@@ -395,7 +405,7 @@ def main(argv: list[str]) -> int:
     result = run(backends=backends, batches=batches, threads=threads, precisions=precisions, repeats=repeats,
                  speed_texts=texts, quality_texts=scored, max_points=args.max_points, max_wer=args.max_wer, max_cer=args.max_cer,
                  providers=args.providers, model_dir=args.model_dir, quality=not args.no_quality,
-                 rerun=not args.no_rerun, log=log)
+                 quality_jobs=max(1, args.quality_jobs), rerun=not args.no_rerun, log=log)
     result["machine"]["loadavg_1m_start_end"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     if args.plot and result["fronts"]:
         result["plot"] = str(plot(result, Path(args.plot)))
