@@ -322,7 +322,8 @@ class WordSpan(_Event, frozen=True, kw_only=True):
     """One written word and when it is spoken: ``start``/``end`` are character offsets into the
     request's ``text`` as sent (``text[start:end]``), ``start_s``/``end_s`` seconds in the audio
     (the request's joined audio in a completion's word timings; the chunk's own audio on a chunk).
-    ``word`` is the word as the voice read it (after the stage's NFKC normalization)."""
+    ``word`` is the word as the voice read it (after the stage's NFKC normalization); a stretch read
+    otherwise than written (SSML ``sub``/``say-as``/``phoneme``, a lexicon's entry) is one word, as written."""
 
     word: str
     start: NonNegInt
