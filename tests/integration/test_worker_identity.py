@@ -130,10 +130,10 @@ def test_a_sigkilled_worker_restarted_on_the_host_takes_its_id_and_fences_its_zo
         first = readyz(w)["transactional_id"]
         assert first == f"{settings.kafka.worker_group}-{HOST}-0"
         deadline = time.monotonic() + 120
-        while metric_sum(w.metrics_port, "ttsflow_worker_completions_total") < 3:
+        while metric_sum(w.metrics_port, "ttsflow_worker_completions_total") < 1:  # busy: killed at its first answer
             sup.check_alive()
             assert time.monotonic() < deadline, "no completion within 120 s"
-            time.sleep(0.2)
+            time.sleep(0.1)
         sup.kill("w1", signal.SIGKILL)
         answered_at_kill = len(completions(settings, timeout=5))
         assert answered_at_kill < len(want), "the worker finished before it could be killed; publish more"

@@ -62,7 +62,7 @@ def test_sigkill_mid_batch_and_restart_loses_and_duplicates_nothing(settings: Se
         sup.wait_ready(w, timeout=90)
         port = w.metrics_port
         # kill while it is working: some requests answered, most not, a batch in flight
-        _wait(lambda: _metric(port, "ttsflow_worker_completions_total") >= 5, 120, "first completions", sup)
+        _wait(lambda: _metric(port, "ttsflow_worker_completions_total") >= 1, 120, "a first completion", sup)
         before = _metric(port, "ttsflow_worker_completions_total")
         assert before < n, "the worker finished before it could be killed; make the corpus bigger"
         sup.kill("w1", signal.SIGKILL)
