@@ -113,9 +113,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray: ...
 
-    def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
+    def word_times(self, raw: Any, prepared: Prepared, samples: int,
+                   starts: Sequence[int] = ()) -> tuple[Word, ...]:
         """Each word of ``prepared.words`` timed by the model's durations in ``raw``; ``samples``
-        is the length of the audio ``postprocess`` made from ``raw``."""
+        is the length of the audio ``postprocess`` made from ``raw``; ``starts``: where each model
+        chunk's audio begins in it, for a span item (its breaks' pauses; :meth:`postprocess_spans`)."""
         raise NotImplementedError(f"{type(self).__name__} predicts no durations")
 
     def phonemes(self, prepared: Prepared) -> list[str]:
@@ -129,7 +131,13 @@ class Backend(abc.ABC):
 
     def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
         """``postprocess`` of a span item, with its marks' times (seconds); for backends with ``spans``."""
-        return self.postprocess(raw, prepared), ()
+        wav, marks, _ = self.postprocess_spans(raw, prepared)
+        return wav, marks
+
+    def postprocess_spans(self, raw: Any, prepared: Prepared
+                          ) -> tuple[np.ndarray, tuple[tuple[str, float], ...], tuple[int, ...]]:
+        """:meth:`postprocess_marked`, and where each model chunk's audio starts in the result."""
+        return self.postprocess(raw, prepared), (), ()
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release sessions and threads."""

@@ -139,14 +139,16 @@ class Engine:
         for r, p in zip(raw, batch, strict=True):
             try:
                 marks = None
-                if p.shape is not None:
-                    wav, marks = self.backend.postprocess_marked(r, p)
+                starts: tuple[int, ...] = ()
+                if p.shape is not None:  # a span item: its marks, and its chunks' places (its breaks' pauses)
+                    wav, marks, starts = self.backend.postprocess_spans(r, p)
                     samples = np.asarray(wav, np.float32)
                 else:
                     samples = np.asarray(self.backend.postprocess(r, p), np.float32)
                 words = None
                 if p.words is not None:
-                    words = trim_silent_ends(self.backend.word_times(r, p, len(samples)), samples, self.sample_rate)
+                    words = trim_silent_ends(self.backend.word_times(r, p, len(samples), starts), samples,
+                                             self.sample_rate)
             except EngineError as e:
                 out.append(Failure.of(e))
                 continue

@@ -171,7 +171,7 @@ class HibariBackend(Backend):
         if not ids:
             raise ItemError("nothing speakable in the text")
         words = None
-        if item.timestamps and self.timestamps and shape is None:  # a span item's words are not timed (yet)
+        if item.timestamps and self.timestamps:  # (a span item: the words of its text, read as its spans say)
             plan = plan_words(item.text, chunks, self._word_phonemes)
             # model units: the pad, the chunk's phonemes the vocabulary knows, the pad
             words = plan.kept(chunks, lambda c: c in self._vocab)  # model units: a pad, known phonemes, a pad
@@ -205,12 +205,14 @@ class HibariBackend(Backend):
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
         return self.postprocess_marked(raw, prepared)[0]
 
-    def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
+    def postprocess_spans(self, raw: Any, prepared: Prepared
+                          ) -> tuple[np.ndarray, tuple[tuple[str, float], ...], tuple[int, ...]]:
         seed = zlib.crc32(b"".join(a.tobytes() for a in prepared.payload)) ^ zlib.crc32(
             f"{prepared.item.speed:.4f}".encode())
         rng = np.random.default_rng(seed)
         parts = [self._dsp.synth(*step[:6], rng) for step in raw]
         marks: tuple[tuple[str, float], ...] = ()
+        starts: list[int] = []
         if prepared.shape is not None:  # a span item: pauses where its breaks stand
             shape, chunks = prepared.shape
             wav, starts = pron.join(parts, shape, self.sample_rate, 0.0)
@@ -219,14 +221,16 @@ class HibariBackend(Backend):
             wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if not np.all(np.isfinite(wav)):
             raise ItemError("hibari produced non-finite audio for this text")
-        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False), marks
+        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False), marks, tuple(starts)
 
-    def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
+    def word_times(self, raw: Any, prepared: Prepared, samples: int,
+                   starts: Sequence[int] = ()) -> tuple[Word, ...]:
         # one duration unit is two spectral frames of hop 300: 600 samples at 24 kHz
         assert prepared.words is not None
         hop = 2 * self._dsp.HOP
         units = [step[6] * hop for step in raw]
-        starts = np.concatenate([[0], np.cumsum([int(u.sum()) for u in units])[:-1]]).astype(int).tolist()
+        if not starts:  # chunks back to back (a span item's come from its join: its pauses)
+            starts = np.concatenate([[0], np.cumsum([int(u.sum()) for u in units])[:-1]]).astype(int).tolist()
         return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples,
                           lead_samples=_LEAD_UNITS * hop)
 

@@ -285,7 +285,7 @@ class KokoroBackend(Backend):
         if not ids:
             raise ItemError("nothing speakable in the text")
         words = None
-        if item.timestamps and self.timestamps and shape is None:  # a span item's words are not timed (yet)
+        if item.timestamps and self.timestamps:  # (a span item: the words of its text, read as its spans say)
             plan = plan_words(item.text, chunks, self._word_phonemes)
             words = plan.kept(chunks, lambda c: c in self._vocab)  # model units: a pad, known phonemes, a pad
         return Prepared(item=dataclasses.replace(item, voice=voice), payload=ids,
@@ -319,8 +319,10 @@ class KokoroBackend(Backend):
     def postprocess(self, raw: Any, prepared: Prepared) -> np.ndarray:
         return self.postprocess_marked(raw, prepared)[0]
 
-    def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
+    def postprocess_spans(self, raw: Any, prepared: Prepared
+                          ) -> tuple[np.ndarray, tuple[tuple[str, float], ...], tuple[int, ...]]:
         marks: tuple[tuple[str, float], ...] = ()
+        starts: list[int] = []
         if prepared.shape is not None:  # a span item: pauses where its breaks stand
             shape, chunks = prepared.shape
             waves = [w[0] for w in raw]
@@ -336,16 +338,18 @@ class KokoroBackend(Backend):
             wav = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if not np.all(np.isfinite(wav)):
             raise ItemError("kokoro produced non-finite audio for this text")
-        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False), marks
+        return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False), marks, tuple(starts)
 
-    def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
+    def word_times(self, raw: Any, prepared: Prepared, samples: int,
+                   starts: Sequence[int] = ()) -> tuple[Word, ...]:
         assert prepared.words is not None
         gap = int(_GAP_S * SAMPLE_RATE)
-        units, starts, at = [], [], 0
+        units, own, at = [], [], 0
         for wave, dur in raw:
             units.append(dur * _FRAME)
-            starts.append(at)
+            own.append(at)
             at += len(wave) + gap
+        starts = starts or own  # a span item's chunks stand where its join put them (its pauses)
         return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples,
                           lead_samples=_LEAD_UNITS * _FRAME)
 

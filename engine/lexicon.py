@@ -217,11 +217,15 @@ class Applier:
         self.by_first = _matcher(lexicons) if lexicons else {}
         self.cjk = [lex for lex in lexicons if lex._cjk is not None]
 
-    def __call__(self, span: Span, used: set[str] | None = None) -> list[Span]:
-        return _apply(span, self, used)
+    def __call__(self, span: Span, used: set[str] | None = None,
+                 hits: list[tuple[int, int, str]] | None = None) -> list[Span]:
+        """``hits`` (when given) collects each match as ``(a, b, said)``: ``span.text[a:b]`` read as
+        ``said`` (an alias's text, or the grapheme itself when a phoneme replaces its reading)."""
+        return _apply(span, self, used, hits)
 
 
-def _apply(span: Span, ap: Applier, used: set[str] | None) -> list[Span]:
+def _apply(span: Span, ap: Applier, used: set[str] | None, found: list[tuple[int, int, str]] | None = None
+           ) -> list[Span]:
     text = span.text
     if not ap.lexicons or not text.strip():
         return [span]
@@ -279,6 +283,8 @@ def _apply(span: Span, ap: Applier, used: set[str] | None) -> list[Span]:
             plain.append(e.alias or "")
         if used is not None:
             used.add(lex.ref)
+        if found is not None:
+            found.append((a, b, text[a:b] if e.phoneme is not None else e.alias or ""))
         pos = b
     plain.append(text[pos:])
     if any(plain):

@@ -168,7 +168,16 @@ class PiperBackend(Backend):
         if not chunks:
             raise ItemError("nothing speakable in the text")
         ids = [np.asarray(self._voice.phonemes_to_ids(list(ch)), np.int64) for ch in chunks]
-        return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)), shape=(shape, tuple(chunks)))
+        words = None
+        if item.timestamps:  # the words of its text, read as its spans say
+            plan = plan_words(item.text, chunks, self._word_phonemes)
+            over_ids = plan.over_units(lambda c, arr: self._id_owners(list(chunks[c]), arr))
+            if all(len(o) == len(i) for o, i in zip(over_ids.owners, ids, strict=True)):
+                words = over_ids
+            else:  # an id map this code does not know how to walk: no timings rather than wrong ones
+                _log.warning("event=piper_ids_unaligned rows=%d", len(ids))
+        return Prepared(item=item, payload=ids, length=int(sum(len(a) for a in ids)), words=words,
+                        shape=(shape, tuple(chunks)))
 
     def _read(self, span: Any) -> str:
         """A span's phonemes as one string of the voice's codepoints: IPA as written (the codepoints the
@@ -260,14 +269,16 @@ class PiperBackend(Backend):
             return self.postprocess_marked(raw, prepared)[0]
         return self._level(raw)
 
-    def postprocess_marked(self, raw: Any, prepared: Prepared) -> tuple[np.ndarray, tuple[tuple[str, float], ...]]:
-        """A span item: each run trimmed and levelled, joined with its breaks' silence; its marks' times."""
+    def postprocess_spans(self, raw: Any, prepared: Prepared
+                          ) -> tuple[np.ndarray, tuple[tuple[str, float], ...], tuple[int, ...]]:
+        """A span item: each run trimmed and levelled, joined with its breaks' silence; its marks'
+        times and where each run starts."""
         if prepared.shape is None:
-            return self._level(raw), ()
+            return self._level(raw), (), ()
         shape, chunks = prepared.shape
         parts = [self._level(r) for r in raw]
         wav, starts = pron.join(parts, shape, self.sample_rate, 0.0)
-        return wav, pron.mark_times(shape, chunks, starts, [len(p) for p in parts], self.sample_rate)
+        return wav, pron.mark_times(shape, chunks, starts, [len(p) for p in parts], self.sample_rate), tuple(starts)
 
     def _level(self, raw: Any) -> np.ndarray:
         """One row trimmed to its own duration and normalised."""
@@ -280,8 +291,12 @@ class PiperBackend(Backend):
             wav = wav * (0.95 / peak)
         return np.clip(wav, -1.0, 1.0).astype(np.float32, copy=False)
 
-    def word_times(self, raw: Any, prepared: Prepared, samples: int) -> tuple[Word, ...]:
+    def word_times(self, raw: Any, prepared: Prepared, samples: int,
+                   starts: Sequence[int] = ()) -> tuple[Word, ...]:
         assert prepared.words is not None
+        if prepared.shape is not None:  # a span item: a row per run, each where the join put it
+            return word_times(prepared.words, prepared.words.owners, [r[2] * self.hop_length for r in raw],
+                              list(starts), self.sample_rate, samples)
         units = raw[2] * self.hop_length
         return word_times(prepared.words, prepared.words.owners, [units], [0], self.sample_rate, samples)
 

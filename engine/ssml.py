@@ -38,10 +38,11 @@ from typing import Any
 from xml.parsers import expat
 
 from engine.sayas import expand
+from engine.spoken import Spoken
 from schemas.errors import InvalidSSML, TtsflowError
 from schemas.events import Span
 
-__all__ = ["BOUNDARY", "Limits", "Refused", "parse", "plain_text", "safe_parse"]
+__all__ = ["BOUNDARY", "Limits", "Refused", "parse", "parse_traced", "plain_text", "safe_parse"]
 
 BOUNDARY = Span(mark="\x00")  # a sentence or paragraph edge (never on the wire: the stage cuts there)
 MAX_BREAK_MS = 10_000
@@ -77,6 +78,7 @@ class _Scope:
     lang: str | None
     collect: list[str] | None = None  # text of a sub / say-as / phoneme
     attrs: dict[str, str] | None = None
+    at: int = 0  # where its content starts, in characters of the document's character data
 
 
 class _Builder:
@@ -90,6 +92,10 @@ class _Builder:
         self.elements = 0
         self.marks = 0
         self.root_seen = False
+        # traced (parse_traced): the text as read, in offsets of the document's character data
+        self.trace: Spoken | None = None
+        self.at = 0  # character data seen so far
+        self.buf_at = 0  # where the buffered run starts
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -105,8 +111,15 @@ class _Builder:
         span = Span(text=text, rate=top.rate, lang=top.lang if top.lang != self.default_lang else None)
         if self.rewrite is None:
             self.out.append(span)
-        else:
+        elif self.trace is None:
             self.out.extend(self.rewrite(span))
+        else:
+            hits: list[tuple[int, int, str]] = []
+            self.out.extend(self.rewrite(span, hits=hits))  # type: ignore[call-arg]
+            _trace_run(self.trace, text, self.buf_at, hits)
+            return
+        if self.trace is not None:
+            self.trace.verbatim(text, range(self.buf_at, self.buf_at + len(text)))
 
     def _emit(self, span: Span) -> None:
         self.out.append(span)
@@ -181,6 +194,7 @@ class _Builder:
             if alphabet == "x-pinyin" and not _PINYIN.match(ph.lower()):
                 raise _Refused(f"ph {ph!r} is not tone-numbered pinyin (syllables like chong2 qing4)")
             scope.collect, scope.attrs = [], {"alphabet": alphabet, "ph": ph}
+        scope.at = self.at
         self.stack.append(scope)
 
     def end(self, tag: str) -> None:
@@ -192,13 +206,17 @@ class _Builder:
             a = scope.attrs or {}
             lang = scope.lang if scope.lang != self.default_lang else None
             if tag == "sub":
-                self._emit(Span(text=a["alias"], rate=scope.rate, lang=lang))
+                said = a["alias"]
+                self._emit(Span(text=said, rate=scope.rate, lang=lang))
             elif tag == "say-as":
                 said = expand(text, a["interpret-as"], format=a.get("format", ""), lang=scope.lang or "en")
                 self._emit(Span(text=said, rate=scope.rate, lang=lang))
             else:
-                self._emit(Span(text=text or " ", ph=a["ph"], alphabet=a["alphabet"],  # type: ignore[arg-type]
+                said = text or " "
+                self._emit(Span(text=said, ph=a["ph"], alphabet=a["alphabet"],  # type: ignore[arg-type]
                                 rate=scope.rate, lang=lang))
+            if self.trace is not None:  # one caption, written as the element's content
+                self.trace.replaced(said, scope.at, self.at, " ".join(text.split()) or said.strip())
             return
         if tag in _BLOCKS:
             self._emit(BOUNDARY)
@@ -209,7 +227,10 @@ class _Builder:
         if self._top.collect is not None:
             self._top.collect.append(text)
         else:
+            if not self.buf:
+                self.buf_at = self.at
             self.buf.append(text)
+        self.at += len(text)
 
 
 def _break_ms(attrs: dict[str, str]) -> int:
@@ -303,6 +324,110 @@ def parse(document: str, *, lang: str = "en", limits: Limits = Limits(),
     if not b.root_seen:
         raise InvalidSSML("no <speak> element", line=1, column=1)
     return _merge(b.out)
+
+
+def parse_traced(document: str, *, lang: str = "en", limits: Limits = Limits(),
+                 rewrite: Callable[..., list[Span]] | None = None) -> tuple[list[Span], Spoken | None]:
+    """:func:`parse`, and where what is read was written (:class:`engine.spoken.Spoken`, offsets
+    into ``document``): plain runs verbatim, ``sub``/``say-as``/``phoneme`` and lexicon matches as
+    groups written as their content. ``rewrite`` takes ``hits=`` (:class:`engine.lexicon.Applier`).
+    The trace is None where the document's character data could not be located (never expected:
+    then words are not offered rather than misplaced)."""
+    if len(document) > limits.max_chars:
+        raise InvalidSSML(f"the document has {len(document)} characters; the limit is {limits.max_chars}",
+                          line=1, column=1)
+    b = _Builder(lang.lower(), limits, rewrite)
+    b.trace = Spoken()
+    safe_parse(document, b.start, b.end, b.data)
+    if not b.root_seen:
+        raise InvalidSSML("no <speak> element", line=1, column=1)
+    return _merge(b.out), _located(document, b.trace, b.at)
+
+
+def _trace_run(trace: Spoken, text: str, at: int, hits: list[tuple[int, int, str]]) -> None:
+    """A plain run starting at character data offset ``at``, with a lexicon's matches ``hits``
+    (``(a, b, said)`` in the run) read as groups."""
+    pos = 0
+    for a, b, said in sorted(hits):
+        if a > pos:
+            trace.verbatim(text[pos:a], range(at + pos, at + a))
+        trace.replaced(said, at + a, at + b, text[a:b])
+        pos = max(pos, b)
+    if pos < len(text):
+        trace.verbatim(text[pos:], range(at + pos, at + len(text)))
+
+
+def _data_units(document: str) -> tuple[list[int], list[int]]:
+    """Where each character of the document's character data (as expat reports it, inside the root
+    element) stands in ``document``: its first and one-past-last offset (an entity or character
+    reference is one character; CR LF is one LF). Markup, comments and processing instructions are
+    skipped; CDATA content counts."""
+    starts: list[int] = []
+    ends: list[int] = []
+    n, i, depth = len(document), 0, 0
+    while i < n:
+        c = document[i]
+        if c == "<":
+            if document.startswith("<!--", i):
+                j = document.find("-->", i + 4)
+                i = n if j < 0 else j + 3
+            elif document.startswith("<![CDATA[", i):
+                j = document.find("]]>", i + 9)
+                j = n if j < 0 else j
+                k = i + 9
+                while k < j:
+                    w = 2 if document.startswith("\r\n", k) else 1
+                    starts.append(k)
+                    ends.append(k + w)
+                    k += w
+                i = j + 3
+            elif document.startswith("<?", i) or document.startswith("<!", i):
+                j = document.find(">", i)
+                i = n if j < 0 else j + 1
+            else:
+                closing = document.startswith("</", i)
+                quote = ""
+                k = i + 1
+                while k < n:
+                    ch = document[k]
+                    if quote:
+                        quote = "" if ch == quote else quote
+                    elif ch in "\"'":
+                        quote = ch
+                    elif ch == ">":
+                        break
+                    k += 1
+                selfclosing = document[k - 1] == "/" if k < n else False
+                depth += -1 if closing else (0 if selfclosing else 1)
+                i = k + 1
+            continue
+        w = 1
+        if c == "&":
+            j = document.find(";", i)
+            w = (j + 1 - i) if j >= 0 else 1
+        elif document.startswith("\r\n", i):
+            w = 2
+        if depth > 0:
+            starts.append(i)
+            ends.append(i + w)
+        i += w
+    return starts, ends
+
+
+def _located(document: str, trace: Spoken, data_chars: int) -> Spoken | None:
+    """``trace`` (in offsets of the character data) in offsets of ``document``."""
+    starts, ends = _data_units(document)
+    if len(starts) != data_chars:
+        return None
+    n = len(document)
+    starts.append(n)
+    ends.append(n)
+    out = Spoken()
+    out.text, out.size = trace.text, trace.size
+    out.offsets = [starts[k] for k in trace.offsets]
+    out.groups = [g.__class__(g.i, g.j, starts[g.start], ends[g.end - 1] if g.end > g.start else starts[g.start],
+                              g.text) for g in trace.groups]
+    return out
 
 
 def _raise(reason: str) -> None:

@@ -158,10 +158,15 @@ class SegmentSource(_Event, frozen=True, kw_only=True):
     segment is character ``start + k`` of the request, except past a breakpoint ``[i, d]`` of
     ``map`` (the last with ``i <= k``), where it is ``start + d + (k - i)``. Normalization that
     changes lengths (``…`` read as ``...``, folded whitespace, removed invisible characters,
-    dropped foreign words) makes breakpoints; a segment copied verbatim has none."""
+    dropped foreign words, SSML markup) makes breakpoints; a segment copied verbatim has none.
+    ``groups``: stretches read in place of other words (:mod:`engine.spoken`)."""
 
     start: NonNegInt
     map: list[tuple[NonNegInt, NonNegInt]] | None = None
+    groups: Annotated[list[tuple[NonNegInt, NonNegInt, NonNegInt, NonNegInt, str]], msgspec.Meta(description=(
+        "Stretches read otherwise than written (SSML sub, say-as, phoneme; a lexicon's alias or phoneme): "
+        "[i, j, start, end, text]: segment characters i..j were read for request characters start..end, "
+        "written text; their words are one caption"))] | None = None
 
     def offset(self, k: int) -> int:
         """The request-text offset of segment character ``k``."""
@@ -317,7 +322,8 @@ class WordSpan(_Event, frozen=True, kw_only=True):
     """One written word and when it is spoken: ``start``/``end`` are character offsets into the
     request's ``text`` as sent (``text[start:end]``), ``start_s``/``end_s`` seconds in the audio
     (the request's joined audio in a completion's word timings; the chunk's own audio on a chunk).
-    ``word`` is the word as the voice read it (after the stage's NFKC normalization)."""
+    ``word`` is the word as the voice read it (after the stage's NFKC normalization); a stretch read
+    otherwise than written (SSML ``sub``/``say-as``/``phoneme``, a lexicon's entry) is one word, as written."""
 
     word: str
     start: NonNegInt

@@ -37,6 +37,8 @@ import re
 import ssl
 import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import IO, Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -49,6 +51,7 @@ _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
 _CONFIG_CODES = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket"}
 PART_BYTES = 8 * 1024 * 1024  # multipart part size (S3: >= 5 MiB except the last, <= 10,000 parts)
 _PART_ATTEMPTS = 3            # tries per part (on top of botocore's own retry)
+_PUT_THREADS = 2              # put_many's pool: a timed request's captions (WebVTT, SRT) beside its words
 
 
 def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1", *, ca_bundle: str = "",
@@ -127,6 +130,7 @@ class AudioStore:
         self._put = _SignedPut(self.endpoint, bucket, access_key, secret_key, region, ca_bundle=ca_bundle,
                                timeout=(connect_timeout_s, read_timeout_s), attempts=max_attempts,
                                fallback=self._client_put)
+        self._puts: ThreadPoolExecutor | None = None  # put_many's other PUTs (made on first use)
 
     # -- keys ----------------------------------------------------------------------
     def key(self, kind: str, digest: str, ext: str) -> str:
@@ -151,6 +155,24 @@ class AudioStore:
         digest = hashlib.sha256(data).hexdigest()
         (self._put.fallback or self._put)(key, data, content_type, {"sha256": digest}, digest)
         return digest
+
+    def put_many(self, objects: Sequence[tuple[str, bytes, str]]) -> list[str]:
+        """:meth:`put` of each ``(key, data, content_type)`` at once: the first from the calling thread,
+        the others from the store's own small pool, each on its own kept-alive connection (so a
+        request's objects cost one round trip of waiting, not one each). Returns their SHA-256 hex
+        digests in order once S3 acknowledged all of them; the first error is raised after all ended."""
+        if len(objects) <= 1:
+            return [self.put(*o) for o in objects]
+        with self._lock:
+            if self._puts is None:
+                self._puts = ThreadPoolExecutor(_PUT_THREADS, thread_name_prefix="s3-put")
+            pool = self._puts
+        rest = [pool.submit(self.put, *o) for o in objects[1:]]
+        try:
+            first = self.put(*objects[0])
+        finally:
+            wait(rest)
+        return [first, *(f.result() for f in rest)]
 
     def _client_put(self, key: str, data: bytes, content_type: str, metadata: dict[str, str], _digest: str) -> None:
         self._call("put_object", Bucket=self.bucket, Key=key, Body=data, ContentType=content_type, Metadata=metadata)
@@ -245,6 +267,10 @@ class AudioStore:
             self._call("create_bucket", Bucket=self.bucket)
 
     def close(self) -> None:
+        with self._lock:
+            pool, self._puts = self._puts, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self._client.close()
         self._put.close()
 

@@ -276,7 +276,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                               "backend": s.engine.backend, "rounds": rounds, "per_round": per_round,
                               "loadavg_start": list(os.getloadavg())}
     sides: dict[str, dict[str, float]] = {k: {"audio_s": 0.0, "wall_s": 0.0, "synth_ms": 0.0, "requests": 0.0,
-                                              "words": 0.0, "worker_cpu_s": 0.0, "s3_cpu_s": 0.0}
+                                              "words": 0.0, "worker_cpu_s": 0.0, "s3_cpu_s": 0.0, "join_ms": 0.0}
                                           for k in ("without", "with")}
     spread: dict[str, list[float]] = {"without": [], "with": []}  # audio s per s of each round (the spread)
     sup = Supervisor(out_dir / run_id / "logs")
@@ -314,6 +314,8 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                 acc["wall_s"] += wall
                 acc["audio_s"] += audio
                 acc["synth_ms"] += sum(c.timings.synth_ms for c in cs if c.timings is not None)
+                # from its last part made to its answer: the join's queue, the join, the word objects' PUTs
+                acc["join_ms"] += sum(c.timings.join_ms or 0.0 for c in cs if c.timings is not None)
                 acc["requests"] += len(cs)
                 acc["words"] += sum(c.words_count or 0 for c in cs)
                 if any(c.status != "ok" for c in cs):
@@ -326,6 +328,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 12, long_chars: int
                             "synth_ms_per_audio_s": round(acc["synth_ms"] / acc["audio_s"], 2),
                             "worker_cpu_ms_per_audio_s": round(acc["worker_cpu_s"] * 1000 / acc["audio_s"], 2),
                             "s3_server_cpu_ms_per_audio_s": round(acc["s3_cpu_s"] * 1000 / acc["audio_s"], 2),
+                            "join_ms_per_request": round(acc["join_ms"] / max(1.0, acc["requests"]), 2),
                             "words": int(acc["words"]), "rounds_audio_s_per_s": spread[side]}
         w, wo = report["with"], report["without"]
         report["throughput_ratio"] = round(w["audio_s_per_s"] / wo["audio_s_per_s"], 4)  # < 1: timings cost

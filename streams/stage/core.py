@@ -22,6 +22,7 @@ import msgspec
 
 from engine import lexicon as engine_lexicon
 from engine import mix as engine_mix
+from engine import spoken as engine_spoken
 from engine import ssml as engine_ssml
 from engine import voices as engine_voices
 from engine.timing import segment_sources
@@ -288,31 +289,40 @@ class StageCore:
         return j.voice.voice, j.text
 
     def _ssml(self, req: Request, requested: str | None,
-              rewrite: Callable[[Span], list[Span]] | None) -> tuple[str, list[Piece]]:
+              rewrite: Callable[..., list[Span]] | None) -> tuple[str, list[Piece], engine_spoken.Spoken | None]:
         """An SSML request's voice and segments: parsed in the voice's language (again in the chosen
         voice's, when the text picks another voice), lexicons applied to its plain runs (``rewrite``),
-        checked like plain text. Raises ``SchemaError`` (``invalid_ssml`` and the plain checks)."""
+        checked like plain text; and, for a timed request, where what is read was written.
+        Raises ``SchemaError`` (``invalid_ssml`` and the plain checks)."""
         stage = self.stage
         limits = self._ssml_limits
         lang = _language(requested or self.default_voice)
-        spans = engine_ssml.parse(req.text, lang=lang, limits=limits, rewrite=rewrite)
+
+        def parse(lang: str) -> tuple[list[Span], engine_spoken.Spoken | None]:
+            if req.timestamps:
+                return engine_ssml.parse_traced(req.text, lang=lang, limits=limits, rewrite=rewrite)
+            return engine_ssml.parse(req.text, lang=lang, limits=limits, rewrite=rewrite), None
+
+        spans, spoken = parse(lang)
         pieces = cut_spans(spans, stage.max_segment_chars)
         text = " ".join(p.text for p in pieces)
         check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
                       max_text_chars=stage.max_text_chars, voices=self.voices, text=text)
         voice, _ = self._speakable(req.request_id, requested, text)  # foreign words are read, not cut, in SSML
         if _language(voice) != lang:
-            pieces = cut_spans(engine_ssml.parse(req.text, lang=_language(voice), limits=limits, rewrite=rewrite),
-                               stage.max_segment_chars)
-        return voice, pieces
+            spans, spoken = parse(_language(voice))
+            pieces = cut_spans(spans, stage.max_segment_chars)
+        return voice, pieces, spoken
 
-    def _pieces(self, text: str, stream: bool, rewrite: Callable[[Span], list[Span]] | None,
-                first: bool = True) -> list[Piece]:
+    def _pieces(self, text: str, stream: bool, rewrite: Callable[..., list[Span]] | None,
+                first: bool = True, hits: list[tuple[int, int, str]] | None = None) -> list[Piece]:
         """Plain text's segments: cut at sentences (and the matched words of lexicons, ``rewrite``,
-        made spans); a streaming request's ``first`` segment short (streams/stage/cut.py)."""
+        made spans; ``hits`` collects what they matched); a streaming request's ``first`` segment
+        short (streams/stage/cut.py)."""
         stage = self.stage
         if rewrite is not None:  # plain text with lexicons: the matched words become spans (alias text, phonemes)
-            return cut_spans(rewrite(Span(text=text)), stage.max_segment_chars)
+            spans = rewrite(Span(text=text)) if hits is None else rewrite(Span(text=text), hits=hits)
+            return cut_spans(spans, stage.max_segment_chars)
         cuts = split_segments(text, stage.max_segment_chars)
         budget = budget_for(text, stage.first_budgets) if stream and first else None
         if budget is not None:  # fast first audio: a short first segment
@@ -377,15 +387,16 @@ class StageCore:
             used: set[str] = set()
             applier = engine_lexicon.Applier(lexicons)
 
-            def rewrite(span: Span) -> list[Span]:
-                return applier(span, used)
+            def rewrite(span: Span, hits: list[tuple[int, int, str]] | None = None) -> list[Span]:
+                return applier(span, used, hits)
 
             voiced: list[tuple[str, str | None]] | None = None  # per piece: (voice, lang) of a voice map
+            spoken: engine_spoken.Spoken | None = None  # a timed request's text as read, where rewritten
             if req.voices and req.text_type == "ssml":
                 raise ContentError("voices: an SSML request picks languages with xml:lang and takes no voice map",
                                    field="voices", code="invalid_field")
             if req.text_type == "ssml":
-                voice, pieces = self._ssml(req, requested, rewrite if lexicons else None)
+                voice, pieces, spoken = self._ssml(req, requested, rewrite if lexicons else None)
             else:
                 text = normalize(req.text)
                 check_content(msgspec.structs.replace(req, voice=None) if engine_mix.is_mix(req.voice) else req,
@@ -396,7 +407,10 @@ class StageCore:
                     voice = voiced[0][0]
                 else:
                     voice, text = self._speakable(rid, requested, text)
-                    pieces = self._pieces(text, req.stream, cut)
+                    hits: list[tuple[int, int, str]] | None = [] if req.timestamps and cut is not None else None
+                    pieces = self._pieces(text, req.stream, cut, hits=hits)
+                    if hits:
+                        spoken = engine_spoken.rewritten(req.text, text, hits)
         except SchemaError as e:
             return self._failed(key, value, rid, e.code, e.message, now, partition=partition, offset=offset,
                                 timestamp_ms=timestamp_ms)
@@ -416,14 +430,17 @@ class StageCore:
         out_key = key if key else req.user_id.encode()
         n = len(pieces)
         # timestamps: each segment says where it came from in the text as sent (a word's offsets point
-        # there), and the last one where all of them did (for the request's word timings)
-        # (SSML, and text a lexicon rewrote, are not mapped yet: their segments carry no source)
+        # there; a stretch read otherwise than written, its groups), and the last one where all of them did
         sources: list[SegmentSource | None] = [None] * n
-        if req.timestamps and req.text_type != "ssml":
+        if req.timestamps:
             try:
-                sources = [SegmentSource(start=a, map=m or None)
-                           for a, m in segment_sources(req.text, text, [p.text for p in pieces])]
-            except ValueError:  # a segment that is not a piece of the text (a lexicon's alias)
+                if spoken is not None:  # SSML, or text a lexicon rewrote (engine.spoken)
+                    sources = [SegmentSource(start=m.start, map=m.map or None, groups=m.groups or None)
+                               for m in engine_spoken.segment_sources(spoken, [p.text for p in pieces], len(req.text))]
+                elif req.text_type != "ssml":
+                    sources = [SegmentSource(start=a, map=m or None)
+                               for a, m in segment_sources(req.text, text, [p.text for p in pieces])]
+            except ValueError:  # a segment that is not a piece of the text (a voice map's lexicon alias)
                 sources = [None] * n
         records = tuple(
             Record(self.kafka.topic_segments, out_key, encode(Segment(

@@ -28,6 +28,7 @@ Invariants (docs/concepts/timing.md):
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,11 +44,12 @@ from schemas import MarkTime, ObjectRef, SegmentSource, WordSpan, WordTimings, e
 
 __all__ = ["GAP_MS", "NO_SOURCE_REASON", "WORDS_CHUNK", "PartWords", "RequestTimings", "chunk_offset", "chunk_words",
            "decode_part_words", "encode_part_words", "no_words_reason", "part_object", "part_words", "part_words_key",
-           "request_timings", "store_request_timings", "voice_times"]
+           "placed_words", "request_timings", "shown_text", "store_request_timings", "voice_times"]
 
 GAP_MS = 150.0  # the pause the join puts between two parts (engine.audio.join's default)
-# why a timed request's segments carry no source (the stage maps plain text only, for now)
-NO_SOURCE_REASON = "word timings of SSML, or of text a lexicon rewrote, are not offered yet"
+# why a timed request's segments carry no source: a stage before 2026-12-02 (session 10) mapped plain
+# text only; a stage since maps SSML and lexicons too (engine.spoken), all but a voice map's lexicon aliases
+NO_SOURCE_REASON = "word timings of text a lexicon rewrote under a per-language voice map are not offered"
 _JSON = "application/json"
 WORDS_CHUNK = b"wrds"  # the RIFF chunk of a part's WAV that holds its words (PartWords as JSON)
 
@@ -137,7 +139,81 @@ def _moved(w: WordSpan, source: SegmentSource | None, seconds: float) -> WordSpa
 
 def chunk_words(part: PartWords, source: SegmentSource | None) -> list[WordSpan]:
     """A chunk's words: times in the chunk's audio, offsets into the request's text."""
-    return [_moved(w, source, 0.0) for w in part.words]
+    return [w for w, _, _ in placed_words(part, source, 0.0)]
+
+
+def _written(text: str, a: int, b: int, groups: Sequence[tuple[int, int, int, int, str]]) -> tuple[str, int]:
+    """Segment characters ``a..b`` as written (each group's stretch replaced by its text), and how
+    much longer that is than ``b - a``."""
+    out: list[str] = []
+    at = a
+    for i, j, _s, _e, t in groups:
+        if j <= a or i >= b:
+            continue
+        out.append(text[at:max(at, i)])
+        out.append(t)
+        at = max(at, j)
+    out.append(text[at:b] if at < b else "")
+    w = "".join(out)
+    return w, len(w) - (b - a)
+
+
+def placed_words(part: PartWords, source: SegmentSource | None, seconds: float) -> list[tuple[WordSpan, int, int]]:
+    """A part's words moved into the request (offsets through ``source``, times by ``seconds``), each
+    with its ``[start, end)`` in the part's text as written (:func:`shown_text`). The words of a
+    stretch read otherwise than written (``source.groups``: ``<sub alias>``, ``say-as``, a
+    ``phoneme``, a lexicon's entry) are one word: the written text, its offsets, from its first
+    spoken word's start to its last's end (a word glued to the stretch, ``WWW's``, joins it)."""
+    groups = sorted(source.groups) if source is not None and source.groups else []
+    if not groups:
+        return [(_moved(w, source, seconds), w.start, w.end) for w in part.words]
+    assert source is not None
+    ends = [g[1] for g in groups]
+    out: list[tuple[WordSpan, int, int]] = []
+    run: list[Any] = []  # [a, b, first group, last group, start_s, end_s]
+
+    def shift(k: int) -> int:  # where segment offset k (not inside a group) is in the written text
+        return k + sum(len(g[4]) - (g[1] - g[0]) for g in groups if g[1] <= k)
+
+    def close() -> None:
+        a, b, g0, g1, t0, t1 = run
+        gs = groups[g0:g1 + 1]
+        word, _ = _written(part.text, a, b, gs)
+        start = min(gs[0][2], source.offset(a)) if a < gs[0][0] else gs[0][2]
+        end = max(gs[-1][3], source.offset(b - 1) + 1) if b > gs[-1][1] else gs[-1][3]
+        sa = shift(a) if a < gs[0][0] else shift(gs[0][0])
+        out.append((WordSpan(word=word, start=start, end=max(start, end), start_s=round(t0 + seconds, 4),
+                             end_s=round(t1 + seconds, 4)), sa, sa + len(word)))
+        run.clear()
+
+    for w in part.words:
+        g0 = bisect.bisect_right(ends, w.start)  # the first group that ends after the word starts
+        hit: list[int] = []  # the groups the word overlaps
+        while g0 < len(groups) and groups[g0][0] < max(w.end, w.start + 1):
+            hit.append(g0)
+            g0 += 1
+        if not hit:
+            if run:
+                close()
+            out.append((_moved(w, source, seconds), shift(w.start), shift(w.end)))
+            continue
+        if run and hit[0] <= run[3]:  # the same stretch (or one glued to it): one word
+            run[1], run[3], run[5] = max(run[1], w.end), max(run[3], hit[-1]), max(run[5], w.end_s)
+            continue
+        if run:
+            close()
+        run.extend([min(w.start, groups[hit[0]][0]), max(w.end, groups[hit[-1]][1]), hit[0], hit[-1],
+                    w.start_s, w.end_s])
+    if run:
+        close()
+    return out
+
+
+def shown_text(part: PartWords, source: SegmentSource | None) -> str:
+    """A part's text as written: each stretch read otherwise (``source.groups``) as its written text."""
+    if source is None or not source.groups:
+        return part.text
+    return _written(part.text, 0, len(part.text), sorted(source.groups))[0]
 
 
 def chunk_offset(durations: Mapping[int, float], seq: int, sample_rate: int) -> float | None:
@@ -161,18 +237,25 @@ class _Timed:
 def request_timings(parts: Sequence[PartWords], sources: Sequence[SegmentSource | None],
                     duration_s: float) -> tuple[WordTimings, str, str]:
     """Every part's words placed in the request (its word-timing object) and its captions (WebVTT,
-    SRT). Caption lines show the text as the voice read it (the segments, joined by a space)."""
+    SRT). Caption lines show the text as the voice read it (the segments, joined by a space), a
+    stretch read otherwise than written (SSML ``sub``, ``say-as``, a lexicon's alias) as written."""
     starts = part_starts([p.samples for p in parts], parts[0].sample_rate if parts else 24000, GAP_MS)
     words: list[WordSpan] = []
     timed: list[_Timed] = []
     shown: list[str] = []
     at = 0
     for p, src, t0 in zip(parts, sources, starts, strict=True):
-        for w in p.words:
-            words.append(_moved(w, src, t0))
-            timed.append(_Timed(at + w.start, at + w.end, round(w.start_s + t0, 4), round(w.end_s + t0, 4)))
-        shown.append(p.text)
-        at += len(p.text) + 1
+        for w, a, b in placed_words(p, src, t0):
+            if words and src is not None and src.groups and (w.start, w.end) == (words[-1].start, words[-1].end) \
+                    and w.start < w.end and w.word == words[-1].word:  # one stretch cut into two segments
+                words[-1] = msgspec.structs.replace(words[-1], end_s=max(words[-1].end_s, w.end_s))
+                timed[-1].end_s = words[-1].end_s
+                continue
+            words.append(w)
+            timed.append(_Timed(at + a, at + b, w.start_s, w.end_s))
+        text = shown_text(p, src)
+        shown.append(text)
+        at += len(text) + 1
     text = " ".join(shown)
     cs = cues(text, timed)
     return WordTimings(duration_s=duration_s, words=words), to_vtt(cs), to_srt(cs)
@@ -184,11 +267,14 @@ def store_request_timings(store: Any, parts: Sequence[PartWords], sources: Seque
     its bytes' SHA-256, so a redone request writes the same objects). S3 errors are raised."""
     doc, vtt, srt = request_timings(parts, sources, duration_s)
     refs: dict[str, ObjectRef] = {}
-    for name, data, ctype in (("words", encode(doc), _JSON), ("vtt", vtt.encode(), "text/vtt; charset=utf-8"),
-                              ("srt", srt.encode(), "application/x-subrip; charset=utf-8")):
-        key = store.key("words" if name == "words" else "captions", hashlib.sha256(data).hexdigest(),
-                        "json" if name == "words" else name)
-        sha = store.put(key, data, ctype)
+    objects = [(name, data, ctype, store.key("words" if name == "words" else "captions",
+                                             hashlib.sha256(data).hexdigest(), "json" if name == "words" else name))
+               for name, data, ctype in (("words", encode(doc), _JSON), ("vtt", vtt.encode(), "text/vtt; charset=utf-8"),
+                                         ("srt", srt.encode(), "application/x-subrip; charset=utf-8"))]
+    many = getattr(store, "put_many", None)  # the three at once (storage.s3), else one after the other
+    digests = many([(key, data, ctype) for _, data, ctype, key in objects]) if many is not None else \
+        [store.put(key, data, ctype) for _, data, ctype, key in objects]
+    for (name, data, ctype, key), sha in zip(objects, digests, strict=True):
         url = store.presigned_url(key) if getattr(store, "presign_ttl_s", 0) else None
         refs[name] = ObjectRef(uri=store.uri(key), bucket=store.bucket, key=key, content_type=ctype,
                                bytes=len(data), sha256=sha, url=url)

@@ -92,8 +92,9 @@ def run(stack_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> I
     # first_segment_chars="": one segment (one chunk) per language span, as the span check reads them
     s = s.replace(s3_prefix=f"test/{unique}/", max_wait_ms=20, backend="hibari", backends="hibari,kokoro",
                   first_segment_chars="", voice="", model_dir=str(tmp / "models"), threads=2)
-    reqs: list[dict[str, Any]] = [{"request_id": f"zh-{i:02d}", "user_id": f"user-{i % 4}", "text": t}
-                                  for i, t in enumerate(ZH)]
+    # zh-00 also asks for its words (kokoro's durations, jieba's words)
+    reqs: list[dict[str, Any]] = [{"request_id": f"zh-{i:02d}", "user_id": f"user-{i % 4}", "text": t,
+                                   "timestamps": i == 0} for i, t in enumerate(ZH)]
     reqs += [{"request_id": "en", "user_id": "user-1", "text": "Please call me back as soon as you get this message."},
              {"request_id": "zh-heart", "user_id": "user-2", "text": ZH[0], "voice": "heart"}]
     reqs += [{"request_id": f"ja-{i:02d}", "user_id": f"user-{i % 4}", "text": t} for i, t in enumerate(JA)]
@@ -127,6 +128,27 @@ def test_mandarin_is_spoken_by_kokoro_and_english_by_hibari_in_one_worker(run: R
     cer = asr_zh.corpus_cer(ZH, heard)
     print(json.dumps({"zh_corpus_cer": round(cer, 4), "sentences": len(ZH), "heard": heard}, ensure_ascii=False))
     assert cer <= MAX_CER_ZH, (cer, heard)
+
+
+def test_a_mandarin_request_is_captioned_word_by_word_inside_its_audio(run: Run) -> None:
+    import itertools
+    import unicodedata
+
+    from schemas import decode_word_timings
+    from tests.support.pipeline import new_store
+
+    c, text = run.got["zh-00"], ZH[0]
+    assert c.status == "ok" and c.audio is not None and c.words is not None and c.words_reason is None, c
+    words = decode_word_timings(new_store(run.settings).get(c.words.key)).words
+    print(json.dumps([(w.word, w.start_s, w.end_s) for w in words], ensure_ascii=False))
+    assert len(words) >= len(text) // 3  # words (jieba's), not one per sentence
+    assert all(a.end <= b.start for a, b in itertools.pairwise(words))  # in order, none overlapping
+    covered = {i for w in words for i in range(w.start, w.end)}
+    assert all(i in covered for i, ch in enumerate(text) if unicodedata.category(ch)[0] not in "PZ"), (text, words)
+    assert [w.start_s for w in words] == sorted(w.start_s for w in words)
+    assert all(0 <= w.start_s <= w.end_s <= c.audio.duration_s + 1e-3 for w in words)
+    assert sum(w.end_s > w.start_s for w in words) >= len(words) - 1  # spoken words take time
+    assert words[-1].end_s > 0.6 * c.audio.duration_s  # the words run to the end of the audio, not bunched up
 
 
 def test_japanese_naming_no_voice_is_spoken_by_a_japanese_style(run: Run) -> None:

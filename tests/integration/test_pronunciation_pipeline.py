@@ -25,6 +25,7 @@ One stage and one worker answer every request of this module in one run (lean: h
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -32,7 +33,7 @@ import numpy as np
 import pytest
 
 from engine.pron import SILENCE_PEAK
-from schemas import decode_chunk
+from schemas import Completion, WordSpan, decode_chunk, decode_word_timings
 from streams.settings import Settings
 from tests.integration.conftest import drain_topic
 from tests.support.asr import normalize_text, recognize
@@ -40,6 +41,7 @@ from tests.support.pipeline import by_request, check_audio, completions
 
 pytestmark = [pytest.mark.integration]
 
+TIMED = ("break", "phone", "sub")  # SSML requests that ask for word timings (captions)
 HOSTILE = {
     "laughs": '<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;&a;&a;">'
               '<!ENTITY c "&b;&b;&b;&b;">]><speak>&c;</speak>',
@@ -101,6 +103,25 @@ def _lexicon(alias: str) -> str:
             f'xml:lang="en-US"><lexeme><grapheme>Qzx</grapheme><alias>{alias}</alias></lexeme></lexicon>')
 
 
+def _words(settings: Settings, c: Completion, text: str) -> list[WordSpan]:
+    """``c``'s words, checked: in order, inside the audio, pointing into ``text`` outside its markup,
+    every word written outside markup covered by one."""
+    from tests.support.pipeline import new_store
+
+    assert c.status == "ok" and c.audio is not None and c.words is not None and c.words_reason is None, c
+    words = decode_word_timings(new_store(settings).get(c.words.key)).words
+    assert c.words_count == len(words) > 0
+    assert [w.start_s for w in words] == sorted(w.start_s for w in words)
+    assert all(0 <= w.start_s <= w.end_s <= c.audio.duration_s + 1e-3 for w in words)
+    assert [w.start for w in words] == sorted(w.start for w in words)
+    assert all(0 <= w.start < w.end <= len(text) for w in words)
+    assert all(text[:w.start].count("<") == text[:w.start].count(">") for w in words), "a caption inside markup"
+    covered = {i for w in words for i in range(w.start, w.end)}
+    for m in re.finditer(r"[A-Za-z0-9]+", re.sub(r"<[^>]*>", lambda t: " " * len(t.group(0)), text)):
+        assert covered & set(range(m.start(), m.end())), (m.group(0), text)
+    return words
+
+
 def _publish(settings: Settings, reqs: list[dict[str, object]]) -> None:
     from confluent_kafka import Producer
 
@@ -124,13 +145,15 @@ def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(set
         "chars": '<speak>Your code is <say-as interpret-as="characters">K7B</say-as>.</speak>',
         "sub": '<speak>We use <sub alias="Structured Query Language">SQL</sub> daily.</speak>',
     }
-    reqs = [{"request_id": k, "user_id": f"u-{k}", "text": t, "text_type": "ssml"} for k, t in ssml.items()]
+    reqs = [{"request_id": k, "user_id": f"u-{k}", "text": t, "text_type": "ssml", "timestamps": k in TIMED}
+            for k, t in ssml.items()]
     reqs.append({"request_id": "plain-phone", "user_id": "u-plain", "text": "Call 4155550123 today."})
     for i, (k, doc) in enumerate(HOSTILE.items()):  # other users' plain requests around each hostile one
         reqs.append({"request_id": f"bad-{k}", "user_id": f"mallory-{i}", "text": doc, "text_type": "ssml"})
         reqs.append({"request_id": f"ok-{k}", "user_id": f"user-{i}", "text": f"Request {i} is fine."})
     # marks in the second segment (the first is plain), each just before a long pause
-    reqs.append({"request_id": "marks", "user_id": "u-marks", "text_type": "ssml", "stream": True, "text": (
+    reqs.append({"request_id": "marks", "user_id": "u-marks", "text_type": "ssml", "stream": True, "timestamps": True,
+                 "text": (
         "<speak><p>Good morning to you.</p><p>Please hold on. <mark name='held'/><break time='700ms'/> "
         "Thank you for waiting. <mark name='thanked'/><break time='700ms'/> Goodbye.</p></speak>")})
     _raw_lexicons(settings, "lex-many", ["one", "two", "three"])  # past TTS_LEXICONS_PER_USER=2
@@ -138,7 +161,7 @@ def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(set
              for n in ("one", "three")]
     v1 = put_lexicon(settings, "lex-user", "brand", _lexicon("green apple"))
     said = "Please buy Qzx today."
-    reqs.append({"request_id": "lex-1", "user_id": "lex-user", "text": said, "lexicons": ["brand"]})
+    reqs.append({"request_id": "lex-1", "user_id": "lex-user", "text": said, "lexicons": ["brand"], "timestamps": True})
     _publish(settings, reqs)
     with Supervisor(tmp_path / "logs") as sup:
         sup.stage("stage", settings)
@@ -211,3 +234,22 @@ def test_ssml_and_lexicons_are_heard_as_written_and_hostile_ssml_fails_alone(set
     assert inside == [[0], [1]], (times, pauses)
     assert [m.name for m in chunk.marks or ()] == names
     assert [round(chunk.offset_s + m.time_s, 3) for m in chunk.marks or ()] == pytest.approx(times, abs=0.002)
+
+    # captions of what was written: every word timed, pointing at the SSML (or the text a lexicon rewrote)
+    texts = {r["request_id"]: str(r["text"]) for r in reqs}
+    words = {k: _words(settings, got[k], texts[k]) for k in [*TIMED, "marks", "lex-1"]}
+    print(json.dumps({k: [(w.word, w.start_s, w.end_s) for w in ws] for k, ws in words.items()}))
+    sql = [w for w in words["sub"] if w.word == "SQL"]
+    assert len(sql) == 1 and texts["sub"][sql[0].start:sql[0].end] == "SQL"
+    assert sql[0].end_s - sql[0].start_s > 0.6  # "Structured Query Language": one caption
+    phone = [w for w in words["phone"] if "415" in w.word]
+    assert len(phone) == 1 and texts["phone"][phone[0].start:phone[0].end] == "415 555 0123", phone
+    qzx = [w for w in words["lex-1"] if w.word == "Qzx"]
+    assert len(qzx) == 1 and said[qzx[0].start:qzx[0].end] == "Qzx" and qzx[0].end_s - qzx[0].start_s > 0.3
+    held = {w.word: w for w in words["break"]}
+    assert held["Thank"].start_s - held["on"].end_s >= 1.3  # the 1.5 s break falls between two words
+    # the streamed request's chunks carry the same words, their times from where each chunk starts
+    flat = [(ch.offset_s or 0.0, w) for ch in sorted(chunks, key=lambda ch: ch.seq) if ch.request_id == "marks"
+            for w in ch.words or ()]
+    assert [(w.word, w.start) for _, w in flat] == [(w.word, w.start) for w in words["marks"]]
+    assert [round(t + w.start_s, 3) for t, w in flat] == pytest.approx([w.start_s for w in words["marks"]], abs=0.002)

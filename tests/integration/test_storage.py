@@ -44,6 +44,11 @@ def test_put_get_head_roundtrip_is_content_addressed(stack_settings: Settings) -
         assert store.uri(key) == f"s3://{stack_settings.s3.s3_bucket}/{key}"
         with pytest.raises(ObjectMissing):
             store.get(store.key("part", "ab" * 32, "wav"))
+        # several objects at once (a timed request's words and captions): all stored, digests in order
+        many = [(store.key("captions", hashlib.sha256(d).hexdigest(), "vtt"), d, "text/vtt")
+                for d in (uuid.uuid4().bytes * k for k in (1, 50, 3))]
+        assert store.put_many(many) == [hashlib.sha256(d).hexdigest() for _, d, _ in many]
+        assert [store.get(k) for k, _, _ in many] == [d for _, d, _ in many]
     finally:
         store.close()
 

@@ -207,7 +207,7 @@ def test_mandarin_word_starts_agree_with_whisper(engine) -> None:  # type: ignor
 def test_ssml_spans_pinyin_override_say_as_and_a_break(engine) -> None:  # type: ignore[no-untyped-def]
     """SSML through the real kokoro engine: an x-pinyin override changes the phonemes, say-as
     telephone and characters in Mandarin are read digit by digit (幺 for 1), and a 1.5 s break is
-    1.5 s +- 10% of silence between its two sentences."""
+    1.5 s +- 10% of silence between its two sentences, and between their words' times."""
     from engine.pron import SILENCE_PEAK, pinyin_to_kokoro
     from engine.ssml import parse
     from streams.stage.spans import cut_spans
@@ -230,8 +230,12 @@ def test_ssml_spans_pinyin_override_say_as_and_a_break(engine) -> None:  # type:
     assert pinyin_to_kokoro("yi1 jiu3") in chars  # digits one by one, not 十九
 
     (piece,) = cut_spans(parse('<speak>请稍等。<break time="1500ms"/>谢谢。</speak>', lang="zh"), 300)
-    (a,) = engine.synthesize([SynthItem(piece.text, "zm_yunjian", spans=piece.spans)])
-    assert isinstance(a, Audio)
+    (a,) = engine.synthesize([SynthItem(piece.text, "zm_yunjian", timestamps=True, spans=piece.spans)])
+    assert isinstance(a, Audio) and a.words is not None
+    # its words are timed too (a span item): in order, inside the audio, the break's pause between them
+    assert [w.text for w in a.words] == ["请稍等", "谢谢"], a.words  # jieba's words
+    assert [w.start_s for w in a.words] == sorted(w.start_s for w in a.words) and a.words[-1].end_s <= a.duration_s
+    assert all(w.end_s > w.start_s for w in a.words) and a.words[1].start_s - a.words[0].end_s >= 1.3, a.words
     f = a.sample_rate // 100
     quiet = np.abs(a.samples[: len(a.samples) // f * f]).reshape(-1, f).max(axis=1) < SILENCE_PEAK
     runs, cur = [], 0

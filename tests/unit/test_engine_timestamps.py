@@ -118,3 +118,27 @@ def test_chattts_says_it_has_no_timestamps() -> None:
     from engine.chattts import ChatTTSBackend
 
     assert ChatTTSBackend.timestamps is False
+
+
+SSML = ('<speak>I visited the <sub alias="World Wide Web">WWW</sub> today. <break time="700ms"/>'
+        'Then I ate a <phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme> and '  # noqa: RUF001
+        '<prosody rate="slow">walked home slowly</prosody>.</speak>')
+
+
+def test_an_ssml_item_times_the_words_it_reads_with_its_pauses(engine: Engine) -> None:
+    """A span item (SSML: an alias, a break, a phoneme, a rate) is timed like plain text: every word
+    of what it reads, in order, inside the audio, the break's pause between two words, and near
+    pocketsphinx aligning the same audio with the text read."""
+    from engine.ssml import parse
+    from streams.stage.spans import cut_spans
+
+    (piece,) = cut_spans(parse(SSML), 400)
+    assert piece.spans is not None
+    a = engine.synthesize([SynthItem(piece.text, "", 1.0, True, piece.spans)])[0]
+    assert isinstance(a, Audio), a
+    _check_well_formed(a, piece.text)
+    assert a.words is not None
+    by = {w.text: w for w in a.words}
+    assert by["Then"].start_s - by["today"].end_s >= 0.6  # the 700 ms break (edge silences counted in)
+    errs = np.abs(np.asarray(_english_errors(a, piece.text)))
+    assert len(errs) >= 12 and np.median(errs) < 0.060 and np.percentile(errs, 90) < 0.150, errs
