@@ -6,7 +6,8 @@
 * A stream whose final piece never comes is closed with ``stream_timeout``.
 * Hostile streams: pieces out of order (spoken in order), re-sent, after the final one (dropped),
   far too many (``too_many_pieces``); one user opening many streams (``too_many_streams`` past the
-  bound); one user flooding whole requests; other users on every partition, behind all of it,
+  bound); one user flooding whole requests (its burst spoken, the rest answered once each with
+  ``rate_limited``); other users on every partition, the flooder's included, behind all of it,
   answered within a bound meanwhile.
 * Stage and worker SIGKILLed mid-stream: every piece spoken once and in order, chunks once each,
   one completion per request.
