@@ -357,7 +357,8 @@ def _users_run(base: Settings, *, requests: int, spread_users: int, id_chars: in
                                                              for t in texts) / len(texts), 2)}
     for label, users in (("one_user", 1), ("spread", spread_users)):
         home = tempfile.mkdtemp(prefix="ttsflow-bench-stage-users-")
-        s = _prepare(base, "bsu", home=home, log_level="WARNING")
+        # the stage's cost for one user's whole history, not its admission: every request admitted
+        s = _prepare(base, "bsu", home=home, log_level="WARNING").replace(user_requests_per_s=0.0)
         try:
             with Supervisor(Path(home) / "logs") as sup, TopicReader(s.kafka, s.kafka.topic_segments) as reader:
                 r = _backlog_throughput(s, sup, reader, Publisher(s.kafka), texts, users=users, id_chars=id_chars)

@@ -61,6 +61,7 @@ _FAILED: dict[str, tuple[int, str]] = {
     "unknown_lexicon": (400, "invalid_request_error"),
     "text_too_long": (413, "invalid_request_error"),
     "audio_too_long": (413, "invalid_request_error"),
+    "rate_limited": (429, "rate_limit_error"),  # the stage's per-user admission (TTS_USER_REQUESTS_PER_S)
     "storage_failed": (502, "server_error"),
     "part_missing": (502, "server_error"),
 }

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from streams.settings import KafkaSettings, StageSettings
 
 __all__ = ["TopicSpec", "dedup_changelog_topic", "dedup_table_name", "done_topic_config", "open_changelog_topic",
-           "open_table_name", "topic_specs"]
+           "open_table_name", "rate_changelog_topic", "rate_table_name", "topic_specs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ def done_topic_config(dedup_window_s: int) -> dict[str, str]:
 
 
 def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int | None = None) -> list[TopicSpec]:
-    """Every topic of a ttsflow deployment: the five of the pipeline and the stage's three
+    """Every topic of a ttsflow deployment: the five of the pipeline and the stage's
     faust-internal ones (names as faust derives them from the app id)."""
     n = partitions or kafka.partitions
     app = stage.stage_app_id
@@ -46,6 +46,9 @@ def topic_specs(kafka: KafkaSettings, stage: StageSettings, *, partitions: int |
                    "segment.ms": str(min(3600, stage.dedup_window_s) * 1000)}),
         # open requests sent in pieces (streams/stage/pieces.py): one entry per open request, deleted when it closes
         TopicSpec(open_changelog_topic(stage), n, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0",
+                                                   "segment.ms": str(3600 * 1000)}),
+        # each user's admission bucket (streams/stage/admission.py): one small entry per user and partition
+        TopicSpec(rate_changelog_topic(stage), n, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0",
                                                    "segment.ms": str(3600 * 1000)}),
         TopicSpec(f"{app}-__assignor-__leader", 1),
         # pronunciation lexicons (streams/stage/lexicons.py): small, read whole by every stage
@@ -66,6 +69,15 @@ def dedup_table_name(stage: StageSettings) -> str:
 def open_table_name(stage: StageSettings) -> str:
     """The table of open requests sent in pieces (its changelog is ``<app id>-open-changelog``)."""
     return "open"
+
+
+def rate_table_name(stage: StageSettings) -> str:
+    """The table of users' admission buckets (its changelog is ``<app id>-rate-changelog``)."""
+    return "rate"
+
+
+def rate_changelog_topic(stage: StageSettings) -> str:
+    return f"{stage.stage_app_id}-{rate_table_name(stage)}-changelog"
 
 
 def open_changelog_topic(stage: StageSettings) -> str:

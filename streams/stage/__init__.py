@@ -41,6 +41,10 @@ one are dropped from the local store and expire from the changelog by retention.
 requests are recorded too, so every readable request id gets exactly one verdict from
 the stage. Ids are per user: the same id from two users is two requests.
 
+**Admission.** A new request of a user (record key) past its token bucket (``TTS_USER_REQUESTS_PER_S``
+beyond ``TTS_USER_REQUEST_BURST``, refilled by the records' timestamps) is refused with
+``rate_limited`` instead of split: a flood is answered, not queued (:mod:`streams.stage.admission`).
+
 What the stage guarantees under kills, and the faust patches that make it so:
 :mod:`streams.stage.patches`.
 

@@ -17,8 +17,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from streams.kafka.topics import dedup_table_name, open_table_name
+from streams.kafka.topics import dedup_table_name, open_table_name, rate_table_name
 from streams.settings import Settings
+from streams.stage.admission import Bucket, bucket_key, decode_bucket
 from streams.stage.core import Record, StageCore, served_voices
 from streams.stage.dedup import SeenIndex, UserSeen
 from streams.stage.lexicons import LexiconReader, lexicon_store
@@ -114,7 +115,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     datadir = Path(settings.process.home) / "stage" / settings.stage.stage_app_id / instance_id
     datadir.mkdir(parents=True, exist_ok=True)
     leave_group_on_stop()
-    fetch_in_turns()
+    fetch_in_turns(held_wait_s=settings.stage.stage_held_fetch_ms / 1000.0)
     metrics.identify(instance_id=instance_id, group=settings.stage.stage_app_id)
     from streams.kafka.config import faust_credentials
 
@@ -144,6 +145,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         # flooded partition never keeps the others' records waiting for long (patches.fetch_in_turns)
         broker_max_poll_records=settings.stage.stage_poll_records,
         stream_buffer_maxsize=settings.stage.stage_buffer_records,
+        # outputs gathered into few produce requests: with none, a flood's outputs were one socket write each
+        producer_linger=settings.stage.stage_linger_ms / 1000.0,
     )
     requests = app.topic(settings.kafka.topic_requests, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")
@@ -162,6 +165,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     opened = app.Table(open_table_name(settings.stage), default=None, partitions=settings.kafka.partitions,
                        key_type=bytes, value_type=bytes)
     opened._verified_source_topics_for_partitions.add(source_topic)
+    # each user's admission bucket (streams/stage/admission.py), per partition
+    rates = app.Table(rate_table_name(settings.stage), default=None, partitions=settings.kafka.partitions,
+                      key_type=bytes, value_type=bytes)
+    rates._verified_source_topics_for_partitions.add(source_topic)
     # A table write's changelog record must be delivered before its input record may be committed:
     # faust's commit flushes its producer first, but that flush (faust-streaming 0.15.3,
     # ProducerBuffer.flush_atmost) returns after 0.1 s without a message sent, and a message its
@@ -170,7 +177,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     # open table after a stage SIGKILL, its later pieces held forever behind the gap, the request
     # closed by stream_timeout). The changelog futures are kept here and awaited in flush().
     changelog_sent: list[Any] = []
-    for table in (seen, opened):
+    for table in (seen, opened, rates):
         def _kept(*args: Any, _send: Any = table.send_changelog, **kwargs: Any) -> Any:
             fut = _send(*args, **kwargs)
             changelog_sent.append(fut)
@@ -213,11 +220,29 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
 
         def all_open(self) -> int:
             return len(open_index)
+
+    class _RateView:
+        __slots__ = ("key",)
+
+        def __init__(self, key: bytes) -> None:
+            self.key = key
+
+        def get(self) -> Bucket | None:
+            return decode_bucket(deferred.rate_get(self.key, rates.get))
+
+    # record keys being refused rate_limited now, and how many so far: logged when it starts and ends,
+    # not per record (a flood is thousands)
+    limited: dict[bytes, int] = {}
     app.guard_acks(source_topic)
 
     async def send(rec: Record, src_partition: int) -> Awaitable[Any]:
         headers = list(rec.headers) or None
         return await app.producer.send(rec.topic, rec.key, rec.value, rec.partition, None, headers)
+
+    async def delivered() -> None:
+        sent, changelog_sent[:] = list(changelog_sent), []
+        for f in sent:
+            await f
 
     async def flush(stream: Any) -> None:
         """Wait for the held records' outputs, then make their table writes and mark them processed
@@ -231,6 +256,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         # as of its own record: faust writes a table key to the changelog partition of the current event
         seen_writes = {h.seen[0]: (h.event, h.seen[1]) for h in held if h.seen is not None}
         open_writes = {h.open[0]: (h.event, h.open[1]) for h in held if h.open is not None}
+        rate_writes = {h.rate[0]: (h.event, h.rate[1]) for h in held if h.rate is not None}
         current = _current_event.get(None)
         try:
             for sk, (ev, sv) in seen_writes.items():
@@ -243,11 +269,16 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
                         del opened[ok]
                 else:
                     opened[ok] = state
+            if rate_writes:
+                # the buckets last, once the ids and open texts are in their changelogs: a bucket read
+                # back after a crash never covers an admitted request that is not found seen or open
+                await delivered()
+            for rk, (ev, bucket) in rate_writes.items():
+                _current_event.set(weakref.ref(ev))
+                rates[rk] = bucket
         finally:
             _current_event.set(current)
-        sent, changelog_sent[:] = list(changelog_sent), []
-        for f in sent:  # the writes are in the changelog (not only in faust's buffer) before any commit
-            await f
+        await delivered()  # the writes are in the changelog (not only in faust's buffer) before any commit
         for h in held:
             app.mark_processed(h.event.message)
             await stream.ack(h.event)
@@ -323,7 +354,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         user_seen = UserSeen(index, deferred.seen_get(seen.get), k, core.clock())
         outcome = core.handle(msg.key, msg.value, partition=msg.partition, offset=msg.offset,
                               timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=user_seen,
-                              opened=_OpenView(k), tick=_is_tick(msg.headers))
+                              opened=_OpenView(k), tick=_is_tick(msg.headers),
+                              rate=_RateView(bucket_key(k, msg.partition)))
         metrics.processed(time.perf_counter() - t0)
         futs = [await send(r, msg.partition) for r in outcome.records]
         seen_write = index.entry(k, outcome.remember, core.clock()) if outcome.remember is not None else None
@@ -336,7 +368,17 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             else:
                 open_index.put(ok, decode_open(state))
             metrics.open_requests(len(open_index))
-        deferred.add(Handled(event, futs, seen_write, open_write))
+        rate_write = (bucket_key(k, msg.partition), outcome.rate) if outcome.rate is not None else None
+        deferred.add(Handled(event, futs, seen_write, open_write, rate_write))
+        if outcome.code == "rate_limited":
+            n = limited.get(k, 0)
+            if n == 0:
+                _log.warning("event=rate_limited key=%s first_request_id=%s", _key_str(k), outcome.request_id)
+                if len(limited) >= 10_000:  # keys that never came back: forget them (this is only for the log)
+                    limited.clear()
+            limited[k] = n + 1
+        elif k in limited and outcome.rate is not None:  # admitted again
+            _log.info("event=rate_limit_lifted key=%s refused=%d", _key_str(k), limited.pop(k))
         n_segments = sum(1 for r in outcome.records if r.topic == settings.kafka.topic_segments)
         if outcome.open is not None and outcome.kind == "failed":
             metrics.piece("failed", n_segments - 1)  # (the rejection goes to the same topic)
@@ -350,6 +392,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             metrics.segments(len(outcome.records))
             if msg.timestamp:
                 metrics.request_age(time.time() - msg.timestamp)
+        elif outcome.code == "rate_limited":  # counted, logged once a run of them (above)
+            metrics.failed(outcome.code)
         elif outcome.kind == "failed":
             metrics.failed(outcome.code or "?")
             _log.info("event=request_failed request_id=%s key=%s code=%s", outcome.request_id, _key_str(msg.key),

@@ -14,7 +14,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
@@ -47,13 +47,15 @@ from schemas import (
 from schemas.errors import ContentError
 from streams.settings import EngineSettings, KafkaSettings, StageSettings
 from streams.stage import voicemap
+from streams.stage.admission import Admission, Bucket, encode_bucket
 from streams.stage.cut import budget_for, shorten_first
 from streams.stage.lexicons import LexiconStore
 from streams.stage.pieces import OpenView, PieceHandler
 from streams.stage.spans import Piece, cut_spans
 from streams.stage.text import normalize, split_segments
 
-__all__ = ["DEAD_LETTER_ID_HEADER", "Outcome", "Record", "SeenIds", "StageCore", "backend_voices", "served_voices"]
+__all__ = ["DEAD_LETTER_ID_HEADER", "Outcome", "RateView", "Record", "SeenIds", "StageCore", "backend_voices",
+           "served_voices"]
 
 _log = logging.getLogger("ttsflow.stage")
 
@@ -89,6 +91,12 @@ class SeenIds(Protocol):
     def get(self, request_id: str, /) -> float | None: ...
 
 
+class RateView(Protocol):
+    """The record key's admission bucket in the record's partition (None: none yet, a full one)."""
+
+    def get(self) -> Bucket | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     """One record to produce."""
@@ -111,6 +119,8 @@ class Outcome:
     remember: str | None = None
     # a request sent in pieces (streams/stage/pieces.py): (request id, its new open state; None: closed)
     open: tuple[str, bytes | None] | None = None
+    # the record key's new admission bucket (streams/stage/admission.py), encoded; None: unchanged
+    rate: bytes | None = None
 
 
 def _peek_user_id(raw: bytes | None) -> str | None:
@@ -152,6 +162,7 @@ class StageCore:
             i for i in (engine_voices.voice_info(v) for v in voices or ()) if i is not None)
         self.on_dropped = on_dropped  # (script, spoken units cut from an accepted request)
         self.pieces = PieceHandler(self, clock)
+        self.admission = Admission(stage.user_requests_per_s, stage.user_request_burst)
         self._ssml_limits = engine_ssml.Limits(max_chars=stage.ssml_max_chars, max_depth=stage.ssml_max_depth,
                                                max_elements=stage.ssml_max_elements)
 
@@ -161,10 +172,12 @@ class StageCore:
         return t is not None and now - t < self.stage.dedup_window_s
 
     def handle(self, key: bytes | None, value: bytes | None, *, partition: int, offset: int,
-               timestamp_ms: int | None, seen: SeenIds, opened: OpenView | None = None, tick: bool = False) -> Outcome:
+               timestamp_ms: int | None, seen: SeenIds, opened: OpenView | None = None, tick: bool = False,
+               rate: RateView | None = None) -> Outcome:
         """Everything the stage does with one record, as data. Never raises. ``opened``: the record
         key's open requests sent in pieces (None: pieces are refused); ``tick``: one of the stage's own
-        timer records (:mod:`streams.stage.pieces`)."""
+        timer records (:mod:`streams.stage.pieces`); ``rate``: the record key's admission bucket (None:
+        every request admitted)."""
         now = self.clock()
         rid = peek_request_id(value)
         try:
@@ -177,7 +190,7 @@ class StageCore:
                 return Outcome("duplicate", request_id=rid, code="piece_repeated" if value and b'"seq"' in value
                                else None)
             assert value is not None
-            return self._request(key, value, rid, now, timestamp_ms, partition, offset, opened)
+            return self._request(key, value, rid, now, timestamp_ms, partition, offset, opened, rate)
         except Exception as e:  # a bug must not stop the partition: answer it visibly
             _log.error("event=stage_error request_id=%s partition=%d offset=%d error=%r\n%s", rid, partition,
                        offset, e, traceback.format_exc())
@@ -209,6 +222,26 @@ class StageCore:
                         value_bytes=len(raw), value_sha256=hashlib.sha256(raw).hexdigest(), truncated=truncated)
         return Outcome("dead_letter", (Record(self.kafka.topic_dlq, key, encode(dl),
                                               headers=((DEAD_LETTER_ID_HEADER, dl_id.encode()),)),), code=reason)
+
+    def admit(self, key: bytes | None, value: bytes, rid: str, rate: RateView | None, *, partition: int, offset: int,
+              timestamp_ms: int | None) -> Outcome:
+        """Admission of a new request (:mod:`streams.stage.admission`): an Outcome of kind ``segments``
+        and no records when admitted (its ``rate`` the bucket to write), else the ``rate_limited``
+        rejection. The id is not recorded as seen (no dedup write: a flood costs no table entry per
+        request); the bucket's offset makes a re-read refuse it again."""
+        if rate is None or not self.admission.enabled:
+            return Outcome("segments")
+        v = self.admission.decide(rate.get(), timestamp_ms=timestamp_ms, partition=partition, offset=offset)
+        new = encode_bucket(v.bucket) if v.bucket is not None else None
+        if v.admitted:
+            return Outcome("segments", rate=new)
+        s = self.stage
+        message = (f"this user (record key) started requests faster than {s.user_requests_per_s:g} a second beyond a "
+                   f"burst of {s.user_request_burst} (TTS_USER_REQUESTS_PER_S, TTS_USER_REQUEST_BURST); a token is "
+                   f"back in {v.retry_after_s:.1f} s: retry then under a new request_id (this one is answered)")
+        failed = self._failed(key, value, rid, "rate_limited", message, self.clock(), partition=partition,
+                              offset=offset, timestamp_ms=timestamp_ms)
+        return Outcome("failed", failed.records, request_id=rid, code="rate_limited", rate=new)
 
     def _failed(self, key: bytes | None, value: bytes | None, rid: str, code: str, message: str, now: float,
                 *, partition: int, offset: int, timestamp_ms: int | None = None) -> Outcome:
@@ -326,8 +359,8 @@ class StageCore:
         return info.backend if info is not None and info.backend in self.engine.served_backends else self.engine.backend
 
     def _request(self, key: bytes | None, value: bytes, rid: str, now: float,
-                 timestamp_ms: int | None, partition: int, offset: int, opened: OpenView | None = None) -> Outcome:
-        stage, engine = self.stage, self.engine
+                 timestamp_ms: int | None, partition: int, offset: int, opened: OpenView | None = None,
+                 rate: RateView | None = None) -> Outcome:
         if opened is not None:
             try:
                 piece = decode_request(value)
@@ -335,9 +368,18 @@ class StageCore:
                 piece = None
             if piece is not None and piece.is_piece:
                 return self.pieces.piece(key, value, piece, partition=partition, offset=offset,
-                                         timestamp_ms=timestamp_ms, opened=opened)
+                                         timestamp_ms=timestamp_ms, opened=opened, rate=rate)
             if opened.get(rid) is not None:  # a whole request under the id of one open in pieces
                 return Outcome("duplicate", request_id=rid, code="open_in_pieces")
+        admitted = self.admit(key, value, rid, rate, partition=partition, offset=offset, timestamp_ms=timestamp_ms)
+        if admitted.kind == "failed":
+            return admitted
+        out = self._whole(key, value, rid, now, timestamp_ms, partition, offset)
+        return out if admitted.rate is None else replace(out, rate=admitted.rate)
+
+    def _whole(self, key: bytes | None, value: bytes, rid: str, now: float, timestamp_ms: int | None, partition: int,
+               offset: int) -> Outcome:
+        stage, engine = self.stage, self.engine
         try:
             req = decode_request(value)
             requested = self._mix(req.voice)

@@ -32,6 +32,7 @@ class Handled:
     deliveries: Sequence[Awaitable[Any]]
     seen: tuple[bytes, bytes] | None = None          # dedup entry to write
     open: tuple[bytes, bytes | None] | None = None   # open-table key, new state (None: delete)
+    rate: tuple[bytes, bytes] | None = None          # admission bucket to write (streams/stage/admission.py)
 
 
 class Deferred:
@@ -42,6 +43,7 @@ class Deferred:
         self._held: list[Handled] = []
         self._seen: dict[bytes, bytes] = {}
         self._open: dict[bytes, bytes | None] = {}
+        self._rate: dict[bytes, bytes] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -52,6 +54,8 @@ class Deferred:
             self._seen[held.seen[0]] = held.seen[1]
         if held.open is not None:
             self._open[held.open[0]] = held.open[1]
+        if held.rate is not None:
+            self._rate[held.rate[0]] = held.rate[1]
 
     def seen_get(self, get: Callable[[bytes], bytes | None]) -> Callable[[bytes], bytes | None]:
         """The dedup table's ``get`` as it will read once the held writes are made."""
@@ -66,6 +70,10 @@ class Deferred:
         """An open-table entry as it will read once the held writes are made (None: absent)."""
         return self._open[key] if key in self._open else get(key)
 
+    def rate_get(self, key: bytes, get: Callable[[bytes], bytes | None]) -> bytes | None:
+        """An admission bucket as it will read once the held writes are made (None: absent)."""
+        return self._rate[key] if key in self._rate else get(key)
+
     def open_writes(self) -> dict[bytes, bytes | None]:
         """The open-table writes held (key -> latest state, None: deleted)."""
         return dict(self._open)
@@ -75,4 +83,5 @@ class Deferred:
         out, self._held = self._held, []
         self._seen.clear()
         self._open.clear()
+        self._rate.clear()
         return out

@@ -30,8 +30,9 @@ its own. Guarantees:
   partitions it holds, so this one depends on the assignment), a request at most
   ``max_stream_pieces`` pieces (``too_many_pieces``) and ``max_text_chars`` characters
   (``text_too_long``); a request without a piece for ``stream_timeout_s`` before its final one is
-  closed with ``stream_timeout`` (what was spoken stays spoken, as chunks). Each is a rejection the
-  worker answers once, as a failed completion.
+  closed with ``stream_timeout`` (what was spoken stays spoken, as chunks); and opening one takes a
+  token of the user's admission bucket (``rate_limited``, :mod:`streams.stage.admission`). Each is a
+  rejection the worker answers once, as a failed completion.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -53,7 +55,7 @@ from streams.stage.cut import budget_for, cut_open, speakable
 from streams.stage.text import normalize
 
 if TYPE_CHECKING:
-    from streams.stage.core import Outcome, StageCore
+    from streams.stage.core import Outcome, RateView, StageCore
 
 __all__ = ["CONTROL_HEADER", "OpenIndex", "OpenRequest", "OpenView", "PieceHandler", "decode_open", "encode_open",
            "open_key", "tick_value"]
@@ -203,11 +205,10 @@ class PieceHandler:
 
     # -- records -----------------------------------------------------------------------
     def piece(self, key: bytes | None, value: bytes, req: Request, *, partition: int, offset: int,
-              timestamp_ms: int | None, opened: OpenView) -> Outcome:
-        from streams.stage.core import Outcome
-
-        rid, s, now = req.request_id, self.s, self.clock()
-        assert req.seq is not None
+              timestamp_ms: int | None, opened: OpenView, rate: RateView | None = None) -> Outcome:
+        """A piece: the first one of a request (in any order) opens it within the bounds and the user's
+        admission (:mod:`streams.stage.admission`); the rest are applied in order."""
+        rid, s = req.request_id, self.s
         st = opened.get(rid)
         if st is None:
             if opened.user_open() >= s.max_open_streams_per_user:
@@ -219,8 +220,24 @@ class PieceHandler:
                 return self._reject(key, value, rid, "stage_busy", (
                     f"the stage holds {s.max_open_streams} requests sent in pieces open (TTS_MAX_OPEN_STREAMS); "
                     "retry later"), partition, offset, timestamp_ms, remember=False)
+            admitted = self.core.admit(key, value, rid, rate, partition=partition, offset=offset,
+                                       timestamp_ms=timestamp_ms)
+            if admitted.kind == "failed":
+                return admitted
+            now = self.clock()
             st = OpenRequest(user_id=req.user_id, partition=partition,
                              enqueued_at=(timestamp_ms / 1000.0) if timestamp_ms else now, last_at=now)
+            out = self._apply(key, value, req, st, partition=partition, offset=offset, timestamp_ms=timestamp_ms)
+            return out if admitted.rate is None else replace(out, rate=admitted.rate)
+        return self._apply(key, value, req, st, partition=partition, offset=offset, timestamp_ms=timestamp_ms)
+
+    def _apply(self, key: bytes | None, value: bytes, req: Request, st: OpenRequest, *, partition: int, offset: int,
+               timestamp_ms: int | None) -> Outcome:
+        """A piece applied to its open request ``st`` (new or from the table)."""
+        from streams.stage.core import Outcome
+
+        rid, s, now = req.request_id, self.s, self.clock()
+        assert req.seq is not None
         if req.seq < st.next_seq or req.seq in st.ahead:
             return Outcome("duplicate", request_id=rid, code="piece_repeated")
         st.changes += 1

@@ -6,7 +6,8 @@
 * A stream whose final piece never comes is closed with ``stream_timeout``.
 * Hostile streams: pieces out of order (spoken in order), re-sent, after the final one (dropped),
   far too many (``too_many_pieces``); one user opening many streams (``too_many_streams`` past the
-  bound); one user flooding whole requests; other users on every partition, behind all of it,
+  bound); one user flooding whole requests (its burst spoken, the rest answered once each with
+  ``rate_limited``); other users on every partition, the flooder's included, behind all of it,
   answered within a bound meanwhile.
 * Stage and worker SIGKILLed mid-stream: every piece spoken once and in order, chunks once each,
   one completion per request.
@@ -53,6 +54,7 @@ def rig(stack_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> I
     (home / "keys.json").write_text(json.dumps({KEY: "agent"}))
     s = isolated(stack_settings, run).replace(partitions=TEST_PARTITIONS, stream_timeout_s=TIMEOUT_S,
                                               max_open_streams_per_user=4, max_stream_pieces=200,
+                                              user_request_burst=FLOOD_BURST, user_requests_per_s=FLOOD_RATE,
                                               gateway_keys_file=str(home / "keys.json"))
     ensure_topics(s, partitions=TEST_PARTITIONS)
     with Supervisor(home / "logs") as sup:
@@ -112,6 +114,7 @@ def _completions(s: Settings, rids: set[str], timeout: float) -> dict[str, list[
 
 
 OTHERS_BOUND_S = 10.0  # other users' answer time while the floods below are read (issue 26: p95 <= 5 s)
+FLOOD_BURST, FLOOD_RATE = 50, 5.0  # per-user admission in this module (defaults 200 and 20/s)
 
 
 @pytest.mark.timeout(300)
@@ -137,8 +140,10 @@ def test_hostile_streams_are_answered_as_documented_and_nobody_else_waits(rig: t
     opened = [f"open-{tag}-{i}" for i in range(300)]
     for rid in opened:
         p.produce(s.kafka.topic_requests, key=b"trudy", value=_piece(rid, "trudy", 0, "Hello"))
-    # one user flooding whole requests (one word each: cache hits after the first, the pipeline's cost)
+    # one user flooding whole requests (one word each: cache hits after the first, the pipeline's cost):
+    # past its admission burst each is refused at once with rate_limited
     flood = [f"flood-{tag}-{i}" for i in range(300)]
+    flood_t0 = time.time()
     for rid in flood:
         p.produce(s.kafka.topic_requests, key=b"flooder",
                   value=json.dumps({"request_id": rid, "user_id": "flooder", "text": "Yes."}).encode())
@@ -158,16 +163,29 @@ def test_hostile_streams_are_answered_as_documented_and_nobody_else_waits(rig: t
                 {"request_id": rid, "user_id": u, "text": f"Meanwhile, {u} asks for one sentence."}).encode())
             others[rid] = time.time()
     assert p.flush(30) == 0
+    flood_s = time.time() - flood_t0  # the flood's records were stamped within this
     want = {order, many, silent, *opened[4:], *flood, *others}
     got = _completions(s, want, timeout=90)
     assert want <= set(got), sorted(want - set(got))[:5]
     assert all(len(v) == 1 for v in got.values()), {k: len(v) for k, v in got.items() if len(v) > 1}
     waited = {r: got[r][0].completed_at.timestamp() - t for r, t in others.items()}  # type: ignore[union-attr]
+    flooded = partition_for(b"flooder", TEST_PARTITIONS)
+    beside = {r: w for r, w in waited.items() if partition_for(r.rsplit("-", 1)[1].encode(), TEST_PARTITIONS) == flooded}
     print(f"\nhostile: other users answered in {min(waited.values()):.2f}-{max(waited.values()):.2f} s meanwhile "
-          f"({len(others)} on {TEST_PARTITIONS} partitions)")
+          f"({len(others)} on {TEST_PARTITIONS} partitions; on the flooder's partition at most "
+          f"{max(beside.values()):.2f} s)")
     assert all(got[r][0].status == "ok" for r in others)
+    assert len(beside) == 2 and max(beside.values()) < OTHERS_BOUND_S, beside  # same partition as the flood
     assert max(waited.values()) < OTHERS_BOUND_S, waited
-    assert {got[r][0].status for r in flood} == {"ok"}
+    # the flood: its burst (and what the rate refilled while it was published) spoken, every other request
+    # answered once, at once, with the stable code
+    codes = [c.status if (err := c.error) is None else err.code for c in (got[r][0] for r in flood)]
+    admitted = codes.count("ok")
+    assert set(codes) == {"ok", "rate_limited"}, set(codes)
+    assert FLOOD_BURST <= admitted <= FLOOD_BURST + FLOOD_RATE * flood_s + 1, (admitted, flood_s)
+    assert codes[:FLOOD_BURST] == ["ok"] * FLOOD_BURST  # in the partition's order: the first ones pass
+    refused = next(got[r][0] for r in flood if got[r][0].error is not None)
+    assert refused.status == "failed" and "TTS_USER_REQUESTS_PER_S" in refused.error.message  # type: ignore[union-attr]
     assert got[order][0].status == "ok" and got[order][0].segments == 3
     segs = [e for m in drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_segments, timeout=2.0)
             if isinstance(e := decode_segment_event(m.value()), Segment) and e.request_id == order]

@@ -282,6 +282,13 @@ def test_a_voice_map_failed_by_the_stage_names_the_voices_param() -> None:
     assert e.status == 400 and e.param == "voices"
 
 
+def test_a_request_the_stage_rate_limited_is_a_429() -> None:
+    c = Completion(request_id="r", user_id="u", status="failed",
+                   error=ErrorInfo(code="rate_limited", message="this user (record key) started requests faster"))
+    e = failed_error(c)
+    assert e.status == 429 and e.type == "rate_limit_error" and e.code == "rate_limited"
+
+
 class StreamingStub(StubPipeline):
     """Streams two chunks of half a second of tone, then the completion."""
 

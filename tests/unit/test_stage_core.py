@@ -352,3 +352,13 @@ def test_a_partition_handed_out_goes_to_the_back_of_the_fetch_line() -> None:
     assert list(fetched) == ["p1", "p0", "p2"]
     patches_mod.take_turns(fetched, {})
     assert list(fetched) == ["p1", "p0", "p2"]
+
+
+def test_a_partition_held_back_by_its_full_queue_is_asked_for_again_soon() -> None:
+    """patches.fetch_timeout: while faust holds a partition back (its queue full), a fetch waits briefly."""
+    from streams.stage import patches as patches_mod
+
+    assert patches_mod.fetch_timeout(1.0, set(), wait_s=0.003) == 1.0
+    assert patches_mod.fetch_timeout(None, None, wait_s=0.003) is None
+    assert patches_mod.fetch_timeout(1.0, {"p0"}, wait_s=0.003) == 0.003
+    assert patches_mod.fetch_timeout(0.0, {"p0"}, wait_s=0.003) == 0.0  # never longer than asked

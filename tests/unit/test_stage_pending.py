@@ -30,3 +30,13 @@ def test_a_run_of_records_keeps_input_order_and_its_deliveries() -> None:
     held = d.take()
     assert [h.event for h in held] == list(range(5)) and [h.deliveries for h in held][2] == ("f2",)
     assert d.take() == []
+
+
+def test_admission_buckets_are_held_like_the_other_writes() -> None:
+    table = {b"0\x00u": b"old"}
+    d = Deferred()
+    d.add(Handled("e1", (), rate=(b"0\x00u", b"b1")))
+    d.add(Handled("e2", (), rate=(b"0\x00u", b"b2")))
+    assert d.rate_get(b"0\x00u", table.get) == b"b2" and d.rate_get(b"0\x00v", table.get) is None
+    assert [h.rate for h in d.take()] == [(b"0\x00u", b"b1"), (b"0\x00u", b"b2")]
+    assert d.rate_get(b"0\x00u", table.get) == b"old"  # the caller writes the last one now
