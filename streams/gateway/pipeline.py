@@ -88,7 +88,10 @@ def failed_error(c: Completion) -> ApiError:
     msg = c.error.message if c.error else "the pipeline gave no reason"
     status, typ = _FAILED.get(code, (500, "server_error"))
     param = "voices" if msg.startswith("voices") else _PARAM.get(code)  # a voice map's language or voice
-    return ApiError(status, msg, type=typ, param=param, code=code, headers={"x-request-id": c.request_id})
+    headers = {"x-request-id": c.request_id}
+    if status == 429:  # the stage's bucket refills continuously: a token is back within a second at >= 1/s
+        headers["Retry-After"] = "1"
+    return ApiError(status, msg, type=typ, param=param, code=code, headers=headers)
 
 
 class Pipeline:

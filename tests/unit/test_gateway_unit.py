@@ -287,6 +287,7 @@ def test_a_request_the_stage_rate_limited_is_a_429() -> None:
                    error=ErrorInfo(code="rate_limited", message="this user (record key) started requests faster"))
     e = failed_error(c)
     assert e.status == 429 and e.type == "rate_limit_error" and e.code == "rate_limited"
+    assert e.headers["Retry-After"] == "1"  # what OpenAI's SDK waits before retrying
 
 
 class StreamingStub(StubPipeline):
