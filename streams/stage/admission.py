@@ -18,7 +18,8 @@ Guarantees (pure: no faust, no Kafka, no clock; the time is the record's timesta
   written before the offset may be committed), so a restarted stage re-reads records the bucket
   already decided: one at or below that offset that is neither seen (the dedup table) nor open was
   refused then, and is refused again without touching the bucket (the worker's done log drops the
-  repeated rejection). The stage writes the bucket only after that run's dedup and open writes are
+  repeated rejection). Such a record is never later than the bucket's time; one at a lower offset
+  with a later timestamp is new (the topic was made again and its offsets started over). The stage writes the bucket only after that run's dedup and open writes are
   in their changelogs, so an admitted request is always found seen.
 * **Time from the records.** Refill follows the records' timestamps (the producer's, or the broker's
   with ``message.timestamp.type=LogAppendTime``); a timestamp earlier than the bucket's adds nothing,
@@ -93,8 +94,12 @@ class Admission:
         """Take a token for a new request at ``offset`` of ``partition``, or refuse it."""
         if not self.enabled:
             return Verdict(True, None)
-        if bucket is not None and bucket.partition == partition and offset <= bucket.offset:
-            # decided before a crash (the table is ahead of the committed offset): it was refused then
+        if (bucket is not None and bucket.partition == partition and offset <= bucket.offset
+                and (timestamp_ms is None or timestamp_ms <= bucket.at_ms)):
+            # decided before a crash (the table is ahead of the committed offset): it was refused then.
+            # A record the bucket decided is never later than its at_ms (which only grows), so a lower
+            # offset with a later timestamp is a new record of a topic whose offsets started over (it was
+            # deleted and made again while the stage's tables stayed): decided afresh, never refused for ever
             return Verdict(False, None, self._wait(bucket.tokens), replayed=True)
         if bucket is None:
             tokens, at = float(self.burst), timestamp_ms or 0

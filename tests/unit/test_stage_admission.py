@@ -50,10 +50,19 @@ def test_time_comes_from_the_records_and_never_runs_backwards() -> None:
 def test_a_record_decided_before_a_crash_is_refused_again_without_touching_the_bucket() -> None:
     a = Admission(per_s=1.0, burst=1)
     b = Bucket(tokens=1.0, at_ms=NOW_MS, partition=3, offset=40)
-    again = a.decide(b, timestamp_ms=NOW_MS + 60_000, partition=3, offset=40)
+    again = a.decide(b, timestamp_ms=NOW_MS - 5, partition=3, offset=40)  # read again: no later than the bucket
     assert not again.admitted and again.replayed and again.bucket is None
     other = a.decide(b, timestamp_ms=NOW_MS, partition=4, offset=40)  # another partition's offsets do not compare
     assert other.admitted
+
+
+def test_a_topic_made_again_starts_its_offsets_over_and_its_users_are_not_refused_for_ever() -> None:
+    a = Admission(per_s=1.0, burst=1)
+    b = Bucket(tokens=0.0, at_ms=NOW_MS, partition=0, offset=5_000)  # left in the table by the old topic
+    fresh = a.decide(b, timestamp_ms=NOW_MS + 3_600_000, partition=0, offset=0)
+    assert fresh.admitted and not fresh.replayed and fresh.bucket is not None and fresh.bucket.offset == 0
+    replay = a.decide(fresh.bucket, timestamp_ms=NOW_MS + 3_600_000, partition=0, offset=0)
+    assert not replay.admitted and replay.replayed  # decided now (the stage finds an admitted one seen first)
 
 
 def test_zero_rate_admits_everything_and_buckets_round_trip() -> None:
