@@ -20,6 +20,12 @@ Invariants:
   offsets); the new consumer joins under the same instance id. At most
   ``_MAX_REPLACEMENTS`` in ``_REPLACEMENT_WINDOW_S`` (two live processes with one id would
   fence each other in turn): beyond that the error is fatal for the process.
+* A consumer whose partitions were lost (librdkafka's ``on_lost``: its session ended, e.g. around
+  a broker restart) and that is given none back within ``_REJOIN_AFTER_S`` is replaced once by a
+  new one under the same instance id (:meth:`rejoin_if_stranded`): CI saw a worker poll on for
+  3.5 minutes after such a loss with nothing assigned and nothing reported. Once per loss, and not
+  counted as a fatal replacement: a worker with no partition to own (more workers than partitions)
+  is stranded once at most, then left alone.
 * A rewind is one attempt: right after a broker restart the group's offsets can be
   unreadable until the consumer has polled (a lost session is served by poll), so a failed
   one stays pending and the loop polls and tries again.
@@ -41,6 +47,7 @@ _log = logging.getLogger("ttsflow.worker")
 
 _REWIND_TIMEOUT_S = 10.0  # one attempt at reading committed offsets; a failed rewind is retried by the loop
 _MAX_REPLACEMENTS, _REPLACEMENT_WINDOW_S = 3, 300.0
+_REJOIN_AFTER_S = 45.0  # lost partitions not given back in this long: join again with a new consumer
 
 
 def consume_ready(consumer: Any, n: int, timeout: float) -> list[Any]:
@@ -75,10 +82,16 @@ class PartitionedConsumer:
         self._callbacks: dict[str, Callable[..., None]] = {}
         self._replaced_at: list[float] = []
         self.abandoned: list[Any] = []  # replaced consumers (closing one that failed may block: a thread does)
+        self._lost = False  # partitions were lost and none has been assigned since
+        self._lost_since: float | None = None
 
     def subscribe(self, *, on_assign: Callable[..., None], on_revoke: Callable[..., None],
                   on_lost: Callable[..., None]) -> None:
-        self._callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
+        def lost(consumer: Any, partitions: list[Any]) -> None:
+            self._lost = True
+            on_lost(consumer, partitions)
+
+        self._callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": lost}
         self._c.subscribe([self.topic], **self._callbacks)
 
     def consume(self, n: int, timeout: float) -> list[Any]:
@@ -136,13 +149,26 @@ class PartitionedConsumer:
             self._replaced_at = [t for t in self._replaced_at if now - t < _REPLACEMENT_WINDOW_S]
             if self._factory is None or len(self._replaced_at) >= _MAX_REPLACEMENTS:
                 raise FatalError(f"consumer failed: {err.str()}")
-            self._replace(err, now)
+            self._replace(err.str(), now)
             return
         if now - self._last_error_log >= 5.0:  # e.g. the topic does not exist yet: say so, not 50 times a second
             self._last_error_log = now
             _log.warning("event=consumer_error code=%s error=%s", err.name(), err.str())
 
-    def _replace(self, err: Any, now: float) -> None:
+    def rejoin_if_stranded(self, now: float) -> None:
+        """Called every turn: replace the consumer once when lost partitions were not given back
+        within ``_REJOIN_AFTER_S`` (see the module doc)."""
+        if not self._lost or self._factory is None:
+            return
+        if self.assigned:
+            self._lost, self._lost_since = False, None
+        elif self._lost_since is None:
+            self._lost_since = now
+        elif now - self._lost_since >= _REJOIN_AFTER_S:
+            self._replace(f"no partition given back {now - self._lost_since:.0f} s after they were lost", now,
+                          counted=False)
+
+    def _replace(self, why: str, now: float, *, counted: bool = True) -> None:
         import threading
 
         from confluent_kafka import TopicPartition
@@ -155,12 +181,14 @@ class PartitionedConsumer:
         self.assigned.clear()
         self.paused.clear()
         self.rewind_pending.clear()
-        self._replaced_at.append(now)
+        if counted:
+            self._replaced_at.append(now)
+        self._lost, self._lost_since = False, None
         self.abandoned.append(old)
         threading.Thread(target=_close_quietly, args=(old,), name="consumer-close", daemon=True).start()
         if self._callbacks:
             self._c.subscribe([self.topic], **self._callbacks)
-        _log.error("event=consumer_replaced partitions_lost=%s error=%s", gone, err.str())
+        _log.error("event=consumer_replaced partitions_lost=%s error=%s", gone, why)
 
     def rewind(self, partitions: set[int]) -> None:
         """Seek each partition back to its committed offset (the start if none); one attempt,

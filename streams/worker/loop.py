@@ -268,6 +268,7 @@ class Worker:
 
         # 1) poll: no longer than the batcher's next deadline, briefly while work is in flight
         #    (a rewind that could not finish is retried first; its partitions admit nothing until it does)
+        self.consumer.rejoin_if_stranded(now)
         if self.consumer.rewind_pending & self.consumer.assigned:
             self.consumer.rewind(self.consumer.rewind_pending & self.consumer.assigned)
         self.consumer.apply_backpressure(self.parts.held_by_partition(), self._read_ahead)

@@ -66,6 +66,36 @@ def test_replacements_are_limited_then_the_error_is_fatal() -> None:
     assert len(c.abandoned) == 4
 
 
+def test_lost_partitions_not_given_back_make_one_new_consumer_and_no_more() -> None:
+    """CI: after a broker restart librdkafka reported the worker's partitions lost and then polled
+    on for 3.5 minutes with nothing assigned and nothing reported."""
+    c = PartitionedConsumer(FakeConsumer(), "t", factory=FakeConsumer)
+    c.subscribe(on_assign=lambda *_: None, on_revoke=lambda *_: None, on_lost=lambda *_: None)
+    lost_cb = c._c.subscribed[0][1]["on_lost"]
+    c.assign({0, 1})
+    c.rejoin_if_stranded(0.0)                     # nothing lost: nothing to do
+    lost_cb(c._c, [])
+    c.revoke({0, 1})                              # what the loop's on_lost does
+    c.rejoin_if_stranded(1.0)
+    c.rejoin_if_stranded(45.0)                    # 44 s stranded: still waiting
+    assert c.abandoned == []
+    c.rejoin_if_stranded(46.5)                    # 45.5 s: join again under a new consumer
+    assert len(c.abandoned) == 1 and c._c.subscribed  # subscribed with the same callbacks
+    for t in (100.0, 500.0, 5000.0):              # given nothing (more workers than partitions): left alone
+        c.rejoin_if_stranded(t)
+    assert len(c.abandoned) == 1
+    c.assign({1})
+    c._c.subscribed[0][1]["on_lost"](c._c, [])    # a later loss that is given back in time
+    c.revoke({1})
+    c.rejoin_if_stranded(6000.0)
+    c.assign({1})
+    c.rejoin_if_stranded(6100.0)
+    assert len(c.abandoned) == 1
+    for k in range(3):                            # and these replacements never count toward the fatal limit
+        c.note_error(fatal_poll_error(), now=7000.0 + k)
+    assert len(c.abandoned) == 4
+
+
 def test_without_a_factory_a_fatal_error_stops_the_process() -> None:
     c = PartitionedConsumer(FakeConsumer(), "t")
     with pytest.raises(FatalError):
