@@ -129,6 +129,7 @@ class KafkaSettings:
     transactional_id: str = _f("", "Stable transactional.id of this worker, used as given; empty means <transactional_id_prefix>-<hostname>-<lowest slot free on this host for this cluster and prefix> (side-by-side workers never fence each other, a restarted one takes its predecessor's id).")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
     worker_commit_interval_ms: int = _f(50, "Longest a worker's finished segments wait for a transaction that commits their offsets, milliseconds; answers and stream chunks start one as soon as none is in flight (one at a time, on its own thread). Lower commits progress sooner at a few ms of broker and client CPU per transaction.", lo=1, hi=60_000)
+    kafka_debug: str = _f("", "librdkafka debug contexts for ttsflow's own Kafka clients (worker, tools; not faust's), e.g. cgrp,eos,protocol to see a consumer group or a transaction at work; written to stderr. Empty: off.")
     kafka_security_protocol: str = _f("PLAINTEXT", "How every ttsflow client reaches Kafka (worker, stage, client, lag exporter, admin, benchmarks): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (Confluent Cloud, MSK with SCRAM: SASL_SSL).",
                                       choices=KAFKA_PROTOCOLS)
     kafka_sasl_mechanism: str = _f("SCRAM-SHA-512", "SASL mechanism with a SASL_* protocol: PLAIN (Confluent Cloud API keys), SCRAM-SHA-256 or SCRAM-SHA-512 (MSK SCRAM, Strimzi). AWS IAM and OAUTHBEARER are not supported.",

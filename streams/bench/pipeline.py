@@ -14,6 +14,10 @@ In one run, on one generated corpus (a fresh seed, so nothing is cached):
 4. **cached**: the texts of 2 again under new request ids at the same arrival rate: every
    segment is a cache hit; p50/p99 of that path.
 
+Phases 2 and 3 also give each process's CPU milliseconds per request (``cpu_ms_per_request``: the
+worker, the stage and the local stack's broker, S3 server and Redis, which share the machine): what
+the same kind of requests cost when they arrive one by one rather than all at once.
+
 Latencies are what a client sees (its publish time to its receipt of the committed
 completion). The machine is shared: read the ratio, not the absolute numbers. The last
 line printed is one JSON object.
@@ -202,6 +206,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
 
         _say(f"pipeline, {requests} requests at once")
         sat = reqs("sat", sat_texts)
+        cpu = _ProcessCpu(s, sup)
         t0 = time.time()
         for r in sat:
             driver.publish(r)
@@ -213,15 +218,18 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
         report["pipeline"] = {"requests": requests, "failed": failed, "audio_s": round(audio, 2),
                               "wall_s": round(wall, 3), "audio_s_per_s": round(audio / wall, 2),
                               "requests_per_s": round(capacity, 3), **_lat(driver.latencies([r.request_id for r in sat]))}
+        report["pipeline"]["cpu_ms_per_request"] = cpu.per_request(requests)
         report["ratio"] = round(report["engine"]["wall_s"] / wall, 3)
 
         rate = load * capacity
         n = max(10, min(len(open_texts), int(rate * open_loop_s)))
         _say(f"open loop: {n} requests at {rate:.2f}/s ({load:.0%} of {capacity:.2f}/s)")
         op = reqs("open", open_texts[:n])
+        cpu = _ProcessCpu(s, sup)
         achieved = driver.open_loop(op, rate, rng, timeout_s, sup)
         report["open_loop"] = {"load": load, "rate_rps": round(rate, 3), "achieved_rps": round(achieved, 3),
-                               "requests": n, **_lat(driver.latencies([r.request_id for r in op]))}
+                               "requests": n, **_lat(driver.latencies([r.request_id for r in op])),
+                               "cpu_ms_per_request": cpu.per_request(n)}
 
         cached = reqs("cached", [sat_texts[i % requests] for i in range(n)])
         _say(f"cached path: {n} repeated texts at {rate:.2f}/s")
@@ -237,6 +245,29 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
         sup.stop_all()
         cleanup_run_topics(s, _say)
     return report
+
+
+class _ProcessCpu:
+    """CPU seconds each process of the run spends from now (its worker and stage, and the local
+    stack's servers, which share the machine): ``per_request(n)`` gives milliseconds per request.
+    A phase's requests arriving one by one cost the stage and the broker more than the same requests
+    sent at once (fewer, fuller batches and transactions): this says how much, per process."""
+
+    def __init__(self, s: Any, sup: Any) -> None:
+        from streams.devstack.paths import stack_paths
+        from streams.devstack.pidfiles import owned_pid
+        from streams.devstack.services import stack_services
+
+        paths = stack_paths(s)
+        self.pids: dict[str, int | None] = {name: sup.procs[name].pid for name in ("worker", "stage")}
+        for svc in stack_services(s.local_stack.kafka_brokers):
+            self.pids["broker" if svc.startswith("kafka") else svc] = owned_pid(paths, svc)
+        self.start = {name: _cpu_s(pid) for name, pid in self.pids.items()}
+
+    def per_request(self, n: int) -> dict[str, float]:
+        out = {name: round((_cpu_s(pid) - self.start[name]) * 1000 / max(1, n), 1) for name, pid in self.pids.items()}
+        out["total"] = round(sum(out.values()), 1)
+        return out
 
 
 def _cpu_s(pid: int | None) -> float:

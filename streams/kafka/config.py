@@ -46,7 +46,8 @@ def security_config(kafka: KafkaSettings) -> dict[str, Any]:
 def client_config(kafka: KafkaSettings, **extra: Any) -> dict[str, Any]:
     """What every client of the cluster needs (where it is and how to reach it, securely): the base
     of every config below and of ttsflow's admin clients and tools' readers."""
-    return {"bootstrap.servers": kafka.bootstrap_servers, **security_config(kafka), **extra}
+    debug = {"debug": kafka.kafka_debug} if kafka.kafka_debug else {}
+    return {"bootstrap.servers": kafka.bootstrap_servers, **security_config(kafka), **debug, **extra}
 
 
 def ssl_context(kafka: KafkaSettings) -> Any:
