@@ -364,6 +364,8 @@ class PartMaker:
         for _, _, job in self._futs:
             if not job.cancel() and not job.done():
                 self._dropped.append(job)
+        if self._alone is not None:  # a lone call cancelled before it ran must not hold the lanes for ever
+            self._alone.set()
         self._futs = []
         self.batcher.remove_if(lambda s: True)
 
@@ -371,6 +373,8 @@ class PartMaker:
         self.batcher.remove_if(lambda s: s.partition in gone)
 
     def close(self) -> None:
+        if self._alone is not None:
+            self._alone.set()
         self._model.shutdown(wait=True, cancel_futures=True)
         if self._post is not None:
             self._post.shutdown(wait=True, cancel_futures=True)
