@@ -27,7 +27,7 @@ import numpy as np
 
 from engine.errors import ItemError
 
-__all__ = ["FORMATS", "JoinWriter", "content_type", "decode", "encode", "join", "part_starts", "read_chunk", "resample",
+__all__ = ["FORMATS", "JoinWriter", "content_type", "decode", "encode", "join", "joined_frames", "part_starts", "read_chunk", "resample",
            "with_chunk"]
 
 # format -> (soundfile format, subtype, MIME type)
@@ -178,6 +178,32 @@ def join(parts: Sequence[np.ndarray], sample_rate: int, gap_ms: float = 150.0, f
             out.append(gap)
         out.append(_fade(_mono_float(p), fade))
     return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+def joined_frames(lengths: Sequence[int], sr_in: int, sr_out: int, fmt: str = "wav", *,
+                  gap_ms: float = 150.0) -> int:
+    """How many samples :class:`JoinWriter` writes for parts of ``lengths`` samples at ``sr_in``
+    (its pauses and its resampling grid, the same arithmetic), without the audio: what a timed
+    request's words know of its length before its join has run."""
+    sr_in, sr_out = int(sr_in), int(sr_out)
+    gap = int(sr_in * gap_ms / 1000)
+    pos = frames = 0
+    for k, n in enumerate(lengths):
+        n = int(n)
+        if k:
+            pos += gap
+        if sr_in == sr_out:
+            frames = max(frames, pos) + n
+        else:
+            j0 = -(-pos * sr_out // sr_in)
+            j1 = round((pos + n) * sr_out / sr_in)
+            frames = max(frames, j0)
+            if n and j1 > j0:
+                frames += j1 - j0
+        pos += n
+    if fmt == "ogg" and frames == 0:
+        frames = 1
+    return frames
 
 
 class JoinWriter:

@@ -13,11 +13,15 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
   them (an older worker's) keeps its bytes and sha256 (Ogg differs run to run).
 * Limits: a request whose audio passes ``max_audio_s`` fails with ``audio_too_long`` as soon
   as the join passes it.
-* Word timings (a request that asked for timestamps): after the audio, the parts' words (from
-  memory, else from the part objects the join read: a part carries its words, so a restarted
-  worker places every word without another call) are placed in the request and stored with
-  its captions (:mod:`~streams.worker.timings`); a voice without durations, or a part whose
-  words are gone, answers ok audio with the reason instead of words.
+* Word timings (a request that asked for timestamps): the parts' words (from memory, else from
+  the part objects the join read: a part carries its words, so a restarted worker places every
+  word without another call) are placed in the request and stored with its captions
+  (:mod:`~streams.worker.timings`); a voice without durations, or a part whose words are gone,
+  answers ok audio with the reason instead of words. When every part is in memory the audio's
+  length is known before the join (:func:`engine.audio.joined_frames`), so the three caption
+  objects are PUT beside the join rather than after it; the join still returns only once S3
+  acknowledged all of them (a completion names only objects that exist), and a stored object of
+  another length (an older worker's) has its words timed again after the join.
 * Turns: at most ``joins`` joins run at once (the S3 pool is shared with the parts' uploads), and the
   waiting ones start one user at a time in rotation (:class:`~streams.worker.turns.UserTurns`): one
   user's flood of requests never keeps another user's answer waiting behind all of its joins.
@@ -61,6 +65,8 @@ from streams.worker.timings import (
     part_words,
     part_words_key,
     store_request_timings,
+    timing_objects,
+    upload_timing_objects,
     voice_times,
 )
 from streams.worker.turns import UserTurns
@@ -177,6 +183,7 @@ class Joiner:
         self.max_audio_s = max_audio_s
         self.engine_times = engine_times  # the engine's word on timing voices the registry does not know
         self._futs: list[tuple[Request, Future[tuple[AudioRef | ErrorInfo, RequestTimings | None]]]] = []
+        self._uploads: ThreadPoolExecutor | None = None  # a timed request's caption PUTs, beside its join
 
     def submit(self, req: Request, hashes: list[str], identities: list[str]) -> None:
         """Join ``req``'s parts (in memory, else from S3) into its object; ``identities``: the serving
@@ -204,14 +211,59 @@ class Joiner:
         """Pool thread: the request's audio, then (if it asked for them) its word timings, and its marks."""
         found: dict[int, PartWords] = {}  # words of the part objects the join read from S3
         wants = last.timestamps and voice_times(last.voice, self.engine_times)
+        early = self._early_timings(spec, hashes, parts, last) if wants else None
         audio = self._join(spec, hashes, parts, identities, last.timestamps, found if wants else None)
+        timings: RequestTimings | None = None
+        if early is not None:  # the caption objects' PUTs ran beside the join: wait for them (S3 errors raise)
+            duration_s, fut = early
+            if isinstance(audio, ErrorInfo):  # the request fails as it would have: its captions are moot
+                try:
+                    fut.result()
+                except Exception:  # orphaned content-addressed objects, like a failed request's parts
+                    pass
+                return audio, None
+            got = fut.result()
+            if audio.duration_s == duration_s:
+                timings = got
+            else:  # the stored object says another length: time them again
+                _log.warning("event=timings_redone request_id=%s predicted_s=%s duration_s=%s",
+                             spec.request_id, duration_s, audio.duration_s)
         if isinstance(audio, ErrorInfo):
             return audio, None
-        timings = self._timings(hashes, parts, identities, last, audio.duration_s, found) if last.timestamps else None
+        if timings is None and last.timestamps:
+            timings = self._timings(hashes, parts, identities, last, audio.duration_s, found)
         if last.marked:
             timings = replace(timings or RequestTimings(),
                               marks=self._marks(hashes, parts, identities, last.marked, last.timestamps))
         return audio, timings
+
+    def _early_timings(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part],
+                       last: Segment) -> tuple[float, Future[RequestTimings]] | None:
+        """A timed request whose every part (audio and words) is in memory: its length known before
+        the join (:func:`engine.audio.joined_frames`), its word-timing object and captions built now
+        and their PUTs started on the uploads pool, so they run beside the join and its audio's PUT
+        instead of after them (one round trip to S3 per request, not two). None where that is not
+        known here (a part only in S3, no sources, past the limit): the join times them after."""
+        sources = last.sources if last.sources is not None and len(last.sources) == len(hashes) else \
+            [last.source] * len(hashes) if len(hashes) == 1 else None
+        if sources is None or any(x is None for x in sources):
+            return None
+        words: list[PartWords] = []
+        lengths: list[int] = []
+        for seq in range(len(hashes)):
+            part = parts.get(seq)
+            if part is None or part.audio is None or part.words is None:
+                return None
+            words.append(part.words)
+            lengths.append(len(part.audio))
+        frames = audio_codec.joined_frames(lengths, spec.sr_in, spec.sr_out, spec.fmt)
+        duration_s = round(frames / spec.sr_out, 4)
+        if frames / spec.sr_out > spec.max_audio_s:
+            return None
+        objects, count = timing_objects(self.store, words, sources, duration_s)
+        if self._uploads is None:
+            self._uploads = ThreadPoolExecutor(max(1, self.joins), thread_name_prefix="s3-timings")
+        return duration_s, self._uploads.submit(upload_timing_objects, self.store, objects, count)
 
     def _marks(self, hashes: list[str], parts: dict[int, Part], identities: list[str], marked: list[int],
                timed: bool = False) -> list[MarkTime]:

@@ -44,7 +44,8 @@ from schemas import MarkTime, ObjectRef, SegmentSource, WordSpan, WordTimings, e
 
 __all__ = ["GAP_MS", "NO_SOURCE_REASON", "WORDS_CHUNK", "PartWords", "RequestTimings", "chunk_offset", "chunk_words",
            "decode_part_words", "encode_part_words", "no_words_reason", "part_object", "part_words", "part_words_key",
-           "placed_words", "request_timings", "shown_text", "store_request_timings", "voice_times"]
+           "placed_words", "request_timings", "shown_text", "store_request_timings", "timing_objects",
+           "upload_timing_objects", "voice_times"]
 
 GAP_MS = 150.0  # the pause the join puts between two parts (engine.audio.join's default)
 # why a timed request's segments carry no source: a stage before 2026-12-02 (session 10) mapped plain
@@ -261,16 +262,22 @@ def request_timings(parts: Sequence[PartWords], sources: Sequence[SegmentSource 
     return WordTimings(duration_s=duration_s, words=words), to_vtt(cs), to_srt(cs)
 
 
-def store_request_timings(store: Any, parts: Sequence[PartWords], sources: Sequence[SegmentSource | None],
-                          duration_s: float) -> RequestTimings:
-    """Build and upload a request's word-timing object and captions (content-addressed: a key is
-    its bytes' SHA-256, so a redone request writes the same objects). S3 errors are raised."""
+def timing_objects(store: Any, parts: Sequence[PartWords], sources: Sequence[SegmentSource | None],
+                   duration_s: float) -> tuple[list[tuple[str, bytes, str, str]], int]:
+    """A request's word-timing object and captions, built (no S3 call): ``(name, data, content type,
+    key)`` of each (content-addressed: a key is its bytes' SHA-256) and the number of words."""
     doc, vtt, srt = request_timings(parts, sources, duration_s)
-    refs: dict[str, ObjectRef] = {}
     objects = [(name, data, ctype, store.key("words" if name == "words" else "captions",
                                              hashlib.sha256(data).hexdigest(), "json" if name == "words" else name))
                for name, data, ctype in (("words", encode(doc), _JSON), ("vtt", vtt.encode(), "text/vtt; charset=utf-8"),
                                          ("srt", srt.encode(), "application/x-subrip; charset=utf-8"))]
+    return objects, len(doc.words)
+
+
+def upload_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, str]], count: int) -> RequestTimings:
+    """PUT the objects of :func:`timing_objects` (at once where the store can) and name them; returns
+    once S3 acknowledged every one. S3 errors are raised."""
+    refs: dict[str, ObjectRef] = {}
     many = getattr(store, "put_many", None)  # the three at once (storage.s3), else one after the other
     digests = many([(key, data, ctype) for _, data, ctype, key in objects]) if many is not None else \
         [store.put(key, data, ctype) for _, data, ctype, key in objects]
@@ -278,5 +285,11 @@ def store_request_timings(store: Any, parts: Sequence[PartWords], sources: Seque
         url = store.presigned_url(key) if getattr(store, "presign_ttl_s", 0) else None
         refs[name] = ObjectRef(uri=store.uri(key), bucket=store.bucket, key=key, content_type=ctype,
                                bytes=len(data), sha256=sha, url=url)
-    return RequestTimings(words=refs["words"], captions={"vtt": refs["vtt"], "srt": refs["srt"]},
-                          count=len(doc.words))
+    return RequestTimings(words=refs["words"], captions={"vtt": refs["vtt"], "srt": refs["srt"]}, count=count)
+
+
+def store_request_timings(store: Any, parts: Sequence[PartWords], sources: Sequence[SegmentSource | None],
+                          duration_s: float) -> RequestTimings:
+    """Build and upload a request's word-timing object and captions (content-addressed: a key is
+    its bytes' SHA-256, so a redone request writes the same objects). S3 errors are raised."""
+    return upload_timing_objects(store, *timing_objects(store, parts, sources, duration_s))

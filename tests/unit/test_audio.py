@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine import decode, encode, join, resample
-from engine.audio import JoinWriter, read_chunk, with_chunk
+from engine.audio import JoinWriter, joined_frames, read_chunk, with_chunk
 from engine.errors import ItemError
 
 SR = 24000
@@ -164,3 +164,21 @@ def test_streamed_join_writes_ogg_and_an_empty_one() -> None:
     assert empty[:4] == b"OggS" and w0.frames == 1
     with pytest.raises(ItemError, match="mp3"):
         JoinWriter(io.BytesIO(), SR, SR, "mp3")
+
+
+@pytest.mark.parametrize("sr_out", [SR, 16000, 22050, 44100, 8000])
+@pytest.mark.parametrize("lengths", [[SR], [1, 0, 7], [0], [12345, 2, 24000, 999], [0, 0, 3]])
+def test_joined_frames_is_what_the_writer_writes(lengths: list[int], sr_out: int) -> None:
+    # a timed request's captions are built before its join from this: it must be the writer's length exactly
+    buf = io.BytesIO()
+    w = JoinWriter(buf, SR, sr_out, "wav")
+    for n in lengths:
+        w.add(np.full(n, 0.1, np.float32))
+    w.close()
+    assert joined_frames(lengths, SR, sr_out, "wav") == w.frames
+
+
+def test_joined_frames_of_nothing_in_ogg_is_the_one_sample_the_writer_adds() -> None:
+    w = JoinWriter(io.BytesIO(), SR, SR, "ogg")
+    w.close()
+    assert joined_frames([], SR, SR, "ogg") == w.frames == 1

@@ -229,3 +229,81 @@ def test_offsets_skip_the_foreign_words_the_stage_drops() -> None:
     assert first.text == "Hello world," and first.source is not None
     assert "".join(text[first.source.offset(k)] for k in range(len(first.text))) == "Hello world,"
     assert first.source.offset(first.text.index("world")) == text.index("world")
+
+
+def _in_memory_parts() -> tuple[list[str], dict[int, Part]]:
+    pw0 = _part("Hello there.", [(0, 5, 0.1, 0.4), (6, 11, 0.5, 0.9)], SR)
+    pw1 = _part("Hello there.", [(0, 5, 0.0, 0.3), (6, 11, 0.4, 0.8)], SR)
+    return ["d" * 64, "e" * 64], {0: Part("k0", np.zeros(SR, np.float32), cached=False, words=pw0),
+                                  1: Part("k1", np.zeros(SR, np.float32), cached=False, words=pw1)}
+
+
+def test_captions_of_parts_in_memory_are_put_beside_the_join_and_are_the_same_objects() -> None:
+    import threading
+
+    from streams.worker.joiner import JoinSpec
+
+    hashes, parts = _in_memory_parts()
+    store = MemStore()
+    words_put = threading.Event()
+    put = store.put
+
+    def put_(key: str, data: bytes, content_type: str = "") -> str:
+        if "/words/" in f"/{key}":
+            words_put.set()
+        return put(key, data, content_type)
+
+    def put_file(key: str, f: Any, content_type: str = "", *, metadata: Any = None) -> tuple[str, int]:
+        # the audio's PUT waits for the words object's: they run at the same time, not one after the other
+        assert words_put.wait(10), "the word-timing object was not PUT beside the join"
+        f.seek(0)
+        data = f.read()
+        return put(key, data), len(data)
+
+    store.put = put_  # type: ignore[method-assign]
+    store.put_file = put_file  # type: ignore[method-assign]
+    spec = JoinSpec(key=content_key("", "req", "a" * 64, "wav"), fmt="wav", sr_in=SR, sr_out=16000, max_audio_s=60)
+    with ThreadPoolExecutor(1) as io:
+        joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
+        audio, t = joiner._join_all(spec, hashes, parts, ["id"], _last("heart", 2))
+        # the same objects the join makes after its audio when a part is not in memory
+        after = joiner._timings(hashes, parts, ["id"], _last("heart", 2), audio.duration_s)  # type: ignore[union-attr]
+    assert not isinstance(audio, ErrorInfo) and audio.duration_s == pytest.approx(2.15)
+    assert t is not None and t.words is not None and t.captions is not None and t.count == 4
+    assert t.words == after.words and t.captions == after.captions
+    doc = decode_word_timings(store.objects[t.words.key])
+    assert doc.duration_s == audio.duration_s
+    assert [w.start_s for w in doc.words] == pytest.approx([0.1, 0.5, 1.15, 1.55])
+
+
+def test_a_stored_request_object_of_another_length_has_its_words_timed_again() -> None:
+    from streams.worker.joiner import JoinSpec
+
+    class Stored(MemStore):
+        def head(self, key: str) -> dict[str, Any] | None:  # an older worker's object: its own length
+            return None if key not in self.objects else \
+                {"bytes": len(self.objects[key]), "sha256": "f" * 64, "metadata": {"duration_s": "2.2"}}
+
+    hashes, parts = _in_memory_parts()
+    store = Stored()
+    spec = JoinSpec(key=content_key("", "req", "a" * 64, "wav"), fmt="wav", sr_in=SR, sr_out=SR, max_audio_s=60)
+    store.put(spec.key, b"old")
+    with ThreadPoolExecutor(1) as io:
+        joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
+        audio, t = joiner._join_all(spec, hashes, parts, ["id"], _last("heart", 2))
+    assert not isinstance(audio, ErrorInfo) and audio.duration_s == 2.2
+    assert t is not None and t.words is not None
+    assert decode_word_timings(store.objects[t.words.key]).duration_s == 2.2  # the completion's length, not 2.15
+
+
+def test_a_failed_join_answers_its_error_and_no_words_though_its_captions_were_put() -> None:
+    from streams.worker.joiner import JoinSpec
+
+    hashes, parts = _in_memory_parts()
+    store = MemStore()
+    spec = JoinSpec(key=content_key("", "req", "a" * 64, "mp3"), fmt="mp3", sr_in=SR, sr_out=SR, max_audio_s=60)
+    with ThreadPoolExecutor(1) as io:
+        joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
+        audio, t = joiner._join_all(spec, hashes, parts, ["id"], _last("heart", 2))
+    assert isinstance(audio, ErrorInfo) and audio.code == "unsupported_format" and t is None
+    assert any(k.startswith("words/") for k in store.objects)  # orphans, content-addressed, harmless
