@@ -74,6 +74,12 @@ class Engine:
         return bool(self.backend.native_batching)
 
     @property
+    def solo_capable(self) -> bool:
+        """Whether a call that starts alone runs on more cores than a lane's (:mod:`engine.solo`)."""
+        gate = getattr(self.backend, "solo", None)
+        return bool(getattr(gate, "enabled", False))
+
+    @property
     def timestamps(self) -> bool:
         """Whether the voice times its words (duration-based models do; autoregressive ones cannot)."""
         return bool(self.backend.timestamps)

@@ -35,6 +35,9 @@ Front end, per item (``prepare``):
 
 The graph takes one sequence (batch 1, one-dimensional output), so ``infer`` runs items
 and chunks one by one (``native_batching`` False); chunks are joined with a short pause.
+Built with fewer threads than the process has cores (a worker's model lanes, one thread each
+on 2 cores), it keeps a second session on every core for a call that starts while no other is
+in flight (:mod:`engine.solo`): an idle worker's first chunk is made on both cores.
 Output is deterministic (the graph has no sampling).
 """
 
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +60,7 @@ from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
 from engine.languages import LANGUAGES, clause_languages, has_cjk, primary_language
 from engine.providers import detect_precision, make_session
+from engine.solo import SoloGate
 from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "clause_languages", "voices_path"]
@@ -112,7 +117,7 @@ class KokoroBackend(Backend):
 
     def __init__(self, model_path: Path | None = None, *, providers: Sequence[str] | str | None = None,
                  threads: int = 0, precision: str | None = None, version: str | None = None,
-                 config_path: Path | None = None) -> None:
+                 config_path: Path | None = None, solo: bool = True) -> None:
         if model_path is None:
             raise ModelLoadError("kokoro: the model is joined from its wheels into the model store; load it from "
                                  "there (`ttsflow model list`, a worker with TTS_BACKEND=kokoro) or pass its path")
@@ -141,9 +146,19 @@ class KokoroBackend(Backend):
         if precision is None:
             precision = detect_precision(graph)
         durations = expose_durations(graph)  # pred_dur: frames of 600 samples per token, for word timings
-        self._session, provider = make_session(graph.SerializeToString(), providers=providers or "auto",
-                                               threads=threads, name="kokoro")
+        model_bytes = graph.SerializeToString()
         del graph
+        self._session, provider = make_session(model_bytes, providers=providers or "auto",
+                                               threads=threads, name="kokoro")
+        # a call alone on an idle worker: every core (engine.solo); CPU only, and only when the
+        # lanes' sessions leave cores unused
+        cores = len(os.sched_getaffinity(0))
+        self._solo_session: Any = None
+        if solo and provider == "CPUExecutionProvider" and 0 < threads < cores:
+            self._solo_session, _ = make_session(model_bytes, providers=providers or "auto", threads=cores,
+                                                 name="kokoro-solo", spinning=False)
+        self.solo = SoloGate(self._solo_session is not None)
+        del model_bytes
         outputs = [o.name for o in self._session.get_outputs()]
         self._out_audio = outputs.index("audio") if "audio" in outputs else 0
         self._out_dur = outputs.index(durations) if durations in outputs else None
@@ -166,6 +181,14 @@ class KokoroBackend(Backend):
         self.sample_rate = SAMPLE_RATE
         self.model_path = path
         self.info = ModelInfo(name="kokoro", version=version or "1.0", precision=precision, provider=provider)
+        if self._solo_session is not None:  # the engine's warm-up call runs solo: the lanes' session too
+            self._touch(self._session)
+
+    def _touch(self, session: Any) -> None:
+        """One short call, so that a session's first real call is not its first."""
+        style = next(iter(self._styles.values()))
+        ids = np.asarray([[0, *list(self._vocab.values())[:8], 0]], np.int64)
+        session.run(None, {"tokens": ids, "style": style[7].reshape(1, 256), "speed": np.asarray([1.0], np.float32)})
 
     # -- 1. front end ---------------------------------------------------------------
     def phonemize(self, text: str, voice: str | None = None, lang: str | None = None) -> str:
@@ -297,6 +320,13 @@ class KokoroBackend(Backend):
 
     # -- 2. model -------------------------------------------------------------------
     def infer(self, batch: Sequence[Prepared]) -> list[Any]:
+        solo = self.solo.enter()
+        try:
+            return self._infer(batch, self._solo_session if solo else self._session)
+        finally:
+            self.solo.leave()
+
+    def _infer(self, batch: Sequence[Prepared], session: Any) -> list[Any]:
         out: list[Any] = []
         for p in batch:
             style = self.style(p.item.voice)
@@ -306,7 +336,7 @@ class KokoroBackend(Backend):
                 speed = np.asarray([min(pron.MAX_RATE, max(pron.MIN_RATE, p.item.speed * rate))], np.float32)
                 ref = style[min(len(ids) - 2, len(style)) - 1].reshape(1, 256)
                 try:
-                    res = self._session.run(None, {"tokens": ids[None, :], "style": ref, "speed": speed})
+                    res = session.run(None, {"tokens": ids[None, :], "style": ref, "speed": speed})
                 except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails
                     raise BackendError(f"kokoro model failed: {e}") from e
                 wave = np.asarray(res[self._out_audio], np.float32).reshape(-1)
@@ -355,3 +385,4 @@ class KokoroBackend(Backend):
 
     def close(self) -> None:
         self._session = None
+        self._solo_session = None

@@ -80,6 +80,10 @@ class BackendRouter:
         return any(bool(e.native_batching) for e in self.engines.values())
 
     @property
+    def solo_capable(self) -> bool:
+        return any(bool(getattr(e, "solo_capable", False)) for e in self.engines.values())
+
+    @property
     def max_batch(self) -> int:
         return int(self.engines[self.default].max_batch)
 

@@ -172,6 +172,7 @@ def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: st
     xs: list[float] = []
     segs: list[int] = []
     failed: list[str] = []
+    ids: list[str] = []
     for text in texts:
         rid = f"fc-{uuid.uuid4().hex[:12]}"
         req = Request(request_id=rid, user_id=user, text=text, voice=voice, stream=True)
@@ -188,7 +189,9 @@ def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: st
             continue
         xs.append(seen.chunks[(rid, 0)] - t)
         segs.append(c.segments)
-    return {**_ms(xs), "segments": segs, "failed": failed, "first_sentence_chars": [len(x.split("。")[0].split(". ")[0]) for x in texts]}
+        ids.append(rid)
+    return {**_ms(xs), "segments": segs, "failed": failed, "request_ids": ids,
+            "values_ms": [round(x * 1000, 1) for x in xs], "first_sentence_chars": [len(x.split("。")[0].split(". ")[0]) for x in texts]}
 
 
 def _others(s: Any, seen: _Seen, producer: Any, texts: Any, seconds: float, tag: str) -> list[tuple[str, int, float]]:

@@ -25,6 +25,12 @@ Invariants:
   finished request is answered while the next item is synthesized, not after it.
   DSP and encode follow the model on its thread (on a second thread when ``overlap``: a model
   on a device works on the next call meanwhile); uploads run on the S3 pool.
+* **A stream's first segment on an idle worker has the machine to itself.** When a streaming
+  request's first segment (``seq`` 0) is submitted while no call is in flight and the engine runs
+  a call that starts alone on every core (:mod:`engine.solo`), the calls submitted after it wait
+  until its model call ends (its DSP and upload overlap them): its later segments would otherwise
+  start beside it on the other lane and take a core from the chunk the user waits for. Under
+  load a call is always in flight, so nothing is held.
 * A call's results (made parts, failed items, each item's wait until the model started on it)
   are returned by :meth:`PartMaker.collect` on the loop's thread, for the core to apply.
 """
@@ -34,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -89,6 +96,8 @@ class PartMaker:
         self._io = io
         self._futs: list[tuple[int, Future[list[_Made]], Future[None]]] = []  # size, results, the model job
         self._dropped: list[Future[Any]] = []  # jobs of dropped calls still running (busy until they end)
+        # set when the model call of a stream's first segment that started alone ends; later calls wait on it
+        self._alone: threading.Event | None = None
 
     # -- 3) cache, 4) batch ---------------------------------------------------------------
     def cached(self, s: Seg) -> Part | None:
@@ -181,9 +190,19 @@ class PartMaker:
         prepared: list[Prepared] = [s.prepared for s in segs]  # type: ignore[misc]
         for group in self.engine.plan(prepared):
             done: Future[list[_Made]] = Future()
+            alone = threading.Event() if self._runs_alone([segs[i] for i in group]) else None
             job = self._model.submit(self._call, [segs[i] for i in group], [prepared[i] for i in group],
-                                     [waits[i] for i in group], time.perf_counter(), done)
+                                     [waits[i] for i in group], time.perf_counter(), done, alone, self._alone)
+            if alone is not None:
+                self._alone = alone
             self._futs.append((len(group), done, job))
+
+    def _runs_alone(self, segs: list[Seg]) -> bool:
+        """A stream's first segment, submitted with no call in flight, to an engine whose lone call uses
+        every core: the calls after it wait for its model call."""
+        return (self._lanes > 1 and not self._futs and all(j.done() for j in self._dropped)
+                and any(s.seg.stream and s.seg.seq == 0 for s in segs)
+                and bool(getattr(self.engine, "solo_capable", False)))
 
     def synthesize_all(self, now: Callable[[], float]) -> None:
         """Everything batched, now, whatever its deadline (before a forced model swap)."""
@@ -191,15 +210,23 @@ class PartMaker:
             self.synthesize(self.batcher.take_with_wait(now(), force=True))
 
     def _call(self, segs: list[Seg], prepared: list[Prepared], waits: list[float], submitted: float,
-              done: Future[list[_Made]]) -> None:
-        """Model thread: one model call, then its post-processing (here, or on the post thread)."""
+              done: Future[list[_Made]], alone: threading.Event | None = None,
+              hold: threading.Event | None = None) -> None:
+        """Model thread: one model call, then its post-processing (here, or on the post thread).
+        ``alone``: set when this call's model part ends; ``hold``: wait for that of a call running alone."""
+        if hold is not None and alone is None:
+            hold.wait()
         t0 = time.perf_counter()
         waits = [w + (t0 - submitted) for w in waits]  # behind the call before it, too
         started = time.time()
         for s in segs:
             s.started_at = started
         try:
-            raw = self.engine.infer_batch(prepared)
+            try:
+                raw = self.engine.infer_batch(prepared)
+            finally:
+                if alone is not None:
+                    alone.set()
         except EngineError as e:  # the model failed on the batch: every item of it fails
             _log.warning("event=batch_failed size=%d error=%s", len(segs), e)
             done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w, None, None)
@@ -253,6 +280,13 @@ class PartMaker:
             if mu is not None:
                 mu[0].result()
             s.model_s, s.uploaded_at = share, time.time()
+            if s.seg.stream and s.seg.seq == 0:  # a stream's first chunk: where its time went (bench streaming-input)
+                enq = s.seg.enqueued_at.timestamp() if s.seg.enqueued_at is not None else s.written_at
+                _log.info("event=first_part request_id=%s stage_ms=%.0f read_ms=%.0f wait_ms=%.0f model_ms=%.0f "
+                          "upload_ms=%.0f chars=%d audio_s=%.2f", s.seg.request_id, (s.written_at - enq) * 1e3,
+                          (s.read_at - s.written_at) * 1e3, (s.started_at - s.read_at) * 1e3, share * 1e3,
+                          (s.uploaded_at - s.started_at - share) * 1e3, len(s.seg.text),
+                          r.duration_s if isinstance(r, Audio) else 0.0)
             out.append((s, r, key, share, sha, size, w, up[2] if up is not None else None,
                         mu[1] if mu is not None else None))
         return out
@@ -330,6 +364,8 @@ class PartMaker:
         for _, _, job in self._futs:
             if not job.cancel() and not job.done():
                 self._dropped.append(job)
+        if self._alone is not None:  # a lone call cancelled before it ran must not hold the lanes for ever
+            self._alone.set()
         self._futs = []
         self.batcher.remove_if(lambda s: True)
 
@@ -337,6 +373,8 @@ class PartMaker:
         self.batcher.remove_if(lambda s: s.partition in gone)
 
     def close(self) -> None:
+        if self._alone is not None:
+            self._alone.set()
         self._model.shutdown(wait=True, cancel_futures=True)
         if self._post is not None:
             self._post.shutdown(wait=True, cancel_futures=True)

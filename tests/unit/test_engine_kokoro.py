@@ -243,3 +243,21 @@ def test_ssml_spans_pinyin_override_say_as_and_a_break(engine) -> None:  # type:
         cur = cur + 1 if q else 0
         runs.append(cur)
     assert abs(max(runs) * 10 - 1500) <= 150, max(runs) * 10
+
+
+def test_a_lone_call_on_every_core_speaks_the_same_samples_as_a_lanes_call(engine) -> None:  # type: ignore[no-untyped-def]
+    """The solo session (engine.solo) is the same graph on more threads: the same bytes, so a part
+    remade after a crash on the other session keeps its content address's sha256."""
+    import numpy as np
+
+    be = engine.backend
+    if be._solo_session is None:
+        pytest.skip("one core: no solo session")
+    p = be.prepare(SynthItem(text="第4821号通知，请带好您的随身物品。", voice="zf_xiaobei"))
+    lane = be._infer([p], be._session)[0]
+    solo = be._infer([p], be._solo_session)[0]
+    assert len(lane) == len(solo)
+    for (wa, da), (wb, db) in zip(lane, solo, strict=True):
+        assert np.array_equal(wa, wb) and np.array_equal(da, db)
+    assert be.solo.enter() is True  # nothing else in flight: this call would run solo
+    be.solo.leave()

@@ -675,3 +675,61 @@ def test_a_completion_says_where_its_time_went_along_its_last_part(rig: Rig) -> 
     assert t.model_ms > 0  # type: ignore[operator]
     # from the request's enqueue to the transaction: the segments' enqueue time is their creation here
     assert sum(parts) == pytest.approx(t.e2e_ms + t.commit_wait_ms, abs=5.0)  # type: ignore[arg-type, operator]
+
+
+class SoloTone(ToneBackend):
+    """Runs items one by one, like kokoro with a session on every core for a call that starts alone
+    (``solo``, :mod:`engine.solo`); records when each call ran."""
+
+    native_batching = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        from engine.solo import SoloGate
+
+        self.solo = SoloGate()
+        self.calls: list[tuple[str, float, float, bool]] = []  # text, start, end, ran solo
+
+    def infer(self, batch: Sequence[Prepared]) -> list[Any]:
+        solo = self.solo.enter()
+        t0 = time.perf_counter()
+        try:
+            if batch[0].item.text.startswith("First"):
+                time.sleep(0.2)  # long enough for a second lane to start beside it, were it not held
+            return super().infer(batch)
+        finally:
+            self.calls.append((batch[0].item.text, t0, time.perf_counter(), solo))
+            self.solo.leave()
+
+
+def test_a_streams_first_segment_on_an_idle_worker_runs_alone_then_the_lanes_resume() -> None:
+    import msgspec
+
+    backend = SoloTone()
+    rig = Rig(backend=backend, lanes=2, max_batch=1)
+    try:
+        segs = [msgspec.structs.replace(s, stream=True)
+                for s in segments("r0", "u0", ["First clause,", "the rest of the sentence.", "And another one."])]
+        rig.publish(0, segs)
+        rig.run_until(lambda: len(rig.completions()) == 1, max_steps=80)
+        assert rig.completions()[0].status == "ok"
+        calls = {text: (t0, t1, solo) for text, t0, t1, solo in backend.calls}
+        first = calls["First clause,"]
+        assert first[2], "the first segment's call did not run solo"
+        assert all(t0 >= first[1] for text, (t0, _, _) in calls.items() if text != "First clause,"), \
+            "a later segment's call started beside the first segment's"
+    finally:
+        rig.close()
+
+
+def test_a_whole_requests_segments_still_use_both_lanes() -> None:
+    backend = PairedTone()  # no solo session: nothing is held, calls overlap as before
+    rig = Rig(backend=backend, lanes=2)
+    try:
+        import msgspec
+
+        rig.publish(0, [msgspec.structs.replace(s, stream=True) for s in segments("r0", "u0", ["One.", "Two."])])
+        rig.run_until(lambda: len(rig.completions()) == 1, max_steps=60)
+        assert backend.paired == 2, "a backend without a solo session held its second lane"
+    finally:
+        rig.close()
