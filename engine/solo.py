@@ -9,14 +9,34 @@ a call that starts beside another takes its lane's session. Under load the lanes
 both idle, so throughput stays the lanes'; a call that starts beside a solo one overlaps it with
 one thread more than there are cores, until the solo call ends.
 
+A caller may say, for the calls its thread makes, whether they may run solo (:func:`said`): the
+worker says yes only for the call it holds the other lane for (a stream's first segment on an idle
+worker), so the first call of a burst of whole requests keeps its lane's one thread and the burst
+its rate; a caller that says nothing (a tool, a test) gets the rule above.
+
 Pure bookkeeping, thread-safe; no onnxruntime import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
-__all__ = ["SoloGate"]
+__all__ = ["SoloGate", "said"]
+
+_said = threading.local()
+
+
+@contextlib.contextmanager
+def said(may_run_solo: bool) -> Iterator[None]:
+    """Within: whether this thread's model calls may run solo (on an idle backend)."""
+    before = getattr(_said, "solo", None)
+    _said.solo = may_run_solo
+    try:
+        yield
+    finally:
+        _said.solo = before
 
 
 class SoloGate:
@@ -30,9 +50,10 @@ class SoloGate:
         self.lane_calls = 0
 
     def enter(self) -> bool:
-        """A call starts: True when it may use every core (nothing else in flight)."""
+        """A call starts: True when it may use every core (nothing else in flight, and its thread did not
+        say no: :func:`said`)."""
         with self._lock:
-            solo = self.enabled and self._in_flight == 0
+            solo = self.enabled and self._in_flight == 0 and getattr(_said, "solo", None) is not False
             self._in_flight += 1
             if solo:
                 self.solo_calls += 1

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from engine import audio as audio_codec
+from engine import solo
 from engine import voices as engine_voices
 from engine.base import Audio, Failure, Prepared, SynthItem
 from engine.engine import Engine
@@ -223,7 +224,8 @@ class PartMaker:
             s.started_at = started
         try:
             try:
-                raw = self.engine.infer_batch(prepared)
+                with solo.said(alone is not None):  # only the held call may take every core
+                    raw = self.engine.infer_batch(prepared)
             finally:
                 if alone is not None:
                     alone.set()

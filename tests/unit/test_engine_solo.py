@@ -45,3 +45,17 @@ def test_counts_hold_under_threads() -> None:
     for t in threads:
         t.join()
     assert g.in_flight == 0 and len(solos) == 200 and g.solo_calls + g.lane_calls == 200
+
+
+def test_a_thread_that_says_no_keeps_its_lane_even_on_an_idle_backend() -> None:
+    from engine.solo import said
+
+    gate = SoloGate()
+    with said(False):
+        assert gate.enter() is False  # the worker's calls other than the held first segment
+    gate.leave()
+    with said(True):
+        assert gate.enter() is True
+    gate.leave()
+    assert gate.enter() is True  # a caller that says nothing: solo when idle
+    gate.leave()
