@@ -276,7 +276,8 @@ class BatchingSettings:
     """The worker's micro-batches and per-request limits."""
 
     max_batch: int = _f(8, "Most segments in one engine batch.", lo=1, hi=1024)
-    max_wait_ms: int = _f(20, "Longest a segment waits for its batch to fill, milliseconds.", lo=0, hi=60_000)
+    max_wait_ms: int = _f(20, "Longest a segment waits for its batch to fill, milliseconds, while every model lane is busy (see eager_batches).", lo=0, hi=60_000)
+    eager_batches: bool = _f(True, "A model lane with nothing to run starts what is batched at once instead of waiting up to max_wait_ms for the batch to fill: batches form only behind busy lanes. Cost: at light load more, smaller model calls (on CPU a batch saves little per segment); false waits max_wait_ms for a fuller batch, which pays on a GPU whose batch of 8 costs about what a batch of 1 does.")
     length_buckets: str = _f("32,64,128,256", "Ascending segment-length bucket edges in characters; batches never mix buckets.")
     max_request_audio_s: int = _f(4 * 3600, "Longest audio one request may produce, seconds; a longer one fails with audio_too_long (split longer texts into several requests).", lo=1, hi=7 * 24 * 3600)
     join_memory_mb: int = _f(32, "Synthesized audio (MiB of samples) a worker keeps in memory per request for its join; the parts beyond it are read back from S3 when the request is joined.", lo=0, hi=65_536)

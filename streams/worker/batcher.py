@@ -6,7 +6,10 @@ Guarantees:
   be shared by a model call: voice, speed). Buckets are the ascending edges given; an
   item longer than the last edge goes to an overflow bucket of its own.
 * A queue is ready when it holds ``max_batch`` items or its oldest item has waited
-  ``max_wait_s`` (readiness is about arrival only, so batching delay is unchanged).
+  ``max_wait_s`` (readiness is about arrival only, so batching delay is unchanged), or at once
+  when the caller says a model lane is idle (``eager``): waiting to fill a batch only pays
+  while every lane is busy, so an idle worker starts what it holds now (work-conserving, like
+  a dynamic batcher with no queue delay) and batches form from what queues behind busy lanes.
 * **Fair order** (earliest due first). Every item gets a *due* time when it is added:
   ``max(arrival + delay, flow's previous due + pace)``, where ``pace`` is
   ``max(fair_slot_s, cost_s)`` of the flow's previous item (``cost_s``: the caller's estimate
@@ -177,30 +180,31 @@ class MicroBatcher(Generic[T]):
     def __len__(self) -> int:
         return self._n
 
-    def _ready_key(self, now: float) -> tuple[int, Hashable] | None:
+    def _ready_key(self, now: float, eager: bool = False) -> tuple[int, Hashable] | None:
         best: tuple[int, Hashable] | None = None
         best_due: tuple[float, int] | None = None
         first_due: tuple[float, int] | None = None
         for key, q in self._queues.items():
             due = q.earliest_due()
             first_due = due if first_due is None else min(first_due, due)
-            if q.n >= self.max_batch or now >= q.oldest() + self.max_wait_s:
+            if eager or q.n >= self.max_batch or now >= q.oldest() + self.max_wait_s:
                 if best_due is None or due < best_due:
                     best, best_due = key, due
         if best_due is not None and first_due is not None and first_due < best_due:
             return None  # work due earlier is filling its batch (ready within max_wait_s): serve it first
         return best
 
-    def ready(self, now: float) -> bool:
-        """Whether ``take(now)`` would return a batch."""
-        return self._ready_key(now) is not None
+    def ready(self, now: float, *, eager: bool = False) -> bool:
+        """Whether ``take(now, eager=eager)`` would return a batch."""
+        return self._ready_key(now, eager) is not None
 
-    def take_with_wait(self, now: float, *, force: bool = False) -> list[tuple[T, float]]:
+    def take_with_wait(self, now: float, *, force: bool = False, eager: bool = False) -> list[tuple[T, float]]:
         """One batch (earliest due first) with each item's wait in seconds; empty if none is ready.
 
-        ``force`` takes the queue with the earliest due even if it is neither full nor expired (draining).
+        ``force`` takes the queue with the earliest due even if it is neither full nor expired (draining);
+        ``eager`` (a lane is idle) counts every queue as ready, so the earliest due work starts now.
         """
-        key = self._ready_key(now)
+        key = self._ready_key(now, eager)
         if key is None and force and self._queues:
             key = min(self._queues, key=lambda k: self._queues[k].earliest_due())
         if key is None:
@@ -212,18 +216,18 @@ class MicroBatcher(Generic[T]):
         self._n -= len(out)
         return [(e.item, now - e.arrival) for e in out]
 
-    def take(self, now: float, *, force: bool = False) -> list[T]:
+    def take(self, now: float, *, force: bool = False, eager: bool = False) -> list[T]:
         """One batch from a single (bucket, group) queue; empty if none is ready."""
-        return [item for item, _ in self.take_with_wait(now, force=force)]
+        return [item for item, _ in self.take_with_wait(now, force=force, eager=eager)]
 
-    def next_deadline(self) -> float | None:
+    def next_deadline(self, *, eager: bool = False) -> float | None:
         """When the next batch can be taken (already past if one can be now); None when empty.
 
         That is when the queue holding the earliest due work is ready: no batch starts before it."""
         if not self._queues:
             return None
         q = min(self._queues.values(), key=lambda q: q.earliest_due())
-        return q.oldest() if q.n >= self.max_batch else q.oldest() + self.max_wait_s
+        return q.oldest() if eager or q.n >= self.max_batch else q.oldest() + self.max_wait_s
 
     def remove_if(self, pred: Callable[[T], bool]) -> list[T]:
         """Remove and return every queued item for which ``pred`` is true (revoked partitions).

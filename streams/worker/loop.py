@@ -166,7 +166,8 @@ class Worker:
         # model calls at once (streams.worker.main.model_lanes: 2 one-by-one backends on 2+ cores)
         self.lanes = lanes
         self.parts = PartMaker(engine, store, cache, metrics, batcher, max_batch=batcher.max_batch,
-                               overlap=self.overlap, io=self._io, lanes=lanes)
+                               overlap=self.overlap, io=self._io, lanes=lanes,
+                               eager=batching.eager_batches)
         self.joiner = Joiner(store, self._io, sample_rate=engine.sample_rate, max_audio_s=batching.max_request_audio_s,
                              engine_times=bool(getattr(engine, "timestamps", False)), joins=batching.max_joins)
         self.checkpoint = Checkpoint(core=self.core, producer=producer_, consumer=self.consumer,
@@ -312,7 +313,7 @@ class Worker:
         #    take plus one queued: a backend without batching gets batches of one, each answered as made
         now = self.clock()
         while self.parts.ready(now):
-            self.parts.synthesize(self.parts.batcher.take_with_wait(now))
+            self.parts.synthesize(self.parts.take(now))
             now = self.clock()
 
         # 6) collect encoded and uploaded parts; 7) join finished requests in order, answer them

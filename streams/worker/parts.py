@@ -80,7 +80,7 @@ class PartMaker:
 
     def __init__(self, engine: Engine | ModelManager, store: AudioStore, cache: AudioCache, metrics: Any,
                  batcher: MicroBatcher[Seg], *, max_batch: int, overlap: bool, io: ThreadPoolExecutor,
-                 lanes: int = 1) -> None:
+                 lanes: int = 1, eager: bool = True) -> None:
         self.engine = engine
         self.store = store
         self.cache = cache
@@ -93,6 +93,7 @@ class PartMaker:
         # counted): a segment's expected cost, which paces its request in the fair order
         self._cost_per_char: dict[str, float] = {}
         self._max_calls = self._lanes + 1
+        self._eager = eager  # an idle lane starts what is batched now (TTS_EAGER_BATCHES)
         self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None
         self._io = io
         self._futs: list[tuple[int, Future[list[_Made]], Future[None]]] = []  # size, results, the model job
@@ -175,14 +176,24 @@ class PartMaker:
         return failed
 
     # -- 5) synthesize ---------------------------------------------------------------------
+    def lane_idle(self) -> bool:
+        """Whether a model lane has nothing to run (a dropped call still running holds its lane): then
+        waiting for a batch to fill only delays it, so what is batched starts now."""
+        running = sum(1 for _, _, job in self._futs if not job.done()) + sum(1 for j in self._dropped if not j.done())
+        return self._eager and running < self._lanes
+
     def ready(self, now: float) -> bool:
-        return self.batcher.ready(now) and len(self._futs) < self._max_calls
+        return len(self._futs) < self._max_calls and self.batcher.ready(now, eager=self.lane_idle())
+
+    def take(self, now: float) -> list[tuple[Seg, float]]:
+        """The next batch :meth:`ready` said there is, with each segment's wait."""
+        return self.batcher.take_with_wait(now, eager=self.lane_idle())
 
     def next_deadline(self) -> float | None:
         """When the next batch can start: the batcher's deadline, or None while the lanes (and the one
         queued call) are all taken (the loop then waits on its polling interval, never spins on a
         deadline it cannot act on)."""
-        return self.batcher.next_deadline() if len(self._futs) < self._max_calls else None
+        return self.batcher.next_deadline(eager=self.lane_idle()) if len(self._futs) < self._max_calls else None
 
     def synthesize(self, batch: list[tuple[Seg, float]]) -> None:
         """Queue one batch for the model thread (in order); its results come back through :meth:`collect`."""

@@ -56,6 +56,31 @@ def test_flushes_on_max_wait():
     assert batch[0][1] == pytest.approx(0.025)
 
 
+def test_eager_starts_a_partial_batch_now_and_only_when_asked():
+    """A lane with nothing to run takes what is batched at once; behind busy lanes batches still fill."""
+    b, clock = make(max_batch=8, max_wait_s=0.02)
+    b.add("x", 10)
+    b.add("y", 12)
+    assert not b.ready(clock.t)  # lanes busy: wait for the batch to fill
+    assert b.next_deadline() == pytest.approx(clock.t + 0.02)
+    assert b.ready(clock.t, eager=True)
+    assert b.next_deadline(eager=True) <= clock.t
+    batch = b.take_with_wait(clock.t + 0.001, eager=True)
+    assert [i for i, _ in batch] == ["x", "y"]
+    assert batch[0][1] == pytest.approx(0.001)
+    assert not b.ready(clock.t, eager=True) and b.next_deadline(eager=True) is None
+
+
+def test_eager_serves_the_earliest_due_queue_first():
+    """Eager changes when a batch starts, never which: the queue with the earliest due work goes first."""
+    b, clock = make(max_batch=8, max_wait_s=0.02)
+    b.add("late-bucket-first-arrival", 100, flow="r1")
+    clock.t += 0.001
+    b.add("short", 10, flow="r2")
+    assert b.take(clock.t, eager=True) == ["late-bucket-first-arrival"]
+    assert b.take(clock.t, eager=True) == ["short"]
+
+
 def test_zero_wait_flushes_immediately():
     b, clock = make(max_batch=8, max_wait_s=0.0)
     b.add("x", 10)

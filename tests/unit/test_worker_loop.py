@@ -733,3 +733,27 @@ def test_a_whole_requests_segments_still_use_both_lanes() -> None:
         assert backend.paired == 2, "a backend without a solo session held its second lane"
     finally:
         rig.close()
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_an_idle_lane_starts_a_partial_batch_at_once_unless_told_to_wait(eager: bool) -> None:
+    """TTS_EAGER_BATCHES: a lone segment on an idle worker starts now, not after max_wait_ms for a batch
+    that will not fill; with it off the batch waits out max_wait_ms (one minute here) first."""
+
+    class Batching(ToneBackend):
+        native_batching = True  # a one-by-one backend gets batches of one: always full
+
+    rig = Rig(max_batch=8, backend=Batching())
+    try:
+        rig.settings = rig.settings.replace(max_wait_ms=60_000, eager_batches=eager)
+        rig.worker.close()
+        rig.new_worker()
+        rig.publish(0, segments("r0", "u0", ["Just one sentence."]))
+        if eager:
+            rig.run_until(lambda: len(rig.completions()) == 1, max_steps=20)  # 2 s of the loop's clock
+            assert rig.completions()[0].status == "ok"
+        else:
+            rig.run(steps=20)
+            assert rig.backend.inferred == [] and rig.completions() == []
+    finally:
+        rig.close()
