@@ -24,8 +24,9 @@ response parsing: 2-3 ms of CPU a call, more than a second of hibari's audio cos
 synthesize): it is signed here (SigV4, the payload signed by the SHA-256 computed anyway)
 and sent on a kept-alive ``http.client`` connection, headers and body in one write (0.4-0.7
 ms of CPU), verified against the same CA bundle, retried like the client retries, its
-errors classified the same way. An endpoint reached through an environment proxy keeps the
-client's PUT.
+errors classified the same way. A HEAD (one per join, one per cached part) is signed and sent
+the same way (0.1-0.2 ms of CPU against the client's 1.3 ms here). An endpoint reached through
+an environment proxy keeps the client's PUT and HEAD.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
 _CONFIG_CODES = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket"}
 PART_BYTES = 8 * 1024 * 1024  # multipart part size (S3: >= 5 MiB except the last, <= 10,000 parts)
 _PART_ATTEMPTS = 3            # tries per part (on top of botocore's own retry)
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _PUT_THREADS = 2              # put_many's pool: a timed request's captions (WebVTT, SRT) beside its words
 
 
@@ -243,7 +245,15 @@ class AudioStore:
             resp["Body"].close()
 
     def head(self, key: str) -> dict[str, Any] | None:
-        """``{"bytes", "sha256", "content_type"}`` of an object, or None if it does not exist."""
+        """``{"bytes", "sha256", "content_type", "metadata"}`` of an object, or None if it does not exist
+        (signed here like a PUT: a HEAD per join and per cached part)."""
+        if self._put.fallback is None:
+            headers = self._put.head(key)
+            if headers is None:
+                return None
+            meta = {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")}
+            return {"bytes": int(headers.get("content-length", 0)), "sha256": meta.get("sha256"),
+                    "content_type": headers.get("content-type"), "metadata": meta}
         try:
             resp = self._call("head_object", Bucket=self.bucket, Key=key)
         except ObjectMissing:
@@ -297,8 +307,8 @@ class AudioStore:
 
 
 class _SignedPut:
-    """One PUT request, signed with AWS Signature Version 4 here and sent on a kept-alive
-    ``http.client`` connection (headers and body in one write), without boto3's per-call
+    """One PUT or HEAD request, signed with AWS Signature Version 4 here and sent on a kept-alive
+    ``http.client`` connection (a PUT's headers and body in one write), without boto3's per-call
     pipeline. Raises what :meth:`AudioStore._call` raises for the same answers; retries
     connection errors, 5xx and throttling up to ``attempts`` tries as the client's standard
     mode does (a kept-alive connection the server closed is retried at once on a new one). An
@@ -323,15 +333,33 @@ class _SignedPut:
         self.fallback = fallback if get_environ_proxies(endpoint) else None
 
     def __call__(self, key: str, data: bytes, content_type: str, metadata: dict[str, str], digest: str) -> None:
+        headers = {"content-type": content_type, "x-amz-content-sha256": digest,
+                   **{f"x-amz-meta-{k.lower()}": v for k, v in metadata.items()}}
+        status, _, body = self._send("PUT", key, data, headers)
+        if status >= 300:
+            raise _classified(f"s3 put_object {key}", status, body)
+
+    def head(self, key: str) -> dict[str, str] | None:
+        """The object's response headers (names in lower case), None if there is none."""
+        status, headers, body = self._send("HEAD", key, None, {"x-amz-content-sha256": _EMPTY_SHA256})
+        if status == 404:
+            return None
+        if status >= 300:
+            raise _classified(f"s3 head_object {key}", status, body)
+        return headers
+
+    def _send(self, method: str, key: str, data: bytes | None, headers: dict[str, str]
+              ) -> tuple[int, dict[str, str], bytes]:
+        """The answer to one signed request (status, headers, body), retried as the module doc says;
+        an answer S3 keeps giving (4xx, or 5xx past the tries) is returned for the caller to classify."""
         path = self._base + quote(key, safe="/~")
-        where = f"s3 put_object {key}"
         attempt = 0
         while True:
             conn: http.client.HTTPConnection | None = None
             reused = False
             try:
                 conn, reused = self._connection()
-                conn.request("PUT", path, body=data, headers=self._signed(path, content_type, metadata, digest))
+                conn.request(method, path, body=data, headers=self._signed(method, path, headers))
                 resp = conn.getresponse()
                 body = resp.read()
             except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out, closed
@@ -339,18 +367,21 @@ class _SignedPut:
                     conn.close()
                 if reused and isinstance(e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
                     continue  # the server closed a kept-alive connection: not a try
-                error: StorageError = S3Unavailable(f"s3 put_object: {type(e).__name__}: {e}")
+                error: StorageError = S3Unavailable(f"s3 {method.lower()} {key}: {type(e).__name__}: {e}")
             else:
                 if resp.will_close:
                     conn.close()
                 else:
                     with self._lock:
                         self._idle.append(conn)
-                if resp.status < 300:
-                    return
-                error = _classified(where, resp.status, body)
+                retriable = resp.status >= 300 and isinstance(_classified("", resp.status, body), S3Unavailable)
+                attempt += 1
+                if not retriable or attempt >= self._attempts:
+                    return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
+                time.sleep(min(20.0, 0.1 * 2 ** attempt))
+                continue
             attempt += 1
-            if not isinstance(error, S3Unavailable) or attempt >= self._attempts:
+            if attempt >= self._attempts:
                 raise error
             time.sleep(min(20.0, 0.1 * 2 ** attempt))
 
@@ -372,16 +403,16 @@ class _SignedPut:
             conn.sock.settimeout(self._timeout[1])
         return conn, False
 
-    def _signed(self, path: str, content_type: str, metadata: dict[str, str], digest: str) -> dict[str, str]:
-        """The request's headers with its SigV4 ``Authorization`` (payload signed by its SHA-256)."""
+    def _signed(self, method: str, path: str, extra: dict[str, str]) -> dict[str, str]:
+        """The request's headers with its SigV4 ``Authorization`` (payload signed by the SHA-256 in
+        ``extra["x-amz-content-sha256"]``)."""
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         day = amz_date[:8]
-        headers = {"content-type": content_type, "host": self._netloc, "x-amz-content-sha256": digest,
-                   "x-amz-date": amz_date, **{f"x-amz-meta-{k.lower()}": v for k, v in metadata.items()}}
+        headers = {**extra, "host": self._netloc, "x-amz-date": amz_date}
         names = sorted(headers)
         signed = ";".join(names)
-        canonical = "\n".join(["PUT", path, "", "".join(f"{k}:{' '.join(headers[k].split())}\n" for k in names),
-                               signed, digest])
+        canonical = "\n".join([method, path, "", "".join(f"{k}:{' '.join(headers[k].split())}\n" for k in names),
+                               signed, headers["x-amz-content-sha256"]])
         scope = f"{day}/{self._region}/s3/aws4_request"
         to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
         k = ("AWS4" + self._secret).encode()
@@ -400,7 +431,8 @@ class _SignedPut:
 
 
 def _classified(where: str, status: int, body: bytes) -> StorageError:
-    """An S3 error answer to a PUT as :meth:`AudioStore._call` classifies the same answer."""
+    """An S3 error answer to a PUT or HEAD as :meth:`AudioStore._call` classifies the same answer (a
+    HEAD's has no body: its status says it)."""
     m = re.search(rb"<Code>([^<]*)</Code>", body or b"")
     code = m.group(1).decode("utf-8", "replace") if m else ""
     msg = re.search(rb"<Message>([^<]*)</Message>", body or b"")

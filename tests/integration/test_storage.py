@@ -125,9 +125,17 @@ def test_a_put_is_signed_for_any_prefix_and_refused_as_the_client_would_refuse_i
         assert odd.put(key, b"{}", "application/json") == hashlib.sha256(b"{}").hexdigest()
         assert odd.get(key) == b"{}" and odd._client.head_object(Bucket=odd.bucket, Key=key)["Metadata"] == \
             {"sha256": hashlib.sha256(b"{}").hexdigest()}
-        for store in (wrong, nobucket):
-            with pytest.raises(StorageConfigError):
-                store.put(store.key("part", "cd" * 32, "wav"), b"x")
+        # the HEAD signed here reads what the client's reads
+        assert odd.head(key) == {"bytes": 2, "sha256": hashlib.sha256(b"{}").hexdigest(),
+                                 "content_type": "application/json", "metadata": {"sha256": hashlib.sha256(b"{}").hexdigest()}}
+        assert odd.head(odd.key("words", "cd" * 32, "json")) is None
+        with pytest.raises(StorageConfigError):
+            wrong.put(wrong.key("part", "cd" * 32, "wav"), b"x")
+        with pytest.raises(StorageConfigError):
+            wrong.head(wrong.key("part", "cd" * 32, "wav"))
+        with pytest.raises(StorageConfigError):
+            nobucket.put(nobucket.key("part", "cd" * 32, "wav"), b"x")
+        assert nobucket.head(nobucket.key("part", "cd" * 32, "wav")) is None  # as the client: a 404 is no object
     finally:
         odd._client.delete_object(Bucket=odd.bucket, Key=key)
         for store in (odd, wrong, nobucket):
