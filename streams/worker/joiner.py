@@ -50,7 +50,7 @@ import numpy as np
 
 from engine import audio as audio_codec
 from engine.errors import ItemError
-from schemas import AudioRef, ErrorInfo, MarkTime, Segment, TtsflowError
+from schemas import AudioRef, ErrorInfo, MarkTime, Segment, SegmentSource, TtsflowError
 from storage.errors import ObjectMissing, S3Unavailable, StorageConfigError, StorageError
 from storage.s3 import AudioStore
 from streams.worker.keys import PART_FORMAT, part_id, request_digest
@@ -163,6 +163,14 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
     return _ref(store, spec, sha, size, duration_s)
 
 
+def _sources(last: Segment, n: int) -> list[SegmentSource | None] | None:
+    """Where each of a request's ``n`` segments came from in its text (the last segment lists them; a
+    one-segment request's is its own), None when the stage did not say."""
+    if last.sources is not None and len(last.sources) == n:
+        return list(last.sources)
+    return [last.source] if n == 1 else None
+
+
 def _ref(store: Any, spec: JoinSpec, sha: str, size: int, duration_s: float) -> AudioRef:
     url = store.presigned_url(spec.key) if getattr(store, "presign_ttl_s", 0) else None  # TTS_S3_PRESIGN_TTL_S
     return AudioRef(uri=store.uri(spec.key), bucket=store.bucket, key=spec.key, format=spec.fmt,
@@ -244,8 +252,7 @@ class Joiner:
         and their PUTs started on the uploads pool, so they run beside the join and its audio's PUT
         instead of after them (one round trip to S3 per request, not two). None where that is not
         known here (a part only in S3, no sources, past the limit): the join times them after."""
-        sources = last.sources if last.sources is not None and len(last.sources) == len(hashes) else \
-            [last.source] * len(hashes) if len(hashes) == 1 else None
+        sources = _sources(last, len(hashes))
         if sources is None or any(x is None for x in sources):
             return None
         words: list[PartWords] = []
@@ -327,8 +334,7 @@ class Joiner:
         with its captions."""
         if not voice_times(last.voice, self.engine_times):
             return RequestTimings(reason=no_words_reason(last.voice, self.engine_times))
-        sources = last.sources if last.sources is not None and len(last.sources) == len(hashes) else \
-            [last.source] * len(hashes) if len(hashes) == 1 else None
+        sources = _sources(last, len(hashes))
         if sources is None or any(x is None for x in sources):
             return RequestTimings(reason=NO_SOURCE_REASON)
         found = {} if found is None else found
