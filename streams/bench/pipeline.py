@@ -294,8 +294,6 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
     from streams.bench.corpus import ASR_SENTENCES, bench_texts
     from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
-    from streams.devstack.paths import stack_paths
-    from streams.devstack.pidfiles import owned_pid
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
 
@@ -303,7 +301,6 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
     run_id = new_run_id()
     base = load_settings()
     require_stack_up(base)
-    s3_pid = owned_pid(stack_paths(base), "s3")  # the local S3 server shares the machine: its CPU is counted too
     s = isolated(base, run_id)
     stack.ensure_topics(s)
     rng = random.Random(seed)
@@ -337,17 +334,17 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
                 batch = [Request(request_id=f"bench-{run_id}-{side}-{k + i:05d}", user_id=rng.choice(users),
                                  text=texts[k + i], timestamps=side == "with") for i in range(per_round)]
                 k += per_round
-                cpu0, s3_cpu0 = _cpu_s(sup.procs["worker"].pid), _cpu_s(s3_pid)
-                machine = _ProcessCpu(s, sup)
+                cpu = _ProcessCpu(s, sup)  # the worker's, the S3 server's, every process's
                 t0 = time.time()
                 for r in batch:
                     driver.publish(r)
                 driver.wait([r.request_id for r in batch], timeout_s, sup)
                 cs = [driver.got[r.request_id][0] for r in batch]
                 acc = sides[side]
-                acc["worker_cpu_s"] += _cpu_s(sup.procs["worker"].pid) - cpu0
-                acc["s3_cpu_s"] += _cpu_s(s3_pid) - s3_cpu0
-                acc["machine_cpu_ms"] += machine.per_request(1)["total"]
+                used = cpu.per_request(1)  # ms this round
+                acc["worker_cpu_s"] += used["worker"] / 1000
+                acc["s3_cpu_s"] += used.get("s3", 0.0) / 1000
+                acc["machine_cpu_ms"] += used["total"]
                 wall = max(driver.got[r.request_id][1] for r in batch) - t0
                 audio = sum(c.audio.duration_s for c in cs if c.audio is not None)
                 spread[side].append(round(audio / wall, 2))

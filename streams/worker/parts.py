@@ -179,8 +179,10 @@ class PartMaker:
     def lane_idle(self) -> bool:
         """Whether a model lane has nothing to run (a dropped call still running holds its lane): then
         waiting for a batch to fill only delays it, so what is batched starts now."""
+        if not self._eager:
+            return False
         running = sum(1 for _, _, job in self._futs if not job.done()) + sum(1 for j in self._dropped if not j.done())
-        return self._eager and running < self._lanes
+        return running < self._lanes
 
     def ready(self, now: float) -> bool:
         return len(self._futs) < self._max_calls and self.batcher.ready(now, eager=self.lane_idle())
