@@ -87,6 +87,7 @@ from streams.worker.done_log import DoneLog
 from streams.worker.joiner import Joiner
 from streams.worker.ledger import Ledger, Seg
 from streams.worker.parts import PartMaker
+from streams.worker.prelude import KafkaReady
 from streams.worker.rebalance import Rebalance
 from streams.worker.recovery import Recovery
 from streams.worker.reload_gate import ReloadGate
@@ -121,7 +122,7 @@ class Worker:
                  producer: Any = None, reader: Any = None, overlap: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, reload_max_wait_s: float = _RELOAD_MAX_WAIT_S,
                  producer_factory: Callable[[], Any] | None = None, wedge_grace_s: float = WEDGE_GRACE_S,
-                 lanes: int = 1) -> None:
+                 lanes: int = 1, ready: KafkaReady | None = None) -> None:
         from confluent_kafka import Consumer, Producer
 
         from streams.kafka import consumer_config, reader_config, transactional_config
@@ -148,11 +149,17 @@ class Worker:
         self.consumer = PartitionedConsumer(consumer or new_consumer(), kafka.topic_segments,
                                             factory=new_consumer if consumer is None else None)
         producer_ = TransactionalProducer(
-            producer_factory or (lambda: Producer(transactional_config(kafka))), producer=producer,
+            producer_factory or (lambda: Producer(transactional_config(kafka))),
+            producer=producer if producer is not None else (ready.producer if ready is not None else None),
             wedge_grace_s=wedge_grace_s, heartbeat=metrics.heartbeat, on_replaced=metrics.producer_replaced,
             stopping=self._stop.is_set)
+        self._ready = ready or KafkaReady()  # done while the model loaded (streams.worker.prelude)
+        # read to its end on each assignment: a fetch that finds nothing new is held by the broker for
+        # fetch.wait.max.ms before the end is known (default 500 ms: 0.50 s of a restarted worker's
+        # 0.51 s done-set load with 5 records; 10 ms: 0.02 s)
         self.done_log = DoneLog(kafka.topic_done, dedup_window_s,
-                                reader or Consumer(reader_config(kafka, **{"enable.partition.eof": True})),
+                                reader or Consumer(reader_config(kafka, **{"enable.partition.eof": True,
+                                                                           "fetch.wait.max.ms": 10})),
                                 stopping=self._stop.is_set)
         # DSP/encode on a second thread while the model runs pays off when the model runs on a device;
         # on 2 CPU cores it measured within noise (the model already uses both), so auto = device only
@@ -195,9 +202,15 @@ class Worker:
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
-        """Create the done topic, initialise transactions (fencing older instances), subscribe."""
-        self.done_log.ensure(self.kafka)
-        self.checkpoint.open()
+        """Create the done topic, initialise transactions (fencing older instances), subscribe; the first two
+        only where the prelude did not (:mod:`streams.worker.prelude`)."""
+        ready, self._ready = self._ready, KafkaReady()  # used once: a replaced producer is not kept alive here
+        if ready.done_partitions is None:
+            self.done_log.ensure(self.kafka)
+        else:
+            self.done_log.partitions = ready.done_partitions
+        if ready.producer is None:
+            self.checkpoint.open()
         self.consumer.subscribe(on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
         self.metrics.ready(True)
         _log.info("event=worker_started transactional_id=%s group=%s model=%s provider=%s overlap=%s lanes=%d",

@@ -199,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     from engine.reload import ModelManager, install_sighup
     from engine.router import BackendRouter
     from streams.worker.metrics import WorkerMetrics
+    from streams.worker.prelude import KafkaPrelude
 
+    prelude = KafkaPrelude(settings).start()  # fencing and the done topic while the model loads
     engine: Any
     lanes, threads = model_lanes(settings.engine)
     try:
@@ -225,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     store = AudioStore.from_section(settings.s3)
     cache = AudioCache.from_section(settings.redis, namespace=cache_namespace(settings.s3))
     worker = Worker(settings.kafka, settings.batching, engine, store, cache, metrics,
-                    dedup_window_s=settings.stage.dedup_window_s, overlap=args.overlap, lanes=lanes)
+                    dedup_window_s=settings.stage.dedup_window_s, overlap=args.overlap, lanes=lanes,
+                    ready=prelude.result())
 
     def _on_signal(signum: int, _frame: Any) -> None:
         _log.info("event=signal signum=%d", signum)

@@ -162,3 +162,31 @@ def test_a_sigkilled_worker_restarted_on_the_host_takes_its_id_and_fences_its_zo
         sup.check_alive()
     print(f"\nkill + restart: {first} before, {again} after; {answered_at_kill} of {len(want)} answered at the kill; "
           f"zombie's commit: {err.name()} ({err.str()}); its record aborted; all {len(want)} answered once")
+
+
+def test_the_prelude_fences_the_dead_instance_and_ends_the_transaction_it_left_open(settings: Settings) -> None:
+    """A restarted worker fences its predecessor while its model loads (``streams.worker.prelude``): the
+    transaction the killed one left open is aborted (``read_committed`` readers get past it, never see
+    it), the old producer can no longer commit, and the new one's transactions commit."""
+    from streams.kafka import transactional_config
+    from streams.worker.prelude import KafkaPrelude
+
+    s = settings.replace(transactional_id=f"prelude-{settings.kafka.worker_group}")
+    topic = s.kafka.topic_completed
+    old = Producer(transactional_config(s.kafka))
+    old.init_transactions(10)
+    old.begin_transaction()
+    old.produce(topic, key=b"k", value=b"left open by the killed worker")
+    assert old.flush(10) == 0
+
+    ready = KafkaPrelude(s).start().result()
+    assert ready.producer is not None, "init_transactions did not finish in the prelude"
+    assert ready.done_partitions is not None and ready.done_partitions >= s.kafka.partitions
+    with pytest.raises(KafkaException):  # fenced: the dead instance's transaction can never commit
+        old.commit_transaction(10)
+    new = ready.producer
+    new.begin_transaction()
+    new.produce(topic, key=b"k", value=b"the new worker's answer")
+    new.commit_transaction(10)
+    seen = [m.value() for m in drain_topic(s.kafka.bootstrap_servers, topic, count=1, timeout=30)]
+    assert seen == [b"the new worker's answer"]

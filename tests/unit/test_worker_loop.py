@@ -757,3 +757,21 @@ def test_an_idle_lane_starts_a_partial_batch_at_once_unless_told_to_wait(eager: 
             assert rig.backend.inferred == [] and rig.completions() == []
     finally:
         rig.close()
+
+
+def test_a_start_uses_what_the_prelude_finished_and_does_the_rest_itself() -> None:
+    """``streams.worker.prelude``: a producer fenced while the model loaded is not initialised again,
+    and the done topic's partition count comes from it; a prelude that fenced nothing leaves
+    ``init_transactions`` to the worker's start."""
+    from streams.worker.prelude import KafkaReady
+    from tests.support.worker_rig import FakeProducer
+
+    rig = Rig()
+    fenced = FakeProducer(rig.broker)
+    w = rig.new_worker(producer=fenced, ready=KafkaReady(producer=fenced, done_partitions=3))
+    w.start()
+    assert "init" not in fenced.calls and w.done_log.partitions == 3
+
+    w = rig.new_worker(ready=KafkaReady(producer=None, done_partitions=5))
+    w.start()
+    assert rig.producer.calls == ["init"] and w.done_log.partitions == 5
