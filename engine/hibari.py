@@ -28,10 +28,10 @@ import numpy as np
 
 from engine import pron
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
-from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
-from engine.providers import detect_precision, make_session
+from engine.providers import make_session
+from engine.timed_graph import timed_graph
 from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["HibariBackend"]
@@ -81,15 +81,12 @@ class HibariBackend(Backend):
         path = Path(model_path) if model_path is not None else _shipped_model()
         if not path.is_file():
             raise ModelLoadError(f"hibari: model file not found: {path}")
-        import onnx
-
-        graph = onnx.load(str(path))
-        if precision is None:
-            precision = detect_precision(graph)
-        durations = expose_durations(graph)  # the frames of each phoneme: word timings, at no extra cost
-        self._session, provider = make_session(graph.SerializeToString(), providers=providers or "auto",
+        # the frames of each phoneme as an output: word timings, at no extra cost (engine.timed_graph)
+        timed = timed_graph(path, precision)
+        precision, durations = timed.precision, timed.durations
+        self._session, provider = make_session(timed.model, providers=providers or "auto",
                                                threads=threads, name="hibari")
-        del graph
+        del timed
         outputs = [o.name for o in self._session.get_outputs()]
         self._out_frames = [i for i, n in enumerate(outputs) if n != durations][:6]
         self._out_dur = outputs.index(durations) if durations in outputs else None

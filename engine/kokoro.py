@@ -55,12 +55,12 @@ import numpy as np
 
 from engine import mix, polyphones, pron
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
-from engine.convert.files import expose_durations
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
 from engine.languages import LANGUAGES, clause_languages, has_cjk, primary_language
-from engine.providers import detect_precision, make_session
+from engine.providers import make_session
 from engine.solo import SoloGate
+from engine.timed_graph import timed_graph
 from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "clause_languages", "voices_path"]
@@ -140,14 +140,10 @@ class KokoroBackend(Backend):
                 self._styles = {k: np.asarray(npz[k], np.float32).reshape(-1, 256) for k in npz.files}
         except (OSError, ValueError, KeyError) as e:
             raise ModelLoadError(f"kokoro: vocabulary {cfg} or voice styles {styles} unreadable: {e}") from e
-        import onnx
-
-        graph = onnx.load(str(path))
-        if precision is None:
-            precision = detect_precision(graph)
-        durations = expose_durations(graph)  # pred_dur: frames of 600 samples per token, for word timings
-        model_bytes = graph.SerializeToString()
-        del graph
+        timed = timed_graph(path, precision)  # pred_dur: frames of 600 samples per token, for word timings
+        precision, durations = timed.precision, timed.durations
+        model_bytes = timed.model
+        del timed
         self._session, provider = make_session(model_bytes, providers=providers or "auto",
                                                threads=threads, name="kokoro")
         # a call alone on an idle worker: every core (engine.solo); CPU only, and only when the

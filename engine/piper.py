@@ -36,7 +36,8 @@ from engine import pron
 from engine.base import Backend, ModelInfo, Prepared, SynthItem
 from engine.engine import pow2_bucket
 from engine.errors import BackendError, ItemError, ModelLoadError, UnknownVoice
-from engine.providers import detect_precision, make_session
+from engine.providers import make_session
+from engine.timed_graph import timed_graph
 from engine.timing import Word, WordPhonemes, plan_words, word_times
 
 __all__ = ["MAX_IDS", "PiperBackend"]
@@ -66,9 +67,7 @@ class PiperBackend(Backend):
                  version: str | None = None, noise_scale: float | None = None,
                  noise_w: float | None = None) -> None:
         try:
-            import onnx
             from piper import PiperConfig, PiperVoice
-            from piper.patch_voice_with_alignment import add_alignment_output
         except ImportError as e:
             raise ModelLoadError(f"piper: the extra is not installed ({e}); pip install 'ttsflow[piper]'") from e
         if model_path is None:
@@ -86,21 +85,27 @@ class PiperBackend(Backend):
         except (OSError, ValueError, KeyError) as e:
             raise ModelLoadError(f"piper: bad voice config {cfg_path}: {e}") from e
 
-        model = onnx.load(str(path))
-        if precision is None:
-            precision = detect_precision(model)
-        ceil = [o for n in model.graph.node if n.op_type == "Ceil" for o in n.output]
-        if len(ceil) != 1:
-            raise ModelLoadError(f"piper: expected one Ceil (duration) tensor in {path}, found {len(ceil)}")
-        if ceil[0] not in {o.name for o in model.graph.output}:
-            add_alignment_output(model, ceil[0])
-        self._session, provider = make_session(model.SerializeToString(), providers=providers or "auto",
+        def expose_ceil(model: Any) -> str:
+            from piper.patch_voice_with_alignment import add_alignment_output  # imports onnx
+
+            ceil = [o for n in model.graph.node if n.op_type == "Ceil" for o in n.output]
+            if len(ceil) != 1:
+                raise ModelLoadError(f"piper: expected one Ceil (duration) tensor in {path}, found {len(ceil)}")
+            if ceil[0] not in {o.name for o in model.graph.output}:
+                add_alignment_output(model, ceil[0])
+            return str(ceil[0])
+
+        timed = timed_graph(path, precision, expose_ceil)  # w_ceil as an output (engine.timed_graph)
+        self._session, provider = make_session(timed.model, providers=providers or "auto",
                                                threads=threads, name="piper")
-        precision = getattr(self._session, "precision", precision)  # what runs: the torch provider runs an int8 graph as fp32
-        del model
+        # what runs: the torch provider runs an int8 graph as fp32
+        precision = getattr(self._session, "precision", timed.precision)
         outputs = [o.name for o in self._session.get_outputs()]
+        if timed.durations not in outputs:
+            raise ModelLoadError(f"piper: {path} has no duration output {timed.durations!r}")
         self._out_audio = outputs.index("output") if "output" in outputs else 0
-        self._out_w = outputs.index(ceil[0])
+        self._out_w = outputs.index(timed.durations)
+        del timed
         self._speaker = "sid" in {i.name for i in self._session.get_inputs()}
 
         # Piper's front end through its public dataclass; its session is ours (never run by it).

