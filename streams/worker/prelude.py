@@ -10,9 +10,10 @@ Python, and so is most of the model's load; they took turns on the interpreter.)
 
 Invariants:
 
-* Best effort: whatever fails or is late here (broker down, a refusal, a call past its
-  deadline) is left to :meth:`streams.worker.loop.Worker.start`, which does it again with its
-  retries; a producer whose ``init_transactions`` did not return in time is never used.
+* Best effort: whatever fails here (broker down, a refusal, a call past its deadline) is left to
+  :meth:`streams.worker.loop.Worker.start`, which does it again with its retries; a producer whose
+  ``init_transactions`` failed is never used, and the worker's start begins only after the thread
+  ended (two producers of one transactional id in ``init_transactions`` at once fence each other).
 * Only the fencing and the done topic's creation are done early; the group is joined (and
   partitions read) by the worker once its model is loaded, so a worker whose model fails to
   load never holds partitions.
@@ -76,13 +77,11 @@ class KafkaPrelude:
             _log.warning("event=prelude_skipped step=init_transactions error=%s", e)
         self._seconds = time.monotonic() - t0
 
-    def result(self, timeout: float = _INIT_TIMEOUT_S + 15.0) -> KafkaReady:
-        """What finished, waiting up to ``timeout`` for the thread; nothing if it is still running
-        (its producer is then left to it, never shared)."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            _log.warning("event=prelude_late seconds=%.1f", timeout)
-            return KafkaReady()
+    def result(self) -> KafkaReady:
+        """What finished. Waits for the thread: a producer still in ``init_transactions`` must not
+        fence the worker's own later, so it is never left running beside it. Bounded by the two
+        calls' timeouts (10 s each); a SIGTERM meanwhile ends the process as during the model's load."""
+        self._thread.join()
         _log.info("event=prelude_done seconds=%.2f fenced=%s done_partitions=%s", self._seconds,
                   self._producer is not None, self._partitions)
         return KafkaReady(self._producer, self._partitions)
