@@ -82,6 +82,6 @@ class KafkaPrelude:
         fence the worker's own later, so it is never left running beside it. Bounded by the two
         calls' timeouts (10 s each); a SIGTERM meanwhile ends the process as during the model's load."""
         self._thread.join()
-        _log.info("event=prelude_done seconds=%.2f fenced=%s done_partitions=%s", self._seconds,
+        _log.info("event=prelude_done seconds=%.2f transactions_ready=%s done_partitions=%s", self._seconds,
                   self._producer is not None, self._partitions)
         return KafkaReady(self._producer, self._partitions)
