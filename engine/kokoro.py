@@ -142,19 +142,17 @@ class KokoroBackend(Backend):
             raise ModelLoadError(f"kokoro: vocabulary {cfg} or voice styles {styles} unreadable: {e}") from e
         timed = timed_graph(path, precision)  # pred_dur: frames of 600 samples per token, for word timings
         precision, durations = timed.precision, timed.durations
-        model_bytes = timed.model
-        del timed
-        self._session, provider = make_session(model_bytes, providers=providers or "auto",
+        self._session, provider = make_session(timed.model, providers=providers or "auto",
                                                threads=threads, name="kokoro")
         # a call alone on an idle worker: every core (engine.solo); CPU only, and only when the
         # lanes' sessions leave cores unused
         cores = len(os.sched_getaffinity(0))
         self._solo_session: Any = None
         if solo and provider == "CPUExecutionProvider" and 0 < threads < cores:
-            self._solo_session, _ = make_session(model_bytes, providers=providers or "auto", threads=cores,
+            self._solo_session, _ = make_session(timed.model, providers=providers or "auto", threads=cores,
                                                  name="kokoro-solo", spinning=False)
         self.solo = SoloGate(self._solo_session is not None)
-        del model_bytes
+        del timed  # the serialized graph, when the surgery ran here
         outputs = [o.name for o in self._session.get_outputs()]
         self._out_audio = outputs.index("audio") if "audio" in outputs else 0
         self._out_dur = outputs.index(durations) if durations in outputs else None
