@@ -273,23 +273,10 @@ def _say(msg: str) -> None:
     print(f"chaos: {msg}", file=sys.stderr, flush=True)
 
 
-def _broker_port_block(brokers: int) -> int:
-    """A port p with p, p+1, p+10, p+11... (each broker's client and controller port) all free."""
-    from streams.devstack.pidfiles import port_open
-    from streams.devstack.procs import free_port
-
-    for _ in range(200):
-        p = free_port()
-        ports = [p + 10 * i + d for i in range(brokers) for d in (0, 1)]
-        if max(ports) < 65536 and not any(port_open(q) for q in ports[1:]):
-            return p
-    raise RuntimeError("no free block of ports for the private brokers")
-
-
 def _private_stack(base: Settings, run_id: str, brokers: int = 1) -> Settings:
     """Settings of a fresh stack instance of this run's own (home, ports), jars shared; with
     ``brokers`` 3, three brokers (replication factor 3, clients bootstrapping from all)."""
-    from streams.devstack.procs import free_port
+    from streams.devstack.procs import free_ports
     from streams.devstack.stack import stack_settings
 
     home = Path(base.process.home).expanduser().resolve().parent / f"ttsflow-chaos-{run_id}"
@@ -297,8 +284,9 @@ def _private_stack(base: Settings, run_id: str, brokers: int = 1) -> Settings:
     shared_jars = Path(base.process.home).expanduser().resolve() / "jars"
     if shared_jars.is_dir():
         (home / "jars").symlink_to(shared_jars)
-    kp = _broker_port_block(brokers)
-    sp, rp = (free_port() for _ in range(2))
+    broker_ports = [10 * i + d for i in range(brokers) for d in (0, 1)]  # client, controller
+    kp = free_ports(1, offsets=broker_ports)[0]
+    sp, rp = free_ports(2, avoid=[kp + o for o in broker_ports])
     s = base.replace(home=str(home), kafka_port=kp, kafka_controller_port=kp + 1, s3_port=sp, redis_port=rp,
                      bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
                      redis_url=f"redis://127.0.0.1:{rp}/0", kafka_brokers=1, replication_factor=1)

@@ -32,7 +32,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -41,16 +41,58 @@ from typing import Literal
 from streams.devstack.errors import ProcError
 from streams.settings import Settings, describe
 
-__all__ = ["Proc", "ProcError", "Supervisor", "free_port", "group_members", "health", "metrics_up", "settings_env"]
+__all__ = ["Proc", "ProcError", "Supervisor", "free_port", "free_ports", "group_members", "health", "metrics_up", "settings_env"]
 
 Kind = Literal["stage", "worker", "gateway"]
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now (the kernel's choice)."""
+    """A TCP port nobody uses right now, outside the kernel's ephemeral range.
+
+    The kernel's own choice (bind to port 0) comes from the ephemeral range, which is also
+    where it takes the source port of every outgoing connection: between the pick and the
+    server's bind, any client (a broker talking to its peers, say) can take it and the server
+    fails with "Address already in use" (seen on CI: a second broker's controller port).
+    A port below that range is never handed out that way."""
+    return free_ports(1)[0]
+
+
+def free_ports(n: int, *, offsets: Sequence[int] = (0,), avoid: Collection[int] = ()) -> list[int]:
+    """``n`` ports ``p`` from outside the ephemeral range with ``p + o`` free for every ``o`` in
+    ``offsets`` (a block: broker ``i`` of a local cluster listens on ``p + 10 * i`` and
+    ``p + 10 * i + 1``); no two blocks overlap, nor any block a port in ``avoid``."""
+    import random
+
+    lo, _ = _ephemeral_range()
+    top = max(lo, 12000) - max(offsets)  # below the ephemeral range, above the registered crowd
+    taken: set[int] = set(avoid)
+    out: list[int] = []
+    for _ in range(2000):
+        base = random.randrange(10000, top)
+        block = {base + o for o in offsets}
+        if taken.isdisjoint(block) and all(_bindable(q) for q in block):
+            out.append(base)
+            taken |= block
+            if len(out) == n:
+                return out
+    raise ProcError(f"found no {n} free port(s) between 10000 and {top}")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

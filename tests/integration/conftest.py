@@ -51,7 +51,7 @@ _STACK_UP_S = 420.0  # a KRaft broker on a loaded 2-core machine has taken over 
 
 
 def _private_settings(home: Path) -> Settings:
-    from streams.devstack.procs import free_port
+    from streams.devstack.procs import free_ports
     from streams.settings import load_settings
 
     base = load_settings()
@@ -59,7 +59,7 @@ def _private_settings(home: Path) -> Settings:
     shared_jars = Path(base.process.home).expanduser().resolve() / "jars"
     if shared_jars.is_dir():
         (home / "jars").symlink_to(shared_jars)
-    kp, cp, sp, rp = (free_port() for _ in range(4))
+    kp, cp, sp, rp = free_ports(4)
     return base.replace(home=str(home), kafka_port=kp, kafka_controller_port=cp, s3_port=sp, redis_port=rp,
                         bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
                         redis_url=f"redis://127.0.0.1:{rp}/0", model_dir=str(base.effective_model_dir))
@@ -80,7 +80,7 @@ def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Set
 @pytest.fixture
 def private_stack(tmp_path: Path) -> Iterator[Settings]:
     from streams.devstack import stack
-    from streams.devstack.procs import free_port
+    from streams.devstack.procs import free_ports
     from streams.settings import load_settings
 
     base = load_settings()
@@ -89,7 +89,7 @@ def private_stack(tmp_path: Path) -> Iterator[Settings]:
     shared_jars = Path(base.process.home).expanduser().resolve() / "jars"
     if shared_jars.is_dir():
         (home / "jars").symlink_to(shared_jars)
-    kp, cp, sp, rp = (free_port() for _ in range(4))
+    kp, cp, sp, rp = free_ports(4)
     s = base.replace(home=str(home), kafka_port=kp, kafka_controller_port=cp, s3_port=sp, redis_port=rp,
                      bootstrap_servers=f"127.0.0.1:{kp}", s3_endpoint=f"http://127.0.0.1:{sp}",
                      redis_url=f"redis://127.0.0.1:{rp}/0", model_dir=str(base.effective_model_dir))

@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 from confluent_kafka import TopicPartition
 
 from streams.devstack.jars import kafka_tool
+from streams.devstack.procs import free_ports
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -259,21 +260,8 @@ def test_kafka_tools_run_against_the_stack(settings: Settings, make_producer, ma
 
 # --- a second, private stack: persistence across down/up, ports in use, missing Java -------------
 
-def _free_ports(n: int) -> list[int]:
-    import socket
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _private_env(stack_settings: Settings, home: Path) -> dict[str, str]:
-    kafka, controller, s3port, redis_port = _free_ports(4)
+    kafka, controller, s3port, redis_port = free_ports(4)
     home.mkdir(parents=True)
     # Share the jar cache of the main stack: no second Maven fetch.
     (home / "jars").symlink_to(Path(stack_settings.process.home).expanduser().resolve() / "jars")
