@@ -21,6 +21,12 @@ Guarantees (pure: no faust, no Kafka, no clock; the time is the record's timesta
   repeated rejection). Such a record is never later than the bucket's time; one at a lower offset
   with a later timestamp is new (the topic was made again and its offsets started over). The stage writes the bucket only after that run's dedup and open writes are
   in their changelogs, so an admitted request is always found seen.
+* **Only what was decided counts as decided.** That inference holds for records decided in offset
+  order. A record handled after a hole (records faust fetched and never handed over, left for a
+  later re-read: :func:`streams.stage.watch.input_hole`) is decided ``in_order=False``: it takes or
+  is refused a token as any other, but the bucket's offset stays where the in-order records left
+  it, so the records of the hole, when they are read at last, are decided afresh instead of being
+  taken for refusals they never had.
 * **Time from the records.** Refill follows the records' timestamps (the producer's, or the broker's
   with ``message.timestamp.type=LogAppendTime``); a timestamp earlier than the bucket's adds nothing,
   and a record without one refills nothing. Where producers are not trusted, set the requests
@@ -90,8 +96,11 @@ class Admission:
     def enabled(self) -> bool:
         return self.per_s > 0
 
-    def decide(self, bucket: Bucket | None, *, timestamp_ms: int | None, partition: int, offset: int) -> Verdict:
-        """Take a token for a new request at ``offset`` of ``partition``, or refuse it."""
+    def decide(self, bucket: Bucket | None, *, timestamp_ms: int | None, partition: int, offset: int,
+               in_order: bool = True) -> Verdict:
+        """Take a token for a new request at ``offset`` of ``partition``, or refuse it. ``in_order``
+        False: records before ``offset`` in the partition may not have been decided yet (a hole):
+        the bucket's offset is not moved past them."""
         if not self.enabled:
             return Verdict(True, None)
         if (bucket is not None and bucket.partition == partition and offset <= bucket.offset
@@ -108,6 +117,8 @@ class Admission:
             if timestamp_ms is not None and timestamp_ms > at:
                 tokens = min(float(self.burst), tokens + (timestamp_ms - at) * self.per_s / 1000.0)
                 at = timestamp_ms
+        if not in_order:
+            offset = bucket.offset if bucket is not None and bucket.partition == partition else -1
         if tokens >= 1.0:
             return Verdict(True, Bucket(tokens - 1.0, at, partition, offset))
         return Verdict(False, Bucket(tokens, at, partition, offset), self._wait(tokens))

@@ -222,10 +222,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             return len(open_index)
 
     class _RateView:
-        __slots__ = ("key",)
+        __slots__ = ("in_order", "key")
 
-        def __init__(self, key: bytes) -> None:
-            self.key = key
+        def __init__(self, key: bytes, in_order: bool) -> None:
+            self.key, self.in_order = key, in_order
 
         def get(self) -> Bucket | None:
             return decode_bucket(deferred.rate_get(self.key, rates.get))
@@ -287,6 +287,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     # generation is a hole in what the agent was handed (transaction markers, or records
     # faust dropped around a rebalance); logged so a lost request can be traced
     last_offset: dict[int, tuple[int, int]] = {}
+    holed: dict[int, int] = {}  # partition -> the generation in which records after a hole were handled
 
     def note_offset(msg: Any) -> None:
         gen = app.consumer_generation_id
@@ -329,6 +330,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
                            event.message.partition, hole[0], hole[1], app.consumer_generation_id)
                 if time.time() - last_restart > 60:
                     restart(f"input_hole partition={event.message.partition} offsets={hole[0]}-{hole[1] - 1}")
+                # handled after the hole until a re-read fills it: the admission must not count the hole decided
+                holed[event.message.partition] = app.consumer_generation_id
             async with handling:
                 await handle(event)
                 if len(deferred) >= batch_records:
@@ -355,7 +358,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
         outcome = core.handle(msg.key, msg.value, partition=msg.partition, offset=msg.offset,
                               timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, seen=user_seen,
                               opened=_OpenView(k), tick=_is_tick(msg.headers),
-                              rate=_RateView(bucket_key(k, msg.partition)))
+                              rate=_RateView(bucket_key(k, msg.partition),
+                                             in_order=holed.get(msg.partition) != app.consumer_generation_id))
         metrics.processed(time.perf_counter() - t0)
         futs = [await send(r, msg.partition) for r in outcome.records]
         seen_write = index.entry(k, outcome.remember, core.clock()) if outcome.remember is not None else None

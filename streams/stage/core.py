@@ -92,7 +92,11 @@ class SeenIds(Protocol):
 
 
 class RateView(Protocol):
-    """The record key's admission bucket in the record's partition (None: none yet, a full one)."""
+    """The record key's admission bucket in the record's partition (None: none yet, a full one), and
+    whether the record follows every record before it in its partition (False after a hole the stage
+    could not fill by re-reading: :meth:`~streams.stage.admission.Admission.decide`)."""
+
+    in_order: bool
 
     def get(self) -> Bucket | None: ...
 
@@ -231,7 +235,8 @@ class StageCore:
         request); the bucket's offset makes a re-read refuse it again."""
         if rate is None or not self.admission.enabled:
             return Outcome("segments")
-        v = self.admission.decide(rate.get(), timestamp_ms=timestamp_ms, partition=partition, offset=offset)
+        v = self.admission.decide(rate.get(), timestamp_ms=timestamp_ms, partition=partition, offset=offset,
+                                  in_order=rate.in_order)
         new = encode_bucket(v.bucket) if v.bucket is not None else None
         if v.admitted:
             return Outcome("segments", rate=new)
