@@ -26,7 +26,7 @@ from streams.stage.lexicons import LexiconReader, lexicon_store
 from streams.stage.patches import fetch_in_turns, fetch_state, leave_group_on_stop, stage_app_class
 from streams.stage.pending import Deferred, Handled
 from streams.stage.pieces import CONTROL_HEADER, OpenIndex, OpenRequest, decode_open, open_key, tick_value
-from streams.stage.watch import InputWatch, input_hole
+from streams.stage.watch import InputWatch, Refetch, input_hole
 
 __all__ = ["build_app", "claim_stage_instance_id", "prepare_topics"]
 
@@ -308,30 +308,71 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             os.environ.get(_HOLE_RESTART_ENV, "")
         os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
+    def source_tp(partition: int) -> Any:
+        return next((t for t in app.consumer.assignment() if t.topic == source_topic and t.partition == partition),
+                    None)
+
     def hole_before(msg: Any) -> tuple[int, int] | None:
-        tp = next((t for t in app.consumer.assignment() if t.topic == source_topic and t.partition == msg.partition),
-                  None)
+        tp = source_tp(msg.partition)
         committed = app.consumer._committed_offset.get(tp) if tp is not None else None
         return input_hole(msg.offset, generation=app.consumer_generation_id, last=last_offset.get(msg.partition),
                           committed=committed)
+
+    refetch = Refetch()
+
+    async def count_marker(msg: Any) -> None:
+        """One offset jumped over in order is a transaction marker: counted done for the commit, as faust's
+        fetch loop does, which skips that while a partition is fetched again (patches.hold_read_offsets)."""
+        prev = last_offset.get(msg.partition)
+        if prev is not None and prev[0] == app.consumer_generation_id and msg.offset == prev[1] + 2:
+            tp = source_tp(msg.partition)
+            if tp is not None:
+                await app.consumer._add_gap(tp, prev[1] + 1, prev[1] + 1)
+    app.refetching = refetch.sought  # faust's read offset held at a hole being fetched again (patches)
+
+    async def seek_back(partition: int, offset: int, reason: str) -> bool:
+        """Fetch ``partition`` again from ``offset`` in place (:class:`~streams.stage.watch.Refetch`);
+        False when that was tried enough for this offset (or the partition is gone)."""
+        tp = source_tp(partition)
+        if tp is None or not refetch.start(partition, offset, generation=app.consumer_generation_id,
+                                           now=time.monotonic()):
+            return False
+        _log.warning("event=input_refetch partition=%d offset=%d reason=%s", partition, offset, reason)
+        # faust counted the jump over the hole as done (a "gap", as for a transaction marker): with the hole's
+        # first record processed, its commit would pass records not processed yet. Nothing at or above the
+        # offset sought counts as done until it is processed again (markers there are counted again as passed)
+        gaps = app.consumer._gap.get(tp)
+        if gaps:
+            gaps.chop(offset, 2**62)
+        await app.consumer.seek_wait({tp: offset})  # on the consumer's thread; faust reads from there again
+        return True
 
     @app.agent(requests)
     async def stage(stream: Any) -> None:
         agent_stream[:] = [stream]
         stream.enable_acks = False  # acked by flush(), once processed
         async for event in stream.events():
-            hole = hole_before(event.message)
+            msg = event.message
+            if refetch.skip(msg.partition, msg.offset, generation=app.consumer_generation_id, now=time.monotonic()):
+                app.consumer.ack(msg)  # fetched past a hole being read again: released unprocessed, never committed
+                continue
+            hole = hole_before(msg)
             if hole is not None:
                 # records faust fetched and never handed over: handled after them, a stream's later pieces
-                # would wait for the missing ones until it timed out. Read again from the committed offset,
-                # at once (at most once a minute: a hole that a re-read cannot fill is left to the watchdog).
-                last_restart = float(os.environ.get(_HOLE_RESTART_ENV) or 0)
+                # would wait for the missing ones until it timed out. Fetched again in place; if that does
+                # not fill it, read again from the committed offset by a restart (at most once a minute: a
+                # hole that a re-read cannot fill is left to the watchdog)
                 _log.error("event=input_hole partition=%d from_offset=%d to_offset=%d generation=%s",
-                           event.message.partition, hole[0], hole[1], app.consumer_generation_id)
+                           msg.partition, hole[0], hole[1], app.consumer_generation_id)
+                if await seek_back(msg.partition, hole[0], "input_hole"):
+                    app.consumer.ack(msg)
+                    continue
+                last_restart = float(os.environ.get(_HOLE_RESTART_ENV) or 0)
                 if time.time() - last_restart > 60:
                     restart(f"input_hole partition={event.message.partition} offsets={hole[0]}-{hole[1] - 1}")
                 # handled after the hole until a re-read fills it: the admission must not count the hole decided
                 holed[event.message.partition] = app.consumer_generation_id
+            await count_marker(msg)
             async with handling:
                 await handle(event)
                 if len(deferred) >= batch_records:
@@ -467,6 +508,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             return
         now = time.monotonic()
         watch.forget({tp.partition for tp in tps})
+        refetch.forget({tp.partition for tp in tps})
         for tp in tps:
             committed = consumer._committed_offset.get(tp)
             last = last_offset.get(tp.partition)
@@ -480,6 +522,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             _log.error("event=%s partition=%d committed=%s processed_next=%s end=%s paused=%s fetch_state=%s",
                        reason, tp.partition, committed, processed_next, ends.get(tp), tp in consumer._paused_partitions,
                        fetch_state(consumer, tp))
+            start = committed if committed is not None and committed >= 0 else None
+            if start is not None and await seek_back(tp.partition, start, reason):
+                watch.forget({t.partition for t in tps} - {tp.partition})  # its clock starts again
+                continue
             restart(reason)
 
     @app.task

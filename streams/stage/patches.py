@@ -54,6 +54,7 @@ crashed stages restarted as an orchestrator would; faust-streaming 0.15.3, aioka
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "fetch_state",
     "fetch_timeout",
     "guard_consumer_acks",
+    "hold_read_offsets",
     "leave_group_on_stop",
     "seek_uncommitted_to_start",
     "stage_app_class",
@@ -117,6 +119,8 @@ def stage_app_class() -> type:
 
         _guarded_topic: str | None = None
         _processed: weakref.WeakSet[Any]
+        # (partition) -> the offset a partition is being fetched again from, or None (streams.stage.watch.Refetch)
+        refetching: Callable[[int], int | None] = staticmethod(lambda partition: None)
 
         def guard_acks(self, topic: str) -> None:
             self._guarded_topic = topic
@@ -132,6 +136,7 @@ def stage_app_class() -> type:
             if self._guarded_topic is not None:
                 guard_consumer_acks(consumer, self._guarded_topic, self._processed)
                 seek_uncommitted_to_start(consumer, self._guarded_topic)
+                hold_read_offsets(consumer, self._guarded_topic, lambda partition: self.refetching(partition))
             return consumer
 
     return StageApp
@@ -223,6 +228,32 @@ def seek_uncommitted_to_start(consumer: Any, topic: str) -> None:
         return committed
 
     consumer.seek_to_committed = seek_to_committed_or_start
+
+
+def hold_read_offsets(consumer: Any, topic: str, refetching: Callable[[int], int | None]) -> None:
+    """Make faust hand over every record of a ``topic`` partition that is being fetched again.
+
+    faust's fetch loop (``Consumer._drain_messages``, faust-streaming 0.15.3) hands the agent only
+    records at or above the partition's read offset, raises it to each record it hands over, and
+    counts offsets it jumps over as done (a "gap": transaction markers). A seek back to a hole
+    (:class:`~streams.stage.watch.Refetch`) lowers the read offset, but the loop may still be handing
+    out the rest of a fetch taken before the seek: those records (past the hole) would raise it again,
+    so the records fetched again from the hole were dropped below it, and each jump would have been
+    counted done unprocessed. Here, while a partition is being fetched again, faust reads no read
+    offset for it (so it drops nothing and counts no gap; the agent skips what came from before the
+    seek until the offset sought comes, and counts the markers it passes itself); the offsets it
+    hands over are still recorded, so from then on it tracks the partition as before."""
+    from collections import defaultdict
+
+    class ReadOffsets(defaultdict[Any, int | None]):
+        def __getitem__(self, tp: Any) -> int | None:
+            if getattr(tp, "topic", None) == topic and refetching(tp.partition) is not None:
+                return None
+            return super().__getitem__(tp)
+
+    held = ReadOffsets(lambda: None)
+    held.update(consumer._read_offset)
+    consumer._read_offset = held
 
 
 def guard_consumer_acks(consumer: Any, topic: str, processed: Any) -> None:

@@ -6,10 +6,12 @@ two seconds per assigned partition and re-executes the process on a reason.
 
 from __future__ import annotations
 
-__all__ = ["InputWatch", "input_hole"]
+__all__ = ["InputWatch", "Refetch", "input_hole"]
 
 _STALL_S = 30.0
 _FRESH_STALL_S = 8.0
+_REFETCH_WAIT_S = 10.0
+_REFETCH_TRIES = 2
 
 
 class InputWatch:
@@ -96,3 +98,61 @@ def input_hole(offset: int, *, generation: int | None, last: tuple[int | None, i
     if expected is None or offset - expected <= 1:
         return None
     return expected, offset
+
+
+class Refetch:
+    """Fill a hole in place: seek the partition back and skip what was fetched past the hole.
+
+    A hole (:func:`input_hole`) or a stalled partition used to cost a restart of the whole stage
+    (re-exec, rejoin, table recovery: ~3 s, every partition), and a restart is itself a rebalance,
+    around which faust drops fetched records again: seen on CI, five restarts in 60 s, each leaving
+    a new hole or stall on another partition. A seek of the one partition to the first offset
+    missing (faust's ``Consumer.seek`` also lowers its read offset, so the records come again; aiokafka
+    drops what it had fetched for the partition) fills it where it is. The records of the partition
+    already queued in front of the agent, past the hole, are skipped (released unprocessed: never
+    committed, read again after the hole) until the one sought comes.
+
+    Bounded: ``tries`` seeks per (partition, offset), and a seek whose record has not come within
+    ``wait_s`` (or whose generation ended: a rebalance seeks to the committed offsets anyway) is
+    given up; the caller then does what it did before (restart, or handle past the hole). Pure: the
+    caller seeks and passes the generation and the time."""
+
+    def __init__(self, wait_s: float = _REFETCH_WAIT_S, tries: int = _REFETCH_TRIES) -> None:
+        self.wait_s, self.tries = wait_s, tries
+        self._sought: dict[int, tuple[int | None, int, float]] = {}  # partition -> (generation, offset, since)
+        self._tried: dict[int, tuple[int, int]] = {}  # partition -> (offset, seeks to it)
+
+    def start(self, partition: int, offset: int, *, generation: int | None, now: float) -> bool:
+        """Whether to seek ``partition`` back to ``offset`` now (False: tried ``tries`` times already);
+        if so, records past it are skipped from now on until it comes."""
+        prev = self._tried.get(partition)
+        n = prev[1] if prev is not None and prev[0] == offset else 0
+        if n >= self.tries:
+            return False
+        self._tried[partition] = (offset, n + 1)
+        self._sought[partition] = (generation, offset, now)
+        return True
+
+    def skip(self, partition: int, offset: int, *, generation: int | None, now: float) -> bool:
+        """Whether the record at ``offset`` was fetched before the seek landed (skip it); False ends the
+        seek when the record sought (or the one after it: a commit marker takes an offset) comes, or
+        when it is given up."""
+        sought = self._sought.get(partition)
+        if sought is None:
+            return False
+        gen, want, since = sought
+        if gen == generation and now - since <= self.wait_s and offset > want + 1:
+            return True
+        del self._sought[partition]
+        return False
+
+    def sought(self, partition: int) -> int | None:
+        """The offset ``partition`` is being fetched again from (None: it is not)."""
+        got = self._sought.get(partition)
+        return None if got is None else got[1]
+
+    def forget(self, keep: set[int]) -> None:
+        """Drop the partitions not in ``keep`` (revoked)."""
+        for d in (self._sought, self._tried):
+            for p in [p for p in d if p not in keep]:
+                del d[p]

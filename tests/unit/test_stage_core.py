@@ -362,3 +362,26 @@ def test_a_partition_held_back_by_its_full_queue_is_asked_for_again_soon() -> No
     assert patches_mod.fetch_timeout(None, None, wait_s=0.003) is None
     assert patches_mod.fetch_timeout(1.0, {"p0"}, wait_s=0.003) == 0.003
     assert patches_mod.fetch_timeout(0.0, {"p0"}, wait_s=0.003) == 0.0  # never longer than asked
+
+
+def test_faust_reads_no_read_offset_for_a_partition_being_fetched_again() -> None:
+    """patches.hold_read_offsets: faust's fetch loop drops records below a partition's read offset and counts
+    jumps over it as done; while the partition is fetched again from a hole, it must do neither."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    sought: dict[int, int] = {}
+    c = SimpleNamespace(_read_offset=defaultdict(lambda: None))
+    held, other, foreign = TP("tts.requests", 3), TP("tts.requests", 2), TP("changelog", 3)
+    c._read_offset[held] = 60  # raised by records fetched past the hole
+    c._read_offset[foreign] = 7
+    patches_mod.hold_read_offsets(c, "tts.requests", sought.get)
+    assert c._read_offset[held] == 60 and c._read_offset[other] is None
+    sought[3] = 25  # a seek back to 25
+    assert c._read_offset[held] is None and c._read_offset[foreign] == 7
+    c._read_offset[held] = 25  # what it hands over meanwhile is recorded
+    c._read_offset[held] = 26
+    del sought[3]  # offset 25 reached the agent
+    assert c._read_offset[held] == 26 and c._read_offset[foreign] == 7

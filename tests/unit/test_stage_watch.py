@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.stage.watch import InputWatch, input_hole
+from streams.stage.watch import InputWatch, Refetch, input_hole
 
 
 def run(w: InputWatch, steps: list[tuple[float, dict]]) -> list[str | None]:  # type: ignore[type-arg]
@@ -86,3 +86,34 @@ def test_a_record_after_offsets_never_handed_over_is_a_hole() -> None:
     assert input_hole(22, generation=3, last=(3, 20), committed=15) is None
     assert input_hole(16, generation=3, last=None, committed=15) is None
     assert input_hole(500, generation=3, last=None, committed=None) is None
+
+
+def test_a_hole_fetched_again_skips_what_came_from_before_the_seek_until_the_offset_sought() -> None:
+    r = Refetch(wait_s=10, tries=2)
+    assert r.start(3, 25, generation=1, now=0.0)  # faust handed 45 after 24: seek back to 25
+    assert r.sought(3) == 25
+    # 46..60 were queued before the seek landed: skipped; another partition is untouched
+    assert [r.skip(3, o, generation=1, now=0.1) for o in range(46, 61)] == [True] * 15
+    assert not r.skip(2, 99, generation=1, now=0.1)
+    assert not r.skip(3, 25, generation=1, now=0.2)  # the hole's first record: handled, the seek is over
+    assert r.sought(3) is None
+    assert not r.skip(3, 47, generation=1, now=0.3)  # and nothing is skipped after it
+
+
+def test_a_commit_marker_at_the_offset_sought_ends_the_seek_with_the_record_after_it() -> None:
+    r = Refetch()
+    r.start(0, 12, generation=4, now=0.0)
+    assert not r.skip(0, 13, generation=4, now=0.1)
+
+
+def test_a_seek_is_given_up_after_its_wait_or_a_rebalance_and_tried_a_bounded_number_of_times() -> None:
+    r = Refetch(wait_s=10, tries=2)
+    assert r.start(1, 25, generation=1, now=0.0)
+    assert r.skip(1, 45, generation=1, now=9.0)
+    assert not r.skip(1, 45, generation=1, now=10.5)  # the record sought never came: handled as before
+    assert r.start(1, 25, generation=1, now=11.0)  # the second try
+    assert not r.skip(1, 45, generation=2, now=11.1)  # a rebalance seeks to the committed offsets anyway
+    assert not r.start(1, 25, generation=2, now=12.0)  # twice for this offset: the caller restarts instead
+    assert r.start(1, 80, generation=2, now=13.0)  # another hole later is tried afresh
+    r.forget({0})
+    assert r.sought(1) is None and r.start(1, 80, generation=2, now=14.0)
