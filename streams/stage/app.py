@@ -23,7 +23,14 @@ from streams.stage.admission import Bucket, bucket_key, decode_bucket
 from streams.stage.core import Record, StageCore, served_voices
 from streams.stage.dedup import SeenIndex, UserSeen
 from streams.stage.lexicons import LexiconReader, lexicon_store
-from streams.stage.patches import fetch_in_turns, fetch_state, leave_group_on_stop, stage_app_class
+from streams.stage.patches import (
+    PassedOffsets,
+    fetch_in_turns,
+    fetch_state,
+    leave_group_on_stop,
+    read_committed_input,
+    stage_app_class,
+)
 from streams.stage.pending import Deferred, Handled
 from streams.stage.pieces import CONTROL_HEADER, OpenIndex, OpenRequest, decode_open, open_key, tick_value
 from streams.stage.watch import InputWatch, Refetch, input_hole
@@ -116,6 +123,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     datadir.mkdir(parents=True, exist_ok=True)
     leave_group_on_stop()
     fetch_in_turns(held_wait_s=settings.stage.stage_held_fetch_ms / 1000.0)
+    passed = PassedOffsets()  # aborted transactions' records and markers in the input (read_committed)
+    read_committed_input(settings.kafka.topic_requests, passed)
     metrics.identify(instance_id=instance_id, group=settings.stage.stage_app_id)
     from streams.kafka.config import faust_credentials
 
@@ -320,14 +329,24 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
 
     refetch = Refetch()
 
-    async def count_marker(msg: Any) -> None:
-        """One offset jumped over in order is a transaction marker: counted done for the commit, as faust's
-        fetch loop does, which skips that while a partition is fetched again (patches.hold_read_offsets)."""
+    def expected_offset(msg: Any) -> int | None:
+        """The offset the agent should be handed next in ``msg``'s partition (None: unknown)."""
         prev = last_offset.get(msg.partition)
-        if prev is not None and prev[0] == app.consumer_generation_id and msg.offset == prev[1] + 2:
-            tp = source_tp(msg.partition)
-            if tp is not None:
-                await app.consumer._add_gap(tp, prev[1] + 1, prev[1] + 1)
+        if prev is not None and prev[0] == app.consumer_generation_id:
+            return prev[1] + 1
+        tp = source_tp(msg.partition)
+        return app.consumer._committed_offset.get(tp) if tp is not None else None
+
+    def count_passed(msg: Any, start: int) -> None:
+        """Offsets ``start`` up to ``msg``'s passed over as they should be (a transaction's marker, an aborted
+        transaction's records) count as done for the commit, from the committed offset itself if need be
+        (faust counts such a jump only from one past its read offset, and not at all while a partition is
+        fetched again: patches.hold_read_offsets)."""
+        tp = source_tp(msg.partition)
+        if tp is not None and start < msg.offset:
+            gaps = app.consumer._gap[tp]
+            gaps.addi(start, msg.offset)
+            gaps.merge_overlaps()
     app.refetching = refetch.sought  # faust's read offset held at a hole being fetched again (patches)
 
     async def seek_back(partition: int, offset: int, reason: str) -> bool:
@@ -356,7 +375,10 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             if refetch.skip(msg.partition, msg.offset, generation=app.consumer_generation_id, now=time.monotonic()):
                 app.consumer.ack(msg)  # fetched past a hole being read again: released unprocessed, never committed
                 continue
+            expected = expected_offset(msg)
             hole = hole_before(msg)
+            if hole is not None and passed.covered(msg.partition, hole[0], hole[1]):
+                hole = None  # an aborted transaction and its marker: nothing there to be handed
             if hole is not None:
                 # records faust fetched and never handed over: handled after them, a stream's later pieces
                 # would wait for the missing ones until it timed out. Fetched again in place; if that does
@@ -372,7 +394,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
                     restart(f"input_hole partition={event.message.partition} offsets={hole[0]}-{hole[1] - 1}")
                 # handled after the hole until a re-read fills it: the admission must not count the hole decided
                 holed[event.message.partition] = app.consumer_generation_id
-            await count_marker(msg)
+            elif expected is not None and msg.offset > expected:
+                count_passed(msg, expected)
             async with handling:
                 await handle(event)
                 if len(deferred) >= batch_records:
@@ -514,8 +537,12 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             last = last_offset.get(tp.partition)
             processed_next = None if last is None else last[1] + 1
             delivered = last is not None and last[0] == app.consumer_generation_id
+            end = ends.get(tp)  # read_committed: the last stable offset
+            done = max((x for x in (committed, processed_next) if x is not None), default=0)
+            if end is not None and done < end and passed.covered(tp.partition, done, end):
+                end = done  # only aborted records and markers are left: nothing waits
             reason = watch.check(tp.partition, committed=committed, processed_next=processed_next,
-                                 end=ends.get(tp), acked_waiting=bool(consumer._acked.get(tp)), now=now,
+                                 end=end, acked_waiting=bool(consumer._acked.get(tp)), now=now,
                                  delivered=delivered)
             if reason is None:
                 continue

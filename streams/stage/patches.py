@@ -54,16 +54,19 @@ crashed stages restarted as an orchestrator would; faust-streaming 0.15.3, aioka
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "PassedOffsets",
     "fetch_in_turns",
     "fetch_state",
     "fetch_timeout",
     "guard_consumer_acks",
     "hold_read_offsets",
     "leave_group_on_stop",
+    "read_committed_input",
     "seek_uncommitted_to_start",
     "stage_app_class",
     "take_turns",
@@ -228,6 +231,78 @@ def seek_uncommitted_to_start(consumer: Any, topic: str) -> None:
         return committed
 
     consumer.seek_to_committed = seek_to_committed_or_start
+
+
+class PassedOffsets:
+    """Offsets of the input partitions a ``read_committed`` fetch passed over as it should: records of
+    aborted transactions and transaction markers. Noted on the consumer's thread as aiokafka unpacks
+    each fetch (:func:`read_committed_input`), read by the agent and the input watchdog, which must
+    not take them for records faust dropped. The last ``keep`` ranges per partition."""
+
+    def __init__(self, keep: int = 512) -> None:
+        self._ranges: dict[int, deque[tuple[int, int]]] = {}
+        self._keep = keep
+
+    def note(self, partition: int, start: int, end: int) -> None:
+        """Offsets ``[start, end)`` of ``partition`` hold nothing a reader is handed."""
+        if start < end:
+            ranges = self._ranges.get(partition)
+            if ranges is None:
+                ranges = self._ranges[partition] = deque(maxlen=self._keep)
+            ranges.append((start, end))
+
+    def covered(self, partition: int, start: int, end: int) -> bool:
+        """Whether every offset of ``[start, end)`` was passed over that way."""
+        at = start
+        for a, b in sorted(list(self._ranges.get(partition, ()))):  # a copy: the consumer's thread appends
+            if a > at:
+                break
+            at = max(at, b)
+            if at >= end:
+                return True
+        return at >= end
+
+
+def read_committed_input(topic: str, passed: PassedOffsets) -> None:
+    """Make the stage read its input ``read_committed``, and note what that skips in ``topic``.
+
+    faust reads ``read_committed`` only under its ``exactly_once`` guarantee (``Consumer.in_transaction``),
+    which the stage does not run (see above): a request published in a transaction its producer then
+    aborted was answered (checked on the real broker: five aborted, all five answered). aiokafka's
+    consumer takes its isolation level at ``start``, so it is set on the consumer faust creates. A
+    transaction's records and its marker take offsets the stage is never handed; aiokafka's unpacking
+    of each fetch notes those ranges (``passed``), so the hole and stall checks tell them from records
+    faust dropped. Process-wide (the stage process runs only this app)."""
+    from aiokafka.consumer.fetcher import PartitionRecords
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    AIOKafkaConsumerThread._ttsflow_passed = (topic, passed)  # type: ignore[attr-defined]
+    if getattr(AIOKafkaConsumerThread, "_ttsflow_read_committed", False):
+        return
+    create = AIOKafkaConsumerThread._create_worker_consumer
+    unpack = PartitionRecords._unpack_records
+
+    def _create_worker_consumer(self: Any, transport: Any) -> Any:
+        consumer = create(self, transport)
+        consumer._isolation_level = "read_committed"  # read by its start(), which builds the fetcher
+        return consumer
+
+    def _unpack_records(self: Any) -> Any:
+        where, noted = AIOKafkaConsumerThread._ttsflow_passed  # type: ignore[attr-defined]
+        tp = self._tp
+        mine = tp.topic == where
+        expect = self.next_fetch_offset
+        for record in unpack(self):
+            if mine and record.offset > expect:
+                noted.note(tp.partition, expect, record.offset)
+            expect = record.offset + 1
+            yield record
+        if mine and self.next_fetch_offset > expect:  # the fetch ended in aborted records or a marker
+            noted.note(tp.partition, expect, self.next_fetch_offset)
+
+    AIOKafkaConsumerThread._create_worker_consumer = _create_worker_consumer  # type: ignore[method-assign]
+    PartitionRecords._unpack_records = _unpack_records  # type: ignore[method-assign]
+    AIOKafkaConsumerThread._ttsflow_read_committed = True  # type: ignore[attr-defined]
 
 
 def hold_read_offsets(consumer: Any, topic: str, refetching: Callable[[int], int | None]) -> None:

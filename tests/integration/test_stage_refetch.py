@@ -67,3 +67,61 @@ def test_records_faust_dropped_are_fetched_again_and_answered_once_without_a_res
     assert "event=input_refetch partition=0 offset=3 reason=input_hole" in log
     assert "event=stage_restart" not in log, "the hole was filled by restarting the stage"
     print(f"\n80 requests, offsets 3-7 of partition 0 dropped once: all answered once in {took:.1f} s, no restart")
+
+
+def test_requests_of_an_aborted_transaction_are_never_answered_and_the_commit_passes_them(
+        settings: Settings, tmp_path: Path, unique: str) -> None:
+    """A producer that publishes requests in a transaction and aborts it means them never to have been
+    sent (a read_committed reader never sees them); the stage used to read uncommitted and answered them.
+    The offsets they and the markers take are passed over without a hole, a stall or a stuck commit."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    s = settings.replace(home=str(tmp_path / "home"), s3_prefix=f"test/{unique}/", log_level="INFO")
+    with Supervisor(tmp_path / "logs") as sup:
+        stage, w = sup.stage("stage", s), sup.worker("w1", s)
+        sup.wait_ready(stage, timeout=120)
+        sup.wait_ready(w, timeout=120)
+        p = Producer(producer_conf(s, **{"transactional.id": f"test-{unique}-{uuid.uuid4().hex[:6]}"}))
+        p.init_transactions(30)
+
+        def publish(rids: list[str], *, commit: bool) -> None:
+            p.begin_transaction()
+            for rid in rids:
+                body = {"request_id": rid, "user_id": "u1", "text": "Your order has shipped."}
+                p.produce(s.kafka.topic_requests, key=b"u1", value=json.dumps(body).encode())
+            p.flush(30)
+            (p.commit_transaction if commit else p.abort_transaction)(30)
+
+        publish(["kept-0"], commit=True)
+        publish([f"aborted-{i}" for i in range(5)], commit=False)
+        publish(["kept-1", "kept-2"], commit=True)
+        publish([f"aborted-{i}" for i in range(5, 8)], commit=False)  # the partition ends aborted
+        want = {"kept-0", "kept-1", "kept-2"}
+        deadline = time.monotonic() + 90
+        while True:
+            cs = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers,
+                                                                     s.kafka.topic_completed, timeout=5)]
+            if want <= {c.request_id for c in cs} or time.monotonic() > deadline:
+                break
+        # the stage's commit passes the aborted transaction in the middle: it reaches the last request kept
+        # (a partition that ends in aborted records and markers is committed past them with its next record)
+        visible = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_requests, count=3, timeout=10)
+        part, last_kept = visible[-1].partition(), max(m.offset() for m in visible)
+        c = Consumer({"bootstrap.servers": s.kafka.bootstrap_servers, "group.id": s.stage.stage_app_id})
+        committed = -1
+        deadline = time.monotonic() + 30
+        while committed <= last_kept and time.monotonic() < deadline:
+            committed = c.committed([TopicPartition(s.kafka.topic_requests, part)], timeout=10)[0].offset
+            time.sleep(0.2)
+        c.close()
+        time.sleep(3)  # past two turns of the input watchdog
+        cs = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_completed,
+                                                                 timeout=5)]
+        sup.check_alive()
+    log = (tmp_path / "logs" / "stage.log").read_text(errors="replace")
+    assert sorted(c.request_id for c in cs) == sorted(want), [c.request_id for c in cs]
+    assert len(visible) == 3 and committed == last_kept + 1, (committed, last_kept)
+    for bad in ("event=input_hole", "event=input_refetch", "event=stage_restart", "_stalled"):
+        assert bad not in log, bad

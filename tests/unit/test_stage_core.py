@@ -385,3 +385,18 @@ def test_faust_reads_no_read_offset_for_a_partition_being_fetched_again() -> Non
     c._read_offset[held] = 26
     del sought[3]  # offset 25 reached the agent
     assert c._read_offset[held] == 26 and c._read_offset[foreign] == 7
+
+
+def test_offsets_passed_over_by_a_read_committed_fetch_cover_a_jump_only_when_every_offset_is_noted() -> None:
+    """patches.PassedOffsets: aborted records and markers are no hole; anything else in a jump is one."""
+    passed = patches_mod.PassedOffsets(keep=4)
+    passed.note(0, 1, 2)  # a commit marker
+    passed.note(0, 2, 8)  # an aborted transaction and its marker
+    passed.note(0, 5, 5)  # empty: ignored
+    assert passed.covered(0, 1, 8) and passed.covered(0, 3, 6)
+    assert not passed.covered(0, 1, 9) and not passed.covered(0, 0, 2) and not passed.covered(1, 1, 2)
+    passed.note(0, 10, 12)
+    assert not passed.covered(0, 7, 11)  # 8 and 9 were records
+    for i in range(4):
+        passed.note(0, 20 + i, 21 + i)
+    assert not passed.covered(0, 1, 2) and passed.covered(0, 20, 24)  # only the last ``keep`` ranges are kept
