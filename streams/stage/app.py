@@ -21,6 +21,7 @@ from streams.kafka.topics import dedup_table_name, open_table_name, rate_table_n
 from streams.settings import Settings
 from streams.stage.admission import Bucket, bucket_key, decode_bucket
 from streams.stage.core import Record, StageCore, served_voices
+from streams.stage.cut import preload_words
 from streams.stage.dedup import SeenIndex, UserSeen
 from streams.stage.lexicons import LexiconReader, lexicon_store
 from streams.stage.patches import (
@@ -110,6 +111,8 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
             _log.warning("event=lexicons_not_loaded waited_s=30 count=%d", len(lexicons))
         core = StageCore(settings.stage, settings.kafka, settings.engine, voices=served_voices(settings.engine),
                          on_dropped=metrics.foreign_dropped, lexicons=lexicons)
+        if "han" in settings.stage.first_budgets and any(v.speaks("Han") for v in core.served):
+            preload_words()  # a short first segment of Mandarin is cut at a jieba word boundary
     brokers = [f"kafka://{b.strip()}" for b in settings.kafka.bootstrap_servers.split(",") if b.strip()]
     # Static membership (KIP-345): a stage restarted after a SIGKILL rejoins under the same
     # group.instance.id and gets its partitions back without a rebalance, so the other

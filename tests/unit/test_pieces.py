@@ -319,3 +319,15 @@ def test_every_piece_is_spoken_once_and_in_order(parts: list[str], stream: bool)
         return
     assert [c for c in "".join(e.text for e in segs) if c.isalnum()] == sent
     assert [e.seq for e in segs] == list(range(len(segs))) and isinstance(evs[-1], End)
+
+
+def test_preload_words_loads_jiebas_dictionary_on_its_own_thread() -> None:
+    import jieba
+
+    from streams.stage.cut import preload_words
+
+    t = preload_words()
+    assert t.daemon and t.name == "jieba-preload"
+    t.join(60)
+    assert not t.is_alive() and jieba.dt.initialized
+    assert first_end("尊敬的客户您好欢迎致电我们的客服中心", 10, complete=True) == 9  # 尊敬|的|客户|您好|欢迎|
