@@ -213,7 +213,8 @@ class _Baseline:
     def __init__(self, s: Any, workers: int, run_id: str, log_dir: Path, visibility_s: int) -> None:
         import redis
 
-        from streams.bench.celery_peer.app import RESULT_DB, make_app, redis_db_url
+        from streams.bench.celery_peer.app import RESULT_DB, make_app
+        from streams.bench.harness import redis_db_url
         from streams.devstack.procs import settings_env
 
         self.s, self.workers, self.run_id = s, workers, run_id

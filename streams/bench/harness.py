@@ -34,6 +34,7 @@ __all__ = [
     "isolated",
     "new_run_id",
     "percentile",
+    "redis_db_url",
     "require_stack_up",
     "s3_client",
     "sha256_hex",
@@ -60,6 +61,14 @@ def isolated(settings: Settings, run_id: str) -> Settings:
         stage_app_id=f"{settings.stage.stage_app_id}-{run_id}",
         worker_group=f"{settings.kafka.worker_group}-{run_id}",
     )
+
+
+def redis_db_url(url: str, db: int) -> str:
+    """``url`` (``redis://host:port/N``) pointed at database ``db``."""
+    base, _, tail = url.rpartition("/")
+    if not base.startswith(("redis://", "rediss://")) or not (tail == "" or tail.isdigit()):
+        base = url.rstrip("/")
+    return f"{base}/{db}"
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

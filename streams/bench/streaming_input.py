@@ -13,7 +13,14 @@ by default), the stack's services shared. Phases:
    time, ``--first-runs`` each, fresh texts: before (``TTS_FIRST_SEGMENT_CHARS=""``, the first
    segment a whole sentence) and after (the short first segment), the stage restarted between.
    English: a first sentence of ~60-90 characters with a clause; ``--zh``: a Mandarin first
-   sentence of ~60 characters on a kokoro worker (started for this phase).
+   sentence of ~60 characters on a kokoro worker (started for this phase), its first clause an
+   opening of the corpus (``--zh-first openers``) or ``第N号通知`` (``numbered``), the worker's
+   cache emptied before each request so that no first segment is a cache hit.
+
+Or one phase alone, other users sending a sentence a second on every partition meanwhile:
+``--hostile`` (a million tiny pieces, one user opening thousands of streams), ``--flood`` (one
+user's whole requests as fast as it can send them), ``--open-stream SECONDS`` (one user's request
+in pieces left open that long); their answer times on the affected partition and on the others.
 
 The last line printed is one JSON object (``--json``: only that). The machine is shared:
 compare the numbers of one run, and read ``loadavg``.
@@ -60,6 +67,7 @@ class _Seen:
         from streams.bench.plain import assigned_reader
 
         self.chunks: dict[tuple[str, int], float] = {}
+        self.cached: set[tuple[str, int]] = set()  # chunks that were cache hits
         self.done: dict[str, Any] = {}
         self.epoch = time.time() - time.monotonic()  # monotonic + epoch: wall-clock seconds
         self._stop = threading.Event()
@@ -76,6 +84,8 @@ class _Seen:
                     if m.topic() == chunks_topic:
                         ch = decode_chunk(m.value() or b"")
                         self.chunks.setdefault((ch.request_id, ch.seq), now)
+                        if ch.cached:
+                            self.cached.add((ch.request_id, ch.seq))
                     else:
                         c = decode_completion(m.value() or b"")
                         self.done.setdefault(c.request_id, (now, c))
@@ -164,9 +174,18 @@ def _streams_under_load(s: Any, seen: _Seen, producer: Any, rate_streams: float,
             "answered": sum(1 for r in finals if r in seen.done)}
 
 
+def _first_clause(text: str) -> str:
+    """``text`` up to its first clause or sentence mark (the mark included)."""
+    for i, ch in enumerate(text):
+        if ch in "\uff0c\u3001\uff1b\uff1a\u3002\uff01\uff1f,;:.!?" and (ch != "." or text[i + 1:i + 2] in ("", " ")):
+            return text[:i + 1]
+    return text
+
+
 def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: str, voice: str | None,
-                  timeout: float) -> dict[str, Any]:
-    """Whole streaming requests one at a time on an idle worker: publish to first chunk."""
+                  timeout: float, before_each: Any = None) -> dict[str, Any]:
+    """Whole streaming requests one at a time on an idle worker: publish to first chunk. ``before_each``:
+    called before each request is published (the Mandarin phase empties its worker's cache there)."""
     from schemas import Request, encode
 
     xs: list[float] = []
@@ -174,6 +193,8 @@ def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: st
     failed: list[str] = []
     ids: list[str] = []
     for text in texts:
+        if before_each is not None:
+            before_each()
         rid = f"fc-{uuid.uuid4().hex[:12]}"
         req = Request(request_id=rid, user_id=user, text=text, voice=voice, stream=True)
         t = time.monotonic()
@@ -191,7 +212,10 @@ def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: st
         segs.append(c.segments)
         ids.append(rid)
     return {**_ms(xs), "segments": segs, "failed": failed, "request_ids": ids,
-            "values_ms": [round(x * 1000, 1) for x in xs], "first_sentence_chars": [len(x.split("。")[0].split(". ")[0]) for x in texts]}
+            "values_ms": [round(x * 1000, 1) for x in xs],
+            "first_cached": sum(1 for r in ids if (r, 0) in seen.cached),
+            "first_sentence_chars": [len(x.split("\u3002")[0].split(". ")[0]) for x in texts],
+            "first_clause_chars": [len(_first_clause(x)) for x in texts]}
 
 
 def _others(s: Any, seen: _Seen, producer: Any, texts: Any, seconds: float, tag: str) -> list[tuple[str, int, float]]:
@@ -211,15 +235,17 @@ def _others(s: Any, seen: _Seen, producer: Any, texts: Any, seconds: float, tag:
     return out
 
 
-def _latency_of(seen: _Seen, sent: list[tuple[str, int, float]], partitions: set[int]) -> dict[str, Any]:
-    """Other users' answer times on the hostile partitions and on the others, and where each one's
-    time went (the completion's timings, :func:`streams.bench.tail.ttsflow_path`): p50/p95 per place."""
+def _latency_of(seen: _Seen, sent: list[tuple[str, int, float]], partitions: set[int],
+                inside_name: str = "hostile_partitions") -> dict[str, Any]:
+    """Other users' answer times on ``partitions`` (reported as ``inside_name``) and on the others, and
+    where each one's time went (the completion's timings, :func:`streams.bench.tail.ttsflow_path`):
+    p50/p95 per place."""
     from streams.bench.harness import percentile
     from streams.bench.tail import ttsflow_path
 
     seen.wait(lambda: all(r in seen.done for r, _, _ in sent), 300)
     out: dict[str, Any] = {}
-    for name, inside in (("hostile_partitions", True), ("other_partitions", False)):
+    for name, inside in ((inside_name, True), ("other_partitions", False)):
         mine = [(r, t) for r, p, t in sent if r in seen.done and (p in partitions) == inside]
         xs = [seen.done[r][0] - t for r, t in mine]
         paths = [x for r, t in mine if (x := ttsflow_path(seen.done[r][1], t + seen.epoch,
@@ -301,6 +327,48 @@ def _hostile(s: Any, seen: _Seen, producer: Any, texts: Any, *, tiny: int, strea
             "others_before": before, "others_during": _latency_of(seen, during, hostile)}
 
 
+def _open_stream(s: Any, seen: _Seen, producer: Any, texts: Any, *, seconds: float) -> dict[str, Any]:
+    """One user's request in pieces left open for ``seconds`` (a word every 2 s, within the stream
+    timeout, then its final piece), while other users send one sentence a second on every partition:
+    their answer times on the open request's partition and on the others, and the open request's own."""
+    from schemas import Request, encode
+    from streams.kafka.partitioner import partition_for
+
+    before = _latency_of(seen, _others(s, seen, producer, texts, 10, "calm"), set(), "open_partition")
+    rid, user = f"open-{uuid.uuid4().hex[:8]}", "olivia"
+    part = {partition_for(user.encode(), s.kafka.partitions)}
+    pieces: list[int] = []
+
+    def talk() -> None:
+        end = time.monotonic() + seconds
+        words = (w for sentence in _one_segment_sentences(7) for w in sentence.split(" "))  # not ``texts``: a
+        # generator is not shared between threads
+        seq = 0
+        while time.monotonic() < end:
+            producer.produce(s.kafka.topic_requests, key=user.encode(), value=encode(Request(
+                request_id=rid, user_id=user, text=(" " if seq else "") + next(words), seq=seq, stream=seq == 0)))
+            producer.poll(0)
+            seq += 1
+            time.sleep(min(2.0, max(0.0, end - time.monotonic())))
+        producer.produce(s.kafka.topic_requests, key=user.encode(), value=encode(Request(
+            request_id=rid, user_id=user, text="", seq=seq, final=True)))
+        producer.flush(30)
+        pieces.append(seq + 1)
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=talk, daemon=True)
+    th.start()
+    during = _others(s, seen, producer, texts, seconds, "busy")
+    th.join(seconds + 60)
+    seen.wait(lambda: rid in seen.done, 120)
+    c = seen.done.get(rid)
+    return {"open_s": seconds, "open_pieces": pieces[0] if pieces else None, "open_partition": sorted(part),
+            "open_request": (c[1].error.code if c[1].error else c[1].status) if c else None,
+            "open_request_answered_after_s": round(c[0] - t0, 1) if c else None,
+            "open_request_chunks": sum(1 for r, _ in seen.chunks if r == rid),
+            "others_before": before, "others_during": _latency_of(seen, during, part, "open_partition")}
+
+
 def _flood(s: Any, seen: _Seen, producer: Any, texts: Any, *, n: int, distinct: bool) -> dict[str, Any]:
     """One user publishing ``n`` whole one-word requests as fast as it can, while other users send one
     sentence a second; each flood request answered once (ok, or refused with its documented code).
@@ -342,13 +410,23 @@ def _flood(s: Any, seen: _Seen, producer: Any, texts: Any, *, n: int, distinct: 
             "others_before": before, "others_during": _latency_of(seen, during, hostile)}
 
 
-def _zh_first(rng: random.Random) -> str:
-    """A Mandarin text whose first sentence is ~60 characters (clauses joined by commas), then a second."""
-    from streams.bench.corpus import _zh_sentence
+# Redis database of the Mandarin first-chunk phase's worker, emptied before each of its requests: every
+# first segment is synthesized (an opening such as 您好 is in any used cache), none a cache hit.
+COLD_CACHE_DB = 4
+
+ZH_FIRST_KINDS = ("openers", "numbered")
+
+
+def _zh_first(rng: random.Random, kind: str = "openers") -> str:
+    """A Mandarin text whose first sentence is ~60 characters (clauses joined by commas), then a second.
+    Its first clause, by ``kind``: ``openers``, one of the corpus's openings of a notice, a call or a
+    news item (您好, 尊敬的客户, 据新华社报道, 记者从有关部门获悉: 2-9 characters); ``numbered``,
+    第N号通知 ("notice No. N", N of 3-5 digits: 9-10 characters but 13-15 syllables read out)."""
+    from streams.bench.corpus import _ZH_OPENERS, _zh_sentence
 
     comma = "\uff0c"
-    clauses: list[str] = [f"\u7b2c{rng.randint(100, 99999)}\u53f7\u901a\u77e5"]  # "No. N notice": a first clause
-    # of its own each time, so no run's first segment is a cache hit of an earlier one's
+    first = rng.choice(_ZH_OPENERS) if kind == "openers" else f"\u7b2c{rng.randint(100, 99999)}\u53f7\u901a\u77e5"
+    clauses: list[str] = [first]
     while len(comma.join(clauses)) < 55:
         clauses += [c for c in _zh_sentence(rng).split("\u3002")[0].split(comma) if c]
     return comma.join(clauses) + "\u3002" + _zh_sentence(rng)
@@ -366,9 +444,9 @@ def _en_first(texts: Any) -> str:
 
 def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: float | None = None,
               n_sent: int = 3, wps: float = 20.0, first_runs: int = 5, zh: bool = True,
-              seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0,
+              seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0, zh_first: str = "openers",
               hostile: tuple[int, int] | None = None, flood: int | None = None, distinct: bool = False,
-              stage_env: dict[str, Any] | None = None) -> dict[str, Any]:
+              stage_env: dict[str, Any] | None = None, open_s: float | None = None) -> dict[str, Any]:
     from schemas import Request, encode
     from streams.bench.corpus import sentences
     from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
@@ -411,12 +489,15 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
             report["hostile"] = _hostile(s, seen, producer, texts, tiny=hostile[0], streams=hostile[1])
         if flood is not None:  # only the flood phase
             report["flood"] = _flood(s, seen, producer, texts, n=flood, distinct=distinct)
-        if hostile is not None or flood is not None:
+        if open_s is not None:  # only the open-stream phase
+            report["open_stream"] = _open_stream(s, seen, producer, texts, seconds=open_s)
+        if hostile is not None or flood is not None or open_s is not None:
             report["settings"] = stage_env or {}
             report["stage_metrics"] = _stage_metrics(stage_proc.settings.process.metrics_port)
             report["stage_log"] = _stage_log(stage_proc.log_path)
-        only_zh = zh_only or hostile is not None or flood is not None
-        zh = zh and hostile is None and flood is None
+        only_phase = hostile is not None or flood is not None or open_s is not None
+        only_zh = zh_only or only_phase
+        zh = zh and not only_phase
         if only_zh:
             loads = []
         burst_n = 0 if only_zh or not loads else 10 if quick else 40
@@ -434,8 +515,9 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
         producer.flush(10)
         seen.wait(lambda: all(r in seen.done for r in ids), 300)
         cap = burst_n / max(1e-3, max((seen.done[r][0] for r in ids[len(warm):]), default=t_burst) - t_burst)
-        report["capacity_sentences_per_s"] = round(cap, 2)
-        _say(f"capacity {cap:.2f} sentences/s")
+        report["capacity_sentences_per_s"] = round(cap, 2) if burst_n else None  # None: not measured
+        if burst_n:
+            _say(f"capacity {cap:.2f} sentences/s")
         report["loads"] = []
         for f in loads:
             rate_streams = f * cap / n_sent
@@ -446,7 +528,7 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
             report["loads"].append(ph)
             _say(f"  -> sentence to audio {ph['sentence_to_audio']}, tail {ph['tail_after_final']}")
 
-        def first_phase(label: str, make: Any, voice: str | None, ss: Any) -> dict[str, Any]:
+        def first_phase(label: str, make: Any, voice: str | None, ss: Any, before_each: Any = None) -> dict[str, Any]:
             """``ss``: the stage's settings (its backends name the voices it accepts)."""
             res: dict[str, Any] = {}
             for when, budgets in (("before", ""), ("after", s.stage.first_segment_chars)):
@@ -454,7 +536,7 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
                 sup.add("stage", "stage", ss.replace(first_segment_chars=budgets))
                 sup.wait_ready("stage", timeout=120)
                 res[when] = _first_chunks(s, seen, producer, [make() for _ in range(first_runs)], f"fc-{label}",
-                                          voice, timeout=300)
+                                          voice, timeout=300, before_each=before_each)
                 _say(f"first chunk {label} {when}: {res[when]}")
             return res
 
@@ -464,12 +546,21 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
         if zh:
             sup.remove("worker")
             # zh_lanes: model calls at once (TTS_MODEL_LANES; 0 auto = 2 one-thread lanes on 2 cores)
-            zs = s.replace(backend="kokoro", backends="kokoro", voice="zf_xiaobei", model_lanes=zh_lanes)
-            report["zh_model_lanes"] = zh_lanes
+            import redis
+
+            from streams.bench.harness import redis_db_url
+
+            cold_url = redis_db_url(s.redis.redis_url, COLD_CACHE_DB)
+            cold = redis.Redis.from_url(cold_url, socket_timeout=10)
+            zs = s.replace(backend="kokoro", backends="kokoro", voice="zf_xiaobei", model_lanes=zh_lanes,
+                           redis_url=cold_url)
+            report.update(zh_model_lanes=zh_lanes, zh_first=zh_first, zh_cache=f"database {COLD_CACHE_DB}, "
+                          "emptied before each request")
             sup.add("worker-zh", "worker", zs)
             sup.wait_ready("worker-zh", timeout=600)
             zrng = random.Random(seed + 3)
-            report["first_chunk_zh"] = first_phase("zh", lambda: _zh_first(zrng), "zf_xiaobei", zs)
+            report["first_chunk_zh"] = first_phase("zh", lambda: _zh_first(zrng, zh_first), "zf_xiaobei", zs,
+                                                   before_each=cold.flushdb)
     finally:
         if seen is not None:
             seen.close()
@@ -512,12 +603,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-zh", action="store_true", help="skip the Mandarin (kokoro) first-chunk phase")
     ap.add_argument("--zh-only", action="store_true", help="only the Mandarin first-chunk phase")
     ap.add_argument("--zh-lanes", type=int, default=0, help="TTS_MODEL_LANES of the kokoro worker (0: auto)")
+    ap.add_argument("--zh-first", choices=ZH_FIRST_KINDS, default="openers",
+                    help="the Mandarin texts' first clause: an opening from the corpus (2-9 characters) or "
+                         "第N号通知 (9-10 characters, 13-15 syllables)")
     ap.add_argument("--hostile", default=None, metavar="TINY,STREAMS",
                     help="only the hostile phase: a request of TINY one-character pieces and one user opening "
                          "STREAMS streams while other users send a sentence a second (e.g. 1000000,10000)")
     ap.add_argument("--flood", type=int, default=None, metavar="N",
                     help="only the flood phase: one user publishes N whole one-word requests as fast as it can "
                          "while other users send a sentence a second (e.g. 20000)")
+    ap.add_argument("--open-stream", type=float, default=None, metavar="SECONDS",
+                    help="only the open-stream phase: one user's request in pieces left open SECONDS (a word every "
+                         "2 s, then its final piece) while other users send a sentence a second (e.g. 60)")
     ap.add_argument("--distinct", action="store_true", help="--flood: every flood text a new one (a model call "
                                                             "each; default: a small vocabulary, cache hits)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -527,8 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     r = run_bench(quick=a.quick, loads=[] if a.loads == "none" else [float(x) for x in a.loads.split(",")], run_s=a.run_s, n_sent=a.sentences,
                   wps=a.words_per_s, first_runs=a.first_runs, zh=not a.no_zh, seed=a.seed,
-                  zh_only=a.zh_only, zh_lanes=a.zh_lanes,
+                  zh_only=a.zh_only, zh_lanes=a.zh_lanes, zh_first=a.zh_first,
                   hostile=tuple(int(x) for x in a.hostile.split(",")) if a.hostile else None,  # type: ignore[arg-type]
-                  flood=a.flood, distinct=a.distinct, stage_env=_settings_args(a.set))
+                  flood=a.flood, distinct=a.distinct, stage_env=_settings_args(a.set), open_s=a.open_stream)
     print(json.dumps(r))
     return 0

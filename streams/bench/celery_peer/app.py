@@ -49,7 +49,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
-__all__ = ["CACHE_NS", "EXEC_NS", "READY_NS", "TASK", "make_app", "redis_db_url"]
+from streams.bench.harness import redis_db_url
+
+__all__ = ["CACHE_NS", "EXEC_NS", "READY_NS", "TASK", "make_app"]
 
 TASK = "baseline.synthesize"
 CACHE_NS = "baseline:req:"
@@ -59,14 +61,6 @@ BROKER_DB = 2
 RESULT_DB = 3
 
 _log = logging.getLogger("bench.baseline")
-
-
-def redis_db_url(url: str, db: int) -> str:
-    """``url`` (``redis://host:port/N``) pointed at database ``db``."""
-    base, _, tail = url.rpartition("/")
-    if not base.startswith(("redis://", "rediss://")) or not (tail == "" or tail.isdigit()):
-        base = url.rstrip("/")
-    return f"{base}/{db}"
 
 
 def make_app(redis_url: str, *, visibility_timeout_s: int = 60, name: str = "ttsflow-baseline") -> Celery:
