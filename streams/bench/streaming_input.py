@@ -175,11 +175,11 @@ def _streams_under_load(s: Any, seen: _Seen, producer: Any, rate_streams: float,
 
 
 def _first_clause(text: str) -> str:
-    """``text`` up to its first clause or sentence mark (the mark included)."""
-    for i, ch in enumerate(text):
-        if ch in "\uff0c\u3001\uff1b\uff1a\u3002\uff01\uff1f,;:.!?" and (ch != "." or text[i + 1:i + 2] in ("", " ")):
-            return text[:i + 1]
-    return text
+    """``text`` up to its first clause or sentence boundary, as the stage finds them (the mark included)."""
+    from streams.stage.text import _clause_cuts, _sentence_cuts
+
+    cuts = _sentence_cuts(text) + _clause_cuts(text)
+    return text[:min(cuts)] if cuts else text
 
 
 def _first_chunks(s: Any, seen: _Seen, producer: Any, texts: list[str], user: str, voice: str | None,

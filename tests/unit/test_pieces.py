@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from schemas import End, Rejection, Segment, decode_segment_event
 from streams.settings import Settings
 from streams.stage.core import Outcome, StageCore
-from streams.stage.cut import budget_for, cut_open, first_end, shorten_first, speakable
+from streams.stage.cut import budget_for, cut_open, first_end, preload_words, shorten_first, speakable
 from streams.stage.pieces import OpenIndex, OpenRequest, decode_open, tick_value
 
 S = Settings().replace(max_segment_chars=60, max_text_chars=2000, dedup_window_s=100, max_open_streams_per_user=2,
@@ -323,8 +323,6 @@ def test_every_piece_is_spoken_once_and_in_order(parts: list[str], stream: bool)
 
 def test_preload_words_loads_jiebas_dictionary_on_its_own_thread() -> None:
     import jieba
-
-    from streams.stage.cut import preload_words
 
     t = preload_words()
     assert t.daemon and t.name == "jieba-preload"
