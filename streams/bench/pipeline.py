@@ -36,6 +36,12 @@ ends with its last request's join, transaction and read while the lanes idle, an
 milliseconds of join weighed several times their share of the work (quiet runs of 12: ratio
 0.90-0.98 with the worker's CPU per audio second +0.4-2.4%). Then one long request with timestamps (``--long-chars``, its sentences
 repeating so most parts come from the cache) gives the size of its word-timing object.
+``paired`` sets each round beside the other side's round of the same pair (they ran back to back):
+the median ratio, the geometric mean and its 95 % interval over the pairs, the run's own noise.
+``--pin-worker`` puts the worker's threads alone on one CPU and every other process (stage, broker,
+S3 server, Redis, this client) on the rest, so what the worker can do is not shared with the local
+servers' work for the extra objects (a deployment's S3 runs elsewhere); the servers get every CPU
+back at the end.
 """
 
 from __future__ import annotations
@@ -253,6 +259,17 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
     return report
 
 
+def _pin_worker(pids: dict[str, int | None], cpus: set[int], pin: Any) -> dict[str, Any]:
+    """The worker's threads onto the lowest of ``cpus``, every other process's onto the rest; what was
+    pinned where. With fewer than two CPUs nothing is pinned."""
+    if len(cpus) < 2:
+        return {"worker": None, "others": None}
+    first = min(cpus)
+    rest = cpus - {first}
+    done = {name: pin(pid, {first} if name == "worker" else rest) for name, pid in pids.items()}
+    return {"worker": [first], "others": sorted(rest), "pinned": sorted(n for n, ok in done.items() if ok)}
+
+
 class _ProcessCpu:
     """CPU seconds each process of the run spends from now (its worker and stage, and the local
     stack's servers, which share the machine): ``per_request(n)`` gives milliseconds per request.
@@ -288,11 +305,19 @@ def _cpu_s(pid: int | None) -> float:
 
 
 def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int = 100_000, seed: int | None = None,
-                        out_dir: Path = Path("out/bench-pipeline"), timeout_s: float = 900.0) -> dict[str, Any]:
+                        pin_worker: bool = False, out_dir: Path = Path("out/bench-pipeline"),
+                        timeout_s: float = 900.0) -> dict[str, Any]:
     """Throughput with and without word timings, side by side in one run (see the module docstring)."""
     from schemas import Request, encode
     from streams.bench.corpus import ASR_SENTENCES, bench_texts
-    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.bench.harness import (
+        cleanup_run_topics,
+        isolated,
+        new_run_id,
+        paired_ratio,
+        pin_threads,
+        require_stack_up,
+    )
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -314,13 +339,20 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
                                               "machine_cpu_ms": 0.0}
                                           for k in ("without", "with")}
     spread: dict[str, list[float]] = {"without": [], "with": []}  # audio s per s of each round (the spread)
+    worker_rounds: dict[str, list[float]] = {"without": [], "with": []}  # the worker's CPU ms per audio s
+    machine_rounds: dict[str, list[float]] = {"without": [], "with": []}  # every process's
     sup = Supervisor(out_dir / run_id / "logs")
     driver: _Driver | None = None
+    everywhere = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    pinned: dict[str, int | None] = {}
     try:
         sup.stage("stage", s)
         sup.worker("worker", s.replace(transactional_id=f"ttsflow-bench-{run_id}"))
         for p in list(sup.procs.values()):
             sup.wait_ready(p, timeout=180)
+        if pin_worker:  # the worker alone on one CPU, the rest of the pipeline (and this client) on the others
+            pinned = _ProcessCpu(s, sup).pids | {"bench": os.getpid()}
+            report["pinned"] = _pin_worker(pinned, everywhere, pin_threads)
         driver = _Driver(s)
         warm = [Request(request_id=f"bench-{run_id}-warm-{i}", user_id=users[i], text=t, timestamps=bool(i % 2))
                 for i, t in enumerate(texts[-3:])]
@@ -348,6 +380,8 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
                 wall = max(driver.got[r.request_id][1] for r in batch) - t0
                 audio = sum(c.audio.duration_s for c in cs if c.audio is not None)
                 spread[side].append(round(audio / wall, 2))
+                worker_rounds[side].append(used["worker"] / audio)
+                machine_rounds[side].append(used["total"] / audio)
                 acc["wall_s"] += wall
                 acc["audio_s"] += audio
                 acc["synth_ms"] += sum(c.timings.synth_ms for c in cs if c.timings is not None)
@@ -376,6 +410,10 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
         report["worker_cpu_ratio"] = round(w["worker_cpu_ms_per_audio_s"] / wo["worker_cpu_ms_per_audio_s"], 4)
         # every process of the pipeline on this machine (> 1: timings cost; its inverse bounds the throughput ratio)
         report["machine_cpu_ratio"] = round(w["machine_cpu_ms_per_audio_s"] / wo["machine_cpu_ms_per_audio_s"], 4)
+        # each round beside its pair (ABBA: the two sides of a round ran back to back), with the run's own noise
+        report["paired"] = {"throughput": paired_ratio(spread["with"], spread["without"]),
+                            "worker_cpu": paired_ratio(worker_rounds["with"], worker_rounds["without"]),
+                            "machine_cpu": paired_ratio(machine_rounds["with"], machine_rounds["without"])}
         if wo["s3_server_cpu_ms_per_audio_s"] > 0:  # the local S3 server's work (a hosted S3's is not ours)
             report["s3_server_cpu_ratio"] = round(w["s3_server_cpu_ms_per_audio_s"] /
                                                   wo["s3_server_cpu_ms_per_audio_s"], 4)
@@ -404,6 +442,8 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
     finally:
         if driver is not None:
             driver.close()
+        for pid in pinned.values():  # the stack's servers outlive the run: every CPU again
+            pin_threads(pid, everywhere)
         sup.stop_all()
         cleanup_run_topics(s, _say)
     return report
@@ -425,17 +465,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-round", type=int, default=40, help="--timestamps-cost: requests per round")
     ap.add_argument("--long-chars", type=int, default=100_000,
                     help="--timestamps-cost: characters of the long request (0: none)")
+    ap.add_argument("--pin-worker", action="store_true",
+                    help="--timestamps-cost: the worker alone on one CPU and the stage, broker, S3 server, Redis and "
+                         "this client on the others, so the worker's throughput is not shared with theirs")
     ns = ap.parse_args(argv)
     if ns.timestamps_cost:
         try:
-            t = run_timestamps_cost(rounds=ns.rounds, per_round=ns.per_round, long_chars=ns.long_chars, seed=ns.seed)
+            t = run_timestamps_cost(rounds=ns.rounds, per_round=ns.per_round, long_chars=ns.long_chars, seed=ns.seed,
+                                    pin_worker=ns.pin_worker)
         except Exception as e:
             print(f"ttsflow bench pipeline: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
         if not ns.json:
             print(f"throughput with/without timestamps {t['throughput_ratio']}, synth ms per audio s "
                   f"{t['synth_ratio']}, worker CPU per audio s {t['worker_cpu_ratio']}, all processes' CPU per audio s "
-                  f"{t['machine_cpu_ratio']}; longest request's word-timing object "
+                  f"{t['machine_cpu_ratio']}; paired per round {t['paired']}; longest request's word-timing object "
                   f"{(t.get('longest') or {}).get('words_object_bytes')} bytes")
         print(json.dumps(t))
         return 0

@@ -70,6 +70,7 @@ from streams.bench.harness import (
     isolated,
     new_run_id,
     percentile,
+    pin_threads,
     proc_status_mib,
 )
 from streams.settings import Settings, load_settings
@@ -236,16 +237,6 @@ def _pronunciation(settings: Settings, *, requests: int, lexicons: int, entries:
     return res
 
 
-def _pin(pid: int | None, cpu: int) -> bool:
-    if pid is None or not hasattr(os, "sched_setaffinity"):
-        return False
-    try:
-        os.sched_setaffinity(pid, {cpu})
-        return True
-    except OSError:
-        return False
-
-
 def _prepare(base: Settings, tag: str, **changes: Any) -> Settings:
     from streams.devstack.stack import ensure_topics
 
@@ -314,7 +305,7 @@ def _backlog_throughput(s: Settings, sup: Any, reader: TopicReader, pub: Publish
     pub.flush()
     want = set(rids)
     proc = sup.stage("stage", s)
-    res: dict[str, Any] = {"stage_pinned_to_one_cpu": _pin(proc.pid, cpu=(os.cpu_count() or 1) - 1)}
+    res: dict[str, Any] = {"stage_pinned_to_one_cpu": pin_threads(proc.pid, {(os.cpu_count() or 1) - 1})}
     done: set[str] = set()
     segs = 0
     t_first = t_last = None
