@@ -30,7 +30,10 @@ synthesis milliseconds per audio second (the completions' ``synth_ms``: model, D
 worker process's CPU milliseconds per audio second (all its threads: front end, model, words,
 uploads) and every process's (``machine_cpu_ms_per_audio_s``: worker, stage, broker, S3 server,
 Redis, which share this machine's cores, so at saturation its throughput is their inverse); the
-ratios with/without. A round is 40 requests by default: each round starts from an idle worker and
+ratios with/without. Both sides of a round speak the same texts (a timed part has its own
+address, so neither finds the other's in the cache, and each side's request objects are deleted
+after its round, so the other side's join finds none to answer with): with fresh texts per side, the two sides'
+audio differed by 3-13 % a run and so did their cost per audio second. A round is 40 requests by default: each round starts from an idle worker and
 ends with its last request's join, transaction and read while the lanes idle, and with rounds of 12
 (~1.4 s) that ramp and drain were a tenth of the round, so a timed request's few extra
 milliseconds of join weighed several times their share of the work (quiet runs of 12: ratio
@@ -317,6 +320,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
         paired_ratio,
         pin_threads,
         require_stack_up,
+        s3_client,
     )
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
@@ -329,7 +333,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
     s = isolated(base, run_id)
     stack.ensure_topics(s)
     rng = random.Random(seed)
-    texts = bench_texts(rounds * 2 * per_round + 3, seed=seed)
+    texts = bench_texts(rounds * per_round + 3, seed=seed)
     users = [f"bench-user-{i:02d}" for i in range(16)]
     report: dict[str, Any] = {"mode": "timestamps_cost", "run_id": run_id, "seed": seed, "cpus": os.cpu_count(),
                               "backend": s.engine.backend, "rounds": rounds, "per_round": per_round,
@@ -354,18 +358,21 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
             pinned = _ProcessCpu(s, sup).pids | {"bench": os.getpid()}
             report["pinned"] = _pin_worker(pinned, everywhere, pin_threads)
         driver = _Driver(s)
+        s3 = s3_client(s)
         warm = [Request(request_id=f"bench-{run_id}-warm-{i}", user_id=users[i], text=t, timestamps=bool(i % 2))
                 for i, t in enumerate(texts[-3:])]
         for r in warm:
             driver.publish(r)
         driver.wait([r.request_id for r in warm], timeout_s, sup)
-        k = 0
         for rnd in range(rounds):
             order = ("without", "with") if rnd % 2 == 0 else ("with", "without")  # ABBA
+            # both sides of a round speak the same texts for the same users: a timed part has an address of
+            # its own (streams.worker.keys), so neither side finds the other's audio in the cache
+            k = rnd * per_round
+            round_users = [rng.choice(users) for _ in range(per_round)]
             for side in order:
-                batch = [Request(request_id=f"bench-{run_id}-{side}-{k + i:05d}", user_id=rng.choice(users),
+                batch = [Request(request_id=f"bench-{run_id}-{side}-{k + i:05d}", user_id=round_users[i],
                                  text=texts[k + i], timestamps=side == "with") for i in range(per_round)]
-                k += per_round
                 cpu = _ProcessCpu(s, sup)  # the worker's, the S3 server's, every process's
                 t0 = time.time()
                 for r in batch:
@@ -392,6 +399,9 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
                 if any(c.status != "ok" for c in cs):
                     raise RuntimeError(f"failed requests in the {side} round: "
                                        f"{[c.error for c in cs if c.status != 'ok'][:3]}")
+                for c in cs:  # the other side's join of the same texts finds no object to answer with
+                    if c.audio is not None:
+                        s3.delete_object(Bucket=c.audio.bucket, Key=c.audio.key)
                 _say(f"round {rnd + 1}/{rounds} {side}: {len(cs)} requests")
         for side, acc in sides.items():
             report[side] = {"requests": int(acc["requests"]), "audio_s": round(acc["audio_s"], 2),
