@@ -31,6 +31,7 @@ an environment proxy keeps the client's PUT and HEAD.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -39,7 +40,7 @@ import ssl
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import IO, Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -123,16 +124,44 @@ class AudioStore:
         self.bucket = bucket
         self.prefix = prefix
         self.presign_ttl_s = presign_ttl_s
-        self._client: Any = s3_client(self.endpoint, access_key, secret_key, region, ca_bundle=ca_bundle,
-                                      signature_version="s3v4",
-                                      connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
-                                      retries={"max_attempts": max_attempts, "mode": "standard"},
-                                      max_pool_connections=16)
+        self._client_args: tuple[tuple[str, str, str, str], dict[str, Any]] = (
+            (self.endpoint, access_key, secret_key, region),
+            {"ca_bundle": ca_bundle, "signature_version": "s3v4", "connect_timeout": connect_timeout_s,
+             "read_timeout": read_timeout_s, "max_pool_connections": 16,
+             "retries": {"max_attempts": max_attempts, "mode": "standard"}})
+        self._client_made: Future[Any] | None = None  # boto3's client, made on first use or by warm()
+        self._client_lock = threading.Lock()
         self._lock = threading.Lock()
         self._put = _SignedPut(self.endpoint, bucket, access_key, secret_key, region, ca_bundle=ca_bundle,
                                timeout=(connect_timeout_s, read_timeout_s), attempts=max_attempts,
                                fallback=self._client_put)
         self._puts: ThreadPoolExecutor | None = None  # put_many's other PUTs (made on first use)
+
+    def warm(self) -> AudioStore:
+        """Make boto3's client on a thread now (0.2-0.3 s of Python): a worker's start need not wait for
+        it, since PUTs and HEADs go without it; its first GET, presign or multipart upload waits for the rest."""
+        with self._client_lock:
+            if self._client_made is None:
+                fut: Future[Any] = Future()
+                threading.Thread(target=self._make_client, args=(fut,), name="s3-client", daemon=True).start()
+                self._client_made = fut
+        return self
+
+    def _make_client(self, fut: Future[Any]) -> None:
+        try:
+            args, kwargs = self._client_args
+            fut.set_result(s3_client(*args, **kwargs))
+        except BaseException as e:  # raised where the client is first used
+            fut.set_exception(e)
+
+    @property
+    def _client(self) -> Any:
+        with self._client_lock:
+            if self._client_made is None:  # not warmed: made here, now
+                self._client_made = Future()
+                self._make_client(self._client_made)
+            made = self._client_made
+        return made.result()
 
     # -- keys ----------------------------------------------------------------------
     def key(self, kind: str, digest: str, ext: str) -> str:
@@ -281,7 +310,11 @@ class AudioStore:
             pool, self._puts = self._puts, None
         if pool is not None:
             pool.shutdown(wait=True)
-        self._client.close()
+        with self._client_lock:
+            made = self._client_made
+        if made is not None:  # (a client never made is not made to be closed)
+            with contextlib.suppress(Exception):  # one that failed to be made has nothing to close
+                made.result().close()
         self._put.close()
 
     # -- error mapping -------------------------------------------------------------

@@ -142,6 +142,15 @@ def _watch_gc(metrics: Any) -> None:
     gc.callbacks.append(on_gc)
 
 
+def _freeze_heap() -> None:
+    """What the start made (the model's front end and its dictionaries, the clients, the modules) lives
+    as long as the process: moved out of the collector's sight, so a full collection while serving
+    scans only what serving made (on hibari's start, ~56,000 tracked objects: 31-35 ms a full collection)."""
+    import gc
+
+    gc.freeze()
+
+
 def _exit_code(e: StreamError, *, stopping: bool) -> int:
     """How a worker that stopped on ``e`` exits: 0 only when told to stop while still retrying."""
     if isinstance(e, StorageFatal):  # access denied, no bucket: configuration, not an outage
@@ -219,12 +228,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _log.info("event=engine_loaded model=%s provider=%s cold_start_s=%.2f lanes=%d threads_per_call=%s",
               engine.info.name, engine.info.provider, engine.cold_start_s or 0.0, lanes, threads or "all")
+    _freeze_heap()
+    # boto3's client (0.2-0.3 s of Python) is made while the worker joins its group, not before: PUTs and
+    # HEADs go without it, its first GET waits for it (made beside the model's load, it slowed the load as much)
+    store = AudioStore.from_section(settings.s3).warm()
     metrics = WorkerMetrics(settings.process.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
     metrics.identify(transactional_id=settings.kafka.effective_transactional_id, group=settings.kafka.worker_group)
     _watch_gc(metrics)
     if isinstance(engine, BackendRouter):
         engine.on_batch = metrics.backend_batch
-    store = AudioStore.from_section(settings.s3)
     cache = AudioCache.from_section(settings.redis, namespace=cache_namespace(settings.s3))
     worker = Worker(settings.kafka, settings.batching, engine, store, cache, metrics,
                     dedup_window_s=settings.stage.dedup_window_s, overlap=args.overlap, lanes=lanes,
