@@ -32,6 +32,7 @@ an environment proxy keeps the client's PUT and HEAD.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import http.client
@@ -124,11 +125,11 @@ class AudioStore:
         self.bucket = bucket
         self.prefix = prefix
         self.presign_ttl_s = presign_ttl_s
-        self._client_args: tuple[tuple[str, str, str, str], dict[str, Any]] = (
-            (self.endpoint, access_key, secret_key, region),
-            {"ca_bundle": ca_bundle, "signature_version": "s3v4", "connect_timeout": connect_timeout_s,
-             "read_timeout": read_timeout_s, "max_pool_connections": 16,
-             "retries": {"max_attempts": max_attempts, "mode": "standard"}})
+        self._new_client = functools.partial(s3_client, self.endpoint, access_key, secret_key, region,
+                                             ca_bundle=ca_bundle, signature_version="s3v4",
+                                             connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
+                                             retries={"max_attempts": max_attempts, "mode": "standard"},
+                                             max_pool_connections=16)
         self._client_made: Future[Any] | None = None  # boto3's client, made on first use or by warm()
         self._client_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -149,8 +150,7 @@ class AudioStore:
 
     def _make_client(self, fut: Future[Any]) -> None:
         try:
-            args, kwargs = self._client_args
-            fut.set_result(s3_client(*args, **kwargs))
+            fut.set_result(self._new_client())
         except BaseException as e:  # raised where the client is first used
             fut.set_exception(e)
 
