@@ -280,20 +280,26 @@ class _ProcessCpu:
     sent at once (fewer, fuller batches and transactions): this says how much, per process."""
 
     def __init__(self, s: Any, sup: Any) -> None:
-        from streams.devstack.paths import stack_paths
-        from streams.devstack.pidfiles import owned_pid
-        from streams.devstack.services import stack_services
-
-        paths = stack_paths(s)
-        self.pids: dict[str, int | None] = {name: sup.procs[name].pid for name in ("worker", "stage")}
-        for svc in stack_services(s.local_stack.kafka_brokers):
-            self.pids["broker" if svc.startswith("kafka") else svc] = owned_pid(paths, svc)
+        self.pids = _pipeline_pids(s, sup)
         self.start = {name: _cpu_s(pid) for name, pid in self.pids.items()}
 
     def per_request(self, n: int) -> dict[str, float]:
         out = {name: round((_cpu_s(pid) - self.start[name]) * 1000 / max(1, n), 1) for name, pid in self.pids.items()}
         out["total"] = round(sum(out.values()), 1)
         return out
+
+
+def _pipeline_pids(s: Any, sup: Any) -> dict[str, int | None]:
+    """The run's worker and stage, and the local stack's servers (None where one is not found)."""
+    from streams.devstack.paths import stack_paths
+    from streams.devstack.pidfiles import owned_pid
+    from streams.devstack.services import stack_services
+
+    paths = stack_paths(s)
+    pids: dict[str, int | None] = {name: sup.procs[name].pid for name in ("worker", "stage")}
+    for svc in stack_services(s.local_stack.kafka_brokers):
+        pids["broker" if svc.startswith("kafka") else svc] = owned_pid(paths, svc)
+    return pids
 
 
 def _cpu_s(pid: int | None) -> float:
@@ -355,7 +361,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
         for p in list(sup.procs.values()):
             sup.wait_ready(p, timeout=180)
         if pin_worker:  # the worker alone on one CPU, the rest of the pipeline (and this client) on the others
-            pinned = _ProcessCpu(s, sup).pids | {"bench": os.getpid()}
+            pinned = _pipeline_pids(s, sup) | {"bench": os.getpid()}
             report["pinned"] = _pin_worker(pinned, everywhere, pin_threads)
         driver = _Driver(s)
         s3 = s3_client(s)
