@@ -419,8 +419,20 @@ def _streaming_input(r: dict[str, Any]) -> list[Table]:
     loads = [(f"{x.get('fraction', 0):.0%}", x) for x in r.get("loads", [])]
     first = [(f"{lang} {when}", _get(r, f"first_chunk_{lang}", when)) for lang in ("en", "zh")
              for when in ("before", "after") if _get(r, f"first_chunk_{lang}", when) is not None]
-    return [("Word by word at 20 words/s: a sentence's last word to its chunk (capacity "
-             f"{r.get('capacity_sentences_per_s')} sentences/s)",
+    ramp = [(f"{x.get('fraction_of_burst', 0):.0%}", x) for x in r.get("ramp", [])]
+    of = (f"word-by-word capacity {r.get('streaming_capacity_sentences_per_s')} sentences/s, from the ramp; "
+          if r.get("loads_of") == "streaming_capacity" else "")
+    tables: list[Table] = []
+    if ramp:
+        tables.append((f"The ramp: word-by-word phases at fractions of the burst's {r.get('capacity_sentences_per_s')} "
+                       "sentences/s, up to the first not sustained",
+                       ["of the burst", "streams/s", "sentences", "first third p50 ms", "last third p50 ms",
+                        "p99 ms", "sustained", "loadavg 1m"],
+                       _rows_of(ramp, ["streams_per_s", "sentences", "first_third_p50_ms", "last_third_p50_ms",
+                                       "sentence_to_audio.p99_ms", "sustained", "loadavg_1m"])))
+    return [*tables,
+            ("Word by word at 20 words/s: a sentence's last word to its chunk (load: a fraction of the "
+             f"{of}burst capacity {r.get('capacity_sentences_per_s')} sentences/s)",
              ["load", "streams", "sentences", "p50 ms", "p99 ms", "tail after final p50 ms", "tail p99 ms",
               "missing", "loadavg 1m"],
              _rows_of(loads, ["streams", "sentences", "sentence_to_audio.p50_ms", "sentence_to_audio.p99_ms",

@@ -3,7 +3,14 @@
 One ``ttsflow stage`` and one ``ttsflow worker`` on topics of their own (``--backend``, hibari
 by default), the stack's services shared. Phases:
 
-1. **capacity**: a burst of one-sentence requests; its answer rate C (sentences/s).
+1. **capacity**: a burst of one-sentence requests; its answer rate B (sentences/s). Then (``--capacity
+   ramp``, the default) a ramp of word-by-word phases (as in 2) at ``--ramp`` fractions of B, each
+   judged sustained as ``bench baseline`` judges a rate (chunks keep up; the last third's median
+   latency not far above the first third's), up to the first that is not: the word-by-word capacity
+   C is the highest sentence rate achieved in a step sustained (Poisson arrivals over a step's
+   seconds miss its nominal rate by ~10%, as in ``bench baseline``). A piece per word costs the stage and the broker a record each,
+   so a burst of whole requests overstates the rate of streams the machine keeps up with
+   (``--capacity burst``: C = B, as before).
 2. **word by word under load** at each ``--loads`` fraction of C: streams arrive open-loop
    (Poisson), each a paragraph of ``--sentences`` one-segment sentences published one word per
    piece at ``--words-per-s`` (the last piece ``final``, empty). Per sentence: the time from the
@@ -159,19 +166,45 @@ def _streams_under_load(s: Any, seen: _Seen, producer: Any, rate_streams: float,
     producer.flush(30)
     want = {(rid, i) for rid, i, _ in sentence_ends}
     seen.wait(lambda: want <= set(seen.chunks), timeout=max(60.0, run_s * 3))
-    mid, tail, missing = [], [], 0
+    mid: list[float] = []
+    tail: list[float] = []
+    missing = 0
+    timed: list[tuple[float, float]] = []  # (when its reference piece was published, its latency)
     for rid, i, seq in sentence_ends:
         got = seen.chunks.get((rid, i))
         if got is None:
             missing += 1
             continue
-        if i == n_sent - 1:
-            tail.append(got - published[(rid, finals[rid])])
-        else:
-            mid.append(got - published[(rid, seq)])
+        at = published[(rid, finals[rid])] if i == n_sent - 1 else published[(rid, seq)]
+        (tail if i == n_sent - 1 else mid).append(got - at)
+        timed.append((at, got - at))
+    first_pub = min(published.values(), default=0.0)
+    span_pub = max(1e-6, max(published.values(), default=0.0) - first_pub)
+    span_got = max(1e-6, max((seen.chunks[(rid, i)] for rid, i, _ in sentence_ends if (rid, i) in seen.chunks),
+                             default=first_pub) - first_pub)
+    verdict = phase_sustained(timed, offered=len(sentence_ends) / span_pub,
+                              answered=(len(sentence_ends) - missing) / span_got, missing=missing)
     return {"streams": len(finals), "sentences": len(sentence_ends), "missing_chunks": missing,
             "sentence_to_audio": _ms(mid), "tail_after_final": _ms(tail),
-            "answered": sum(1 for r in finals if r in seen.done)}
+            "answered": sum(1 for r in finals if r in seen.done), **verdict}
+
+
+def phase_sustained(timed: list[tuple[float, float]], *, offered: float, answered: float,
+                    missing: int) -> dict[str, Any]:
+    """Whether a phase of word-by-word streams was sustained, judged as ``bench baseline`` judges a rate
+    (:func:`streams.bench.baseline.sustained`): chunks keep up with the sentences sent, and the median
+    latency of the last third of the sentences (by when their last piece was published) is not far
+    above the first third's (a backlog that grows through the phase)."""
+    from streams.bench.baseline import sustained
+    from streams.bench.harness import percentile
+
+    lat = [x for _, x in sorted(timed)]
+    third = max(1, len(lat) // 3)
+    first, last = percentile(lat[:third], 50), percentile(lat[-third:], 50)
+    return {"sentences_per_s_sent": round(offered, 3), "chunks_per_s": round(answered, 3),
+            "first_third_p50_ms": None if first is None else round(first * 1000, 1),
+            "last_third_p50_ms": None if last is None else round(last * 1000, 1),
+            "sustained": sustained(offered, answered, missing, first, last)}
 
 
 def _first_clause(text: str) -> str:
@@ -446,7 +479,8 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
               n_sent: int = 3, wps: float = 20.0, first_runs: int = 5, zh: bool = True,
               seed: int | None = None, zh_only: bool = False, zh_lanes: int = 0, zh_first: str = "openers",
               hostile: tuple[int, int] | None = None, flood: int | None = None, distinct: bool = False,
-              stage_env: dict[str, Any] | None = None, open_s: float | None = None) -> dict[str, Any]:
+              stage_env: dict[str, Any] | None = None, open_s: float | None = None,
+              ramp: list[float] | None = None, ramp_s: float = 15.0) -> dict[str, Any]:
     from schemas import Request, encode
     from streams.bench.corpus import sentences
     from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
@@ -518,9 +552,30 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
         report["capacity_sentences_per_s"] = round(cap, 2) if burst_n else None  # None: not measured
         if burst_n:
             _say(f"capacity {cap:.2f} sentences/s")
+        base_cap = cap
+        report["ramp"] = []
+        if burst_n and ramp:  # the word-by-word capacity: the highest rate of the ramp sustained
+            best = None
+            for k, f in enumerate(ramp):
+                rate_streams = f * cap / n_sent
+                _say(f"ramp {f:.0%} of the burst: {rate_streams:.2f} streams/s for {ramp_s:.0f} s")
+                ph = _streams_under_load(s, seen, producer, rate_streams, ramp_s, n_sent, wps, texts, rng)
+                ph.update({"fraction_of_burst": f, "streams_per_s": round(rate_streams, 3),
+                           "loadavg_1m": round(os.getloadavg()[0], 2)})
+                report["ramp"].append(ph)
+                _say(f"  -> sustained {ph['sustained']}: thirds {ph['first_third_p50_ms']} / "
+                     f"{ph['last_third_p50_ms']} ms, sentence to audio {ph['sentence_to_audio']}")
+                if ph["sustained"]:  # served every arrival as it came: its rate is the arrival rate achieved
+                    best = max(best or 0.0, ph["sentences_per_s_sent"])
+                elif k > 0:
+                    break  # past saturation (as bench baseline's sweep: the first after the lowest not sustained)
+            base_cap = best or 0.0
+            report["streaming_capacity_sentences_per_s"] = round(base_cap, 2)
+            _say(f"word-by-word capacity {base_cap:.2f} sentences/s")
+        report["loads_of"] = "streaming_capacity" if burst_n and ramp else "burst_capacity"
         report["loads"] = []
-        for f in loads:
-            rate_streams = f * cap / n_sent
+        for f in loads if base_cap > 0 else []:
+            rate_streams = f * base_cap / n_sent
             _say(f"load {f:.0%}: {rate_streams:.2f} streams/s for {run_s:.0f} s")
             ph = _streams_under_load(s, seen, producer, rate_streams, run_s, n_sent, wps, texts, rng)
             ph.update({"fraction": f, "streams_per_s": round(rate_streams, 3),
@@ -596,6 +651,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
     ap.add_argument("--loads", default="0.3,0.7", help="fractions of the measured capacity (none: skip that phase)")
+    ap.add_argument("--capacity", choices=("ramp", "burst"), default="ramp",
+                    help="what --loads are fractions of: the word-by-word rate sustained on a ramp of --ramp steps "
+                         "(default), or the answer rate of a burst of whole one-sentence requests (as before 2026-12-05)")
+    ap.add_argument("--ramp", default=",".join(f"{x / 10:g}" for x in range(6, 21)),
+                    help="the ramp's steps, fractions of the burst's rate (a burst of 40 after a warm-up of 3 is "
+                         "noisy: it gave 16.5 and 24.8 sentences/s on the same machine), up to the first not "
+                         "sustained (default 0.6 to 2.0 by 0.1)")
+    ap.add_argument("--ramp-s", type=float, default=15.0, help="seconds of arrivals per ramp step")
     ap.add_argument("--run-s", type=float, default=None, help="seconds of arrivals per load (default 30; quick 8)")
     ap.add_argument("--sentences", type=int, default=3, help="sentences per stream")
     ap.add_argument("--words-per-s", type=float, default=20.0)
@@ -626,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                   wps=a.words_per_s, first_runs=a.first_runs, zh=not a.no_zh, seed=a.seed,
                   zh_only=a.zh_only, zh_lanes=a.zh_lanes, zh_first=a.zh_first,
                   hostile=tuple(int(x) for x in a.hostile.split(",")) if a.hostile else None,  # type: ignore[arg-type]
-                  flood=a.flood, distinct=a.distinct, stage_env=_settings_args(a.set), open_s=a.open_stream)
+                  flood=a.flood, distinct=a.distinct, stage_env=_settings_args(a.set), open_s=a.open_stream,
+                  ramp=[float(x) for x in a.ramp.split(",")] if a.capacity == "ramp" else None, ramp_s=a.ramp_s)
     print(json.dumps(r))
     return 0
