@@ -209,9 +209,9 @@ def phase_sustained(timed: list[tuple[float, float]], *, offered: float, answere
 
 def _first_clause(text: str) -> str:
     """``text`` up to its first clause or sentence boundary, as the stage finds them (the mark included)."""
-    from streams.stage.text import _clause_cuts, _sentence_cuts
+    from streams.stage.text import clause_cuts, sentence_cuts
 
-    cuts = _sentence_cuts(text) + _clause_cuts(text)
+    cuts = sentence_cuts(text) + clause_cuts(text)
     return text[:min(cuts)] if cuts else text
 
 

@@ -27,7 +27,7 @@ import logging
 import threading
 from typing import Any, Literal
 
-from streams.stage.text import _clause_cuts, _is_cjk, _sentence_cuts, split_segments
+from streams.stage.text import _is_cjk, clause_cuts, sentence_cuts, split_segments
 
 __all__ = ["FIRST_BUDGET", "budget_for", "cut_open", "first_end", "preload_words", "shorten_first", "speakable"]
 
@@ -117,7 +117,7 @@ def first_end(t: str, budget: int, *, complete: bool) -> int:
     n = len(t)
     if n <= budget and complete:
         return 0
-    bounds = [b for b in sorted(set(_sentence_cuts(t) + _clause_cuts(t))) if b <= budget]
+    bounds = [b for b in sorted(set(sentence_cuts(t) + clause_cuts(t))) if b <= budget]
     if not complete and n <= budget and _trailing_end(t, _FINAL_ENDS + _FINAL_CLAUSE):
         return n  # "你好，" held: the clause is complete
     if bounds:
@@ -180,7 +180,7 @@ def cut_open(held: str, *, max_chars: int, budget: int | None, force: Force = No
     if force == "all":
         end = n
     else:
-        cuts = _sentence_cuts(t)
+        cuts = sentence_cuts(t)
         end = cuts[-1] if cuts else 0
         if _trailing_end(t, _FINAL_ENDS):
             end = n

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from engine.ssml import BOUNDARY
 from schemas.events import Span
-from streams.stage.text import _sentence_cuts, normalize, split_segments
+from streams.stage.text import normalize, sentence_cuts, split_segments
 
 __all__ = ["Piece", "cut_spans"]
 
@@ -84,7 +84,7 @@ def cut_spans(spans: list[Span], max_chars: int) -> list[Piece]:
     """The segments of a parsed SSML document (see the module's guarantees)."""
     text, placed, hard = _atoms(spans)
     breaks = [a for a, _, s in placed if s.break_ms is not None]
-    cuts = sorted({c for c in [*hard, *_sentence_cuts(text)] if 0 < c < len(text)})
+    cuts = sorted({c for c in [*hard, *sentence_cuts(text)] if 0 < c < len(text)})
     cuts = [c for c in cuts if not _glued(text, c, breaks) and _inside_phoneme(c, placed) is None]
     bounds = [0, *cuts, len(text)]
     ranges: list[tuple[int, int]] = []

@@ -30,7 +30,7 @@ import re
 import sys
 import unicodedata
 
-__all__ = ["normalize", "split_segments"]
+__all__ = ["clause_cuts", "normalize", "sentence_cuts", "split_segments"]
 
 # --- normalize -----------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ def _dot_ends_sentence(t: str, i: int, j: int) -> bool:
 _END_CANDIDATE = re.compile(r"[.!?;。！？；…｡]")  # every character the loop below can end a sentence at
 
 
-def _sentence_cuts(t: str) -> list[int]:
+def sentence_cuts(t: str) -> list[int]:
     """Indices where a new sentence starts (exclusive of 0 and len(t))."""
     cuts: list[int] = []
     i, n = 0, len(t)
@@ -180,7 +180,10 @@ def _sentence_cuts(t: str) -> list[int]:
     return cuts
 
 
-def _clause_cuts(t: str) -> list[int]:
+def clause_cuts(t: str) -> list[int]:
+    """Indices where a clause ends (after a comma, semicolon or colon, CJK or ASCII, and any closing
+    quote; an ASCII mark only before a space, the end or CJK, not in ``1,000`` or ``10:30``),
+    exclusive of 0 and len(t)."""
     cuts: list[int] = []
     n = len(t)
     for i, ch in enumerate(t):
@@ -226,7 +229,7 @@ def _hard_cut(piece: str, max_chars: int) -> list[str]:
     return out
 
 
-_LEVELS = (_clause_cuts, _space_cuts, _char_cuts)
+_LEVELS = (clause_cuts, _space_cuts, _char_cuts)
 
 
 def _pack(t: str, max_chars: int, level: int) -> list[str]:
@@ -267,7 +270,7 @@ def split_segments(text: str, max_chars: int) -> list[str]:
     t = text.strip()
     if not t:
         return []
-    bounds = [0, *_sentence_cuts(t), len(t)]
+    bounds = [0, *sentence_cuts(t), len(t)]
     out: list[str] = []
     for a, b in itertools.pairwise(bounds):
         sentence = t[a:b].strip()
