@@ -360,7 +360,6 @@ class ProcessSettings:
     metrics_port: int = _f(9108, "Port of this process's Prometheus /metrics endpoint; 0 disables it.", lo=0, hi=65535)
     home: str = _f(_default_home(), "Where the local stack keeps its jars, data and logs.")
     log_level: str = _f("INFO", "Log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    gil_switch_ms: float = _f(5.0, "Worker: the interpreter's thread switch interval (sys.setswitchinterval), milliseconds: how long a thread running Python code keeps the GIL while another waits for it. The worker's loop, its S3 threads and its front end are Python threads on few cores; a shorter interval lets a thread whose socket answered run sooner, at the cost of more switches. 5 is Python's own default.", lo=0.1, hi=100.0)
 
     def __post_init__(self) -> None:
         _check(self)

@@ -200,7 +200,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.process.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    sys.setswitchinterval(settings.process.gil_switch_ms / 1000.0)
     if not settings.kafka.transactional_id:
         settings = settings.replace(transactional_id=claim_transactional_id(settings))
     if (refused := _kafka_refusal(settings)) is not None:
