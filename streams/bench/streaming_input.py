@@ -8,9 +8,9 @@ by default), the stack's services shared. Phases:
    judged sustained as ``bench baseline`` judges a rate (chunks keep up; the last third's median
    latency not far above the first third's), up to the first that is not: the word-by-word capacity
    C is the highest sentence rate achieved in a step sustained (Poisson arrivals over a step's
-   seconds miss its nominal rate by ~10%, as in ``bench baseline``). A piece per word costs the stage and the broker a record each,
-   so a burst of whole requests overstates the rate of streams the machine keeps up with
-   (``--capacity burst``: C = B, as before).
+   seconds miss its nominal rate by ~10%; ``bench baseline`` takes the achieved rate too). A piece
+   per word costs the stage and the broker a record each, so a burst of whole requests is not this
+   load (``--capacity burst``: C = B, as before 2026-12-05).
 2. **word by word under load** at each ``--loads`` fraction of C: streams arrive open-loop
    (Poisson), each a paragraph of ``--sentences`` one-segment sentences published one word per
    piece at ``--words-per-s`` (the last piece ``final``, empty). Per sentence: the time from the
@@ -552,6 +552,7 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
         report["capacity_sentences_per_s"] = round(cap, 2) if burst_n else None  # None: not measured
         if burst_n:
             _say(f"capacity {cap:.2f} sentences/s")
+
         def under_load(key: str, f: float, rate_streams: float, seconds: float) -> dict[str, Any]:
             """One phase of word-by-word streams at ``rate_streams``, labelled ``key: f``."""
             ph = _streams_under_load(s, seen, producer, rate_streams, seconds, n_sent, wps, texts, rng)
