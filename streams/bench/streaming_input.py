@@ -661,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(default), or the answer rate of a burst of whole one-sentence requests (as before 2026-12-05)")
     ap.add_argument("--ramp", default=",".join(f"{x / 10:g}" for x in range(4, 21)),
                     help="the ramp's steps, fractions of the burst's rate (a burst of 40 after a warm-up of 3 is "
-                         "noisy: 16.5 to 39.5 sentences/s in four runs of 2026-12-05 on one machine), up to the first not "
+                         "noisy: 16.5 to 44.3 sentences/s in six runs of 2026-12-05 on one machine), up to the first not "
                          "sustained (default 0.4 to 2.0 by 0.1)")
     ap.add_argument("--ramp-s", type=float, default=15.0, help="seconds of arrivals per ramp step")
     ap.add_argument("--run-s", type=float, default=None, help="seconds of arrivals per load (default 30; quick 8)")
