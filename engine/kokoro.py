@@ -63,7 +63,7 @@ from engine.solo import SoloGate
 from engine.timed_graph import timed_graph
 from engine.timing import Word, WordPhonemes, plan_words, word_times
 
-__all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "clause_languages", "voices_path"]
+__all__ = ["MAX_TOKENS", "SAMPLE_RATE", "VOICES", "KokoroBackend", "clause_languages", "ref_style", "voices_path"]
 
 SAMPLE_RATE = 24_000
 VOICES: tuple[str, ...] = ("zm_yunjian", "zf_xiaobei", "zf_xiaoyi", "zm_yunyang",
@@ -105,6 +105,12 @@ def build_jieba_cache(directory: Path) -> None:
     tk.tmp_dir = str(directory)
     tk.cache_file = JIEBA_CACHE
     tk.initialize()
+
+
+def ref_style(style: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The row of a voice's style table (one row per input length) for the token ids ``ids`` (their
+    two pads included), as the model's ``style`` input."""
+    return style[min(len(ids) - 2, len(style)) - 1].reshape(1, 256)
 
 
 class KokoroBackend(Backend):
@@ -328,7 +334,7 @@ class KokoroBackend(Backend):
             for k, ids in enumerate(p.payload):
                 rate = p.shape[0].rates[k] if p.shape is not None else 1.0
                 speed = np.asarray([min(pron.MAX_RATE, max(pron.MIN_RATE, p.item.speed * rate))], np.float32)
-                ref = style[min(len(ids) - 2, len(style)) - 1].reshape(1, 256)
+                ref = ref_style(style, ids)
                 try:
                     res = session.run(None, {"tokens": ids[None, :], "style": ref, "speed": speed})
                 except Exception as e:  # onnxruntime's errors are untyped; the whole batch fails

@@ -44,10 +44,9 @@ def _split(timed: Path, into: Path, durations: str) -> tuple[Path, Path]:
 
 
 def run_bench(*, lead: int = 10, tail: int = 18, voice: str = "zf_xiaobei", threads: int = 2) -> dict[str, Any]:
-    import onnxruntime as ort
-
     from engine.base import SynthItem
-    from engine.kokoro import KokoroBackend
+    from engine.kokoro import KokoroBackend, ref_style
+    from engine.providers import make_session
     from engine.store import ModelStore
     from engine.timed_graph import timed_graph
     from streams.bench import asr_zh
@@ -59,9 +58,7 @@ def run_bench(*, lead: int = 10, tail: int = 18, voice: str = "zf_xiaobei", thre
     assert isinstance(timed.model, Path) and timed.durations is not None
 
     def session(path: Path) -> Any:
-        o = ort.SessionOptions()
-        o.intra_op_num_threads, o.inter_op_num_threads = threads, 1
-        return ort.InferenceSession(str(path), o, providers=["CPUExecutionProvider"])
+        return make_session(path, providers="CPUExecutionProvider", threads=threads, name="kokoro-window")[0]
 
     with tempfile.TemporaryDirectory(prefix="ttsflow-window-") as tmp:
         front_path, dec_path = _split(timed.model, Path(tmp), timed.durations)
@@ -83,7 +80,7 @@ def run_bench(*, lead: int = 10, tail: int = 18, voice: str = "zf_xiaobei", thre
             prepared = backend.prepare(SynthItem(text=text, voice=voice))
             fa, wa = [], []
             for ids in prepared.payload:
-                ref = backend.style(voice)[len(ids) - 3].reshape(1, 256)
+                ref = ref_style(backend.style(voice), ids)
                 feeds = {"tokens": ids[None, :], "style": ref, "speed": np.asarray([1.0], np.float32)}
                 t0 = time.perf_counter()
                 w = np.asarray(whole.run(None, feeds)[0]).reshape(-1)
