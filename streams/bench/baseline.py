@@ -47,6 +47,7 @@ import argparse
 import contextlib
 import functools
 import importlib.util
+import itertools
 import os
 import random
 import shutil
@@ -55,7 +56,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,17 +366,37 @@ class _Baseline:
 
 
 # --- phases -------------------------------------------------------------------------------
-def _phase(sysm: Any, label: str, texts: list[str], rate: float | None, rng: random.Random, *,
+def unit_gaps(rng: random.Random, n: int) -> list[float]:
+    """``n`` gaps of a Poisson process of rate 1: one phase's arrivals, drawn once and shared by
+    both systems (:func:`schedule`), so neither is served a luckier sequence than the other."""
+    return [rng.expovariate(1.0) for _ in range(n)]
+
+
+def schedule(unit: Sequence[float], n: int, rate: float) -> list[float]:
+    """When to send each of ``n`` requests at ``rate``/s (seconds from the phase's start): the first
+    ``n`` of the shared ``unit`` gaps, scaled so the ``n``-th falls at exactly ``n / rate``. A Poisson
+    process given its count (the gaps keep their random shape; the rate achieved is the one offered,
+    where free draws put it 7% off at 200 requests, and at 80% of a capacity that is the difference
+    between a short queue and a long one)."""
+    gaps = unit[:n]
+    if len(gaps) < n or n <= 0 or rate <= 0:
+        raise ValueError(f"need {n} gaps at a positive rate, have {len(gaps)} at {rate}")
+    k = n / (rate * sum(gaps))
+    return list(itertools.accumulate(g * k for g in gaps))
+
+
+def _phase(sysm: Any, label: str, texts: list[str], at: Sequence[float] | None, *,
            answer_timeout: float, prefix: str, events: list[tuple[float, Callable[[], str]]] | None = None
            ) -> dict[str, Any]:
-    """Send ``texts`` (all at once if ``rate`` is None, else Poisson at ``rate``/s); wait; measure."""
+    """Send ``texts`` (all at once if ``at`` is None, else each at its time in ``at``, seconds from the
+    phase's start: :func:`schedule`); wait; measure."""
     from streams.bench.harness import percentile
 
     ids = [f"{prefix}-{sysm.name[:2]}-{label}-{i:05d}" for i in range(len(texts))]
     pending_events = sorted(events or [], key=lambda e: e[0])
     fired: list[dict[str, Any]] = []
+    rate = None if at is None else len(texts) / at[len(texts) - 1]
     t0 = time.monotonic()
-    due = t0
 
     def fire_due() -> None:
         while pending_events and time.monotonic() - t0 >= pending_events[0][0]:
@@ -383,9 +404,9 @@ def _phase(sysm: Any, label: str, texts: list[str], rate: float | None, rng: ran
             fired.append({"at_s": round(time.monotonic() - t0, 1), "what": fn()})
             _say(f"{sysm.name} {label}: {fired[-1]['what']} at {fired[-1]['at_s']}s")
 
-    for rid, text in zip(ids, texts, strict=True):
-        if rate is not None:
-            due += rng.expovariate(rate)
+    for i, (rid, text) in enumerate(zip(ids, texts, strict=True)):
+        if at is not None:
+            due = t0 + at[i]
             while time.monotonic() < due:
                 fire_due()
                 sysm.pump(min(0.02, max(0.0, due - time.monotonic())))
@@ -501,17 +522,17 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
         bl.wait_ready(240)
         report["model"] = {"baseline": bl.model(), "ttsflow": tf.model()}
         for sysm in systems:  # warm-up (first Kafka/Redis connections, first inference)
-            _phase(sysm, "warm", texts(3), None, rng, answer_timeout=120, prefix=prefix)
+            _phase(sysm, "warm", texts(3), None, answer_timeout=120, prefix=prefix)
         warm_texts = texts(4 if quick else 24)  # a burst to a steady state before the one that measures
         for sysm in systems:
-            _phase(sysm, "warmburst", warm_texts, None, rng, answer_timeout=300, prefix=prefix)
+            _phase(sysm, "warmburst", warm_texts, None, answer_timeout=300, prefix=prefix)
         res: dict[str, dict[str, Any]] = {x.name: {"guarantee": x.guarantee, "rates": []} for x in systems}
 
         # 1) burst: first capacity estimate
         burst_texts = texts(burst_n)
         for sysm in systems:
             _say(f"{sysm.name}: burst of {burst_n}")
-            res[sysm.name]["burst"] = _phase(sysm, "burst", burst_texts, None, rng, answer_timeout=300, prefix=prefix)
+            res[sysm.name]["burst"] = _phase(sysm, "burst", burst_texts, None, answer_timeout=300, prefix=prefix)
         cap = {x.name: max(0.05, res[x.name]["burst"]["throughput_rps"]) for x in systems}
 
         # 2) open loop at fractions of the estimate
@@ -519,12 +540,13 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
         for k, f in enumerate(fractions):
             n = {x.name: max(6, int(f * cap[x.name] * run_s)) for x in systems}
             shared = texts(max(n.values()))
+            unit = unit_gaps(rng, max(n.values()))
             for sysm in systems:
                 if sysm.name in saturated:
                     continue  # past its saturation point: higher rates only grow the backlog
                 rate = f * cap[sysm.name]
                 _say(f"{sysm.name}: open loop {n[sysm.name]} requests at {rate:.2f}/s ({f:.0%} of burst)")
-                ph = _phase(sysm, f"r{k}", shared[:n[sysm.name]], rate, rng,
+                ph = _phase(sysm, f"r{k}", shared[:n[sysm.name]], schedule(unit, n[sysm.name], rate),
                             answer_timeout=max(60.0, 3 * run_s), prefix=prefix)
                 ph["fraction_of_burst"] = f
                 res[sysm.name]["rates"].append(ph)
@@ -548,10 +570,11 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
         # 3) latency at 70% of the system's own capacity
         n70 = {x.name: max(6, int(0.7 * capacity(x.name) * run_s)) for x in systems}
         shared = texts(max(n70.values()))
+        unit = unit_gaps(rng, max(n70.values()))
         for sysm in systems:
             rate = 0.7 * capacity(sysm.name)
             _say(f"{sysm.name}: 70% run, {n70[sysm.name]} requests at {rate:.2f}/s")
-            res[sysm.name]["at_70"] = _phase(sysm, "p70", shared[:n70[sysm.name]], rate, rng,
+            res[sysm.name]["at_70"] = _phase(sysm, "p70", shared[:n70[sysm.name]], schedule(unit, n70[sysm.name], rate),
                                              answer_timeout=max(120.0, 4 * run_s), prefix=prefix)
 
         # 4) SIGKILL mid-run
@@ -559,7 +582,8 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
         # Celery brings a dead node's unacked tasks back only after visibility_timeout, and
         # kombu scans for them on every 10th idle poll: leave it room before calling them lost.
         kill_deadline = 2.0 * visibility_s + 120.0
-        shared = texts(max(max(6, int(0.7 * capacity(x.name) * kill_s)) for x in systems))
+        n_most = max(max(6, int(0.7 * capacity(x.name) * kill_s)) for x in systems)
+        shared, unit = texts(n_most), unit_gaps(rng, n_most)
         for sysm in systems:
             rate = 0.7 * capacity(sysm.name)
             n_kill = max(6, int(rate * kill_s))
@@ -567,7 +591,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
             events: list[tuple[float, Callable[[], str]]] = [
                 ((j + 1) * window / (kills + 1), functools.partial(sysm.kill, j)) for j in range(kills)]
             _say(f"{sysm.name}: kill run, {n_kill} requests at {rate:.2f}/s, {kills} SIGKILLs")
-            res[sysm.name]["kill"] = _phase(sysm, "kill", shared[:n_kill], rate, rng, events=events,
+            res[sysm.name]["kill"] = _phase(sysm, "kill", shared[:n_kill], schedule(unit, n_kill, rate), events=events,
                                             answer_timeout=kill_deadline, prefix=prefix)
             res[sysm.name]["kill"]["answer_deadline_s"] = kill_deadline
         # duplicates outside the kill run (should be none for either)

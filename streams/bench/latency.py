@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streams.bench.baseline import _Baseline, _phase, _Ttsflow
+from streams.bench.baseline import _Baseline, _phase, _Ttsflow, schedule, unit_gaps
 
 __all__ = ["main", "run_bench"]
 
@@ -201,16 +201,16 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
         # worker splits it into model lanes (TTS_MODEL_LANES) when its backend runs items one by one
         report["model_calls"] = {"baseline": f"1 x {report['engine_threads']} threads", "ttsflow": tf.lanes()}
         for sysm in systems:
-            _phase(sysm, "warm", texts(3), None, rng, answer_timeout=120, prefix=prefix)
+            _phase(sysm, "warm", texts(3), None, answer_timeout=120, prefix=prefix)
         warm_texts = texts(4 if quick else 24)  # a burst to a steady state before the one that measures
         for sysm in systems:
-            _phase(sysm, "warmburst", warm_texts, None, rng, answer_timeout=300, prefix=prefix)
+            _phase(sysm, "warmburst", warm_texts, None, answer_timeout=300, prefix=prefix)
         res: dict[str, dict[str, Any]] = {x.name: {"rates": []} for x in systems}
 
         burst_texts = texts(burst_n)
         for sysm in systems:
             _say(f"{sysm.name}: burst of {burst_n}")
-            res[sysm.name]["burst"] = _phase(sysm, "burst", burst_texts, None, rng, answer_timeout=300, prefix=prefix)
+            res[sysm.name]["burst"] = _phase(sysm, "burst", burst_texts, None, answer_timeout=300, prefix=prefix)
         cap = {x.name: max(0.05, res[x.name]["burst"]["throughput_rps"]) for x in systems}
         for name, c in cap.items():
             res[name]["capacity_rps"] = c
@@ -218,11 +218,12 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
         for k, f in enumerate(fractions):
             n = {x.name: max(6, int(f * cap[x.name] * run_s)) for x in systems}
             shared = texts(max(n.values()))
+            unit = unit_gaps(rng, max(n.values()))  # both systems' arrivals: one shape, each at its rate
             for sysm in systems:
                 rate = f * cap[sysm.name]
                 label = f"f{k}"
                 _say(f"{sysm.name}: open loop {n[sysm.name]} requests at {rate:.2f}/s ({f:.0%} of its capacity)")
-                ph = _phase(sysm, label, shared[:n[sysm.name]], rate, rng,
+                ph = _phase(sysm, label, shared[:n[sysm.name]], schedule(unit, n[sysm.name], rate),
                             answer_timeout=max(60.0, 3 * run_s), prefix=prefix)
                 ids = _phase_ids(sysm, prefix, label)
                 ph["fraction"] = f

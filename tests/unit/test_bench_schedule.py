@@ -1,0 +1,39 @@
+"""Open-loop arrivals of ``bench baseline`` / ``bench latency``: one shared shape, the offered rate achieved."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from streams.bench.baseline import schedule, unit_gaps
+
+
+def test_the_nth_request_is_sent_at_n_over_rate() -> None:
+    unit = unit_gaps(random.Random(7), 200)
+    for n, rate in ((200, 10.6), (150, 7.5), (6, 0.4)):
+        at = schedule(unit, n, rate)
+        assert len(at) == n
+        assert at[-1] == pytest.approx(n / rate)
+        assert all(b > a for a, b in itertools.pairwise(at))  # increasing
+
+
+def test_both_systems_get_the_same_shape_at_their_own_rate() -> None:
+    unit = unit_gaps(random.Random(3), 100)
+    fast, slow = schedule(unit, 100, 10.0), schedule(unit, 100, 5.0)
+    assert [2 * t for t in fast] == pytest.approx(slow)  # the same gaps, twice as long at half the rate
+
+
+def test_the_gaps_stay_random() -> None:
+    at = schedule(unit_gaps(random.Random(1), 400), 400, 4.0)
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *at])]
+    mean = sum(gaps) / len(gaps)
+    cv = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5 / mean
+    assert mean == pytest.approx(0.25)
+    assert 0.8 < cv < 1.2  # exponential gaps (cv 1), not a metronome (cv 0)
+
+
+def test_too_few_gaps_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        schedule(unit_gaps(random.Random(1), 5), 6, 1.0)
