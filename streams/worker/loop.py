@@ -67,8 +67,9 @@ import dataclasses
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from engine.engine import Engine
@@ -188,6 +189,9 @@ class Worker:
                                    parts=self.parts, metrics=metrics, segments_topic=kafka.topic_segments)
         self._producer = producer_
         self._cap = 4 * batching.max_batch  # records taken per poll: the front end runs on this thread
+        self._woken = threading.Event()  # a watched future finished (see step 1)
+        self._watched: weakref.WeakSet[Future[Any]] = weakref.WeakSet()
+        self._wake = _setter(self._woken)
         self._read_ahead = batching.read_ahead_kb * 1024
         self.cache.on_error = metrics.redis_error
 
@@ -290,10 +294,18 @@ class Worker:
         deadline = self.parts.next_deadline()  # None while every lane is taken: nothing to start before one frees
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - now))
-        if self.parts.busy() or self.joiner.busy() or self.checkpoint.in_flight or self.ledger.answers:
+        busy = self.parts.busy() or self.joiner.busy() or self.checkpoint.in_flight or bool(self.ledger.answers)
+        if busy:
             timeout = min(timeout, 0.005)
         assigned = len(self.consumer.assigned)
         want = max(1, min(500, self._cap - self.parts.backlog()), self._cap // max(1, assigned))
+        if busy and not self.parts.lane_idle():
+            # every lane is working: a record read now would only queue behind them, while a part,
+            # join or transaction that finishes moves a request on at once (its future wakes the loop)
+            self._watch()
+            self._woken.wait(timeout)
+            self._woken.clear()
+            timeout = 0.0
         msgs = self.consumer.consume(want, timeout)
 
         # 2) decode, drop what is done (a record of a partition just revoked or to be re-read is skipped)
@@ -337,6 +349,13 @@ class Worker:
         self.checkpoint.poll()
         self.checkpoint.start()
         self.metrics.inflight(self.ledger.tracker.pending())
+
+    def _watch(self) -> None:
+        """Every future the loop waits for sets :attr:`_woken` when it finishes (once each)."""
+        for fut in (*self.parts.futures(), *self.joiner.futures(), *self.checkpoint.futures()):
+            if fut not in self._watched:
+                self._watched.add(fut)
+                fut.add_done_callback(self._wake)
 
     def _advance(self) -> None:
         """Steps 6 and 7: parts made (or failed) into the ledger; requests failed or fully made answered
@@ -398,3 +417,8 @@ class Worker:
             self.checkpoint.commit_durable()
         except (AbortableError, S3Unavailable) as e:
             self.checkpoint.abort_quietly(e)
+
+
+def _setter(event: threading.Event) -> Callable[[Future[Any]], None]:
+    """A future's done callback that sets ``event`` (the thread that finished it wakes the loop)."""
+    return lambda _fut: event.set()
