@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from streams.bench.tail import TTSFLOW_PARTS
 from streams.settings import Settings
 
 pytestmark = [
@@ -49,10 +50,16 @@ def test_quick_latency_bench_reports_both_systems_and_plots(stack_settings: Sett
             assert "reason" in fc
         else:
             assert 0 < fc["p50_ms"] <= fc["p99_ms"] and fc["chunks_out_of_order"] == 0
-        b = p["breakdown"]
-        assert b["total"]["n"] > 0
-        for k in ("stage", "queue", "synth", "fetch_upload_join", "transaction"):
-            assert b[k]["n"] == b["total"]["n"] and b[k]["p50_ms"] is not None and b[k]["p50_ms"] >= 0
+    # where the time went, per system: the median requests' parts against the slowest 1%'s
+    for name, parts in (("ttsflow", TTSFLOW_PARTS), ("baseline", ("queue", "synth", "upload", "task_rest",
+                                                                    "result_read"))):
+        for p in r["systems"][name]["rates"]:
+            b = p["breakdown"]
+            assert 0 < b["n"] <= p["answered"] and b["median_requests"] >= 1 and b["slowest_requests"] >= 1
+            for k in (*parts, "total"):
+                assert b["median_ms"][k] >= 0 and b["slowest_1pct_ms"][k] >= 0
+                assert 0 <= b["per_part"][k]["p50_ms"] <= b["per_part"][k]["p99_ms"]
+            assert b["median_ms"]["total"] <= b["slowest_1pct_ms"]["total"]
     assert len(r["table"]) == 2 * len(r["fractions"])
     assert set(r["ratios"]["p50_by_fraction"]) == {"0.5", "0.9"}
     json_path, png = Path(r["json"]), Path(r["plot"])
