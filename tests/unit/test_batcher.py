@@ -457,3 +457,38 @@ def test_an_unknown_cost_counts_one_slot_against_the_burst():
     b.add(("b", 0), 40, flow="b")
     order = [b.take(clock.t)[0] for _ in range(5)]
     assert order.index(("b", 0)) == 2
+
+
+# -- short requests first (short_first) ----------------------------------------------------------
+
+def test_short_first_serves_a_smaller_request_waiting_with_a_larger_one_first():
+    """Both wait behind busy lanes: the one-segment request that came second goes first, the
+    three-segment one still leaves whole and in order; with short_first 0, arrival order."""
+    for short_first, want in ((2.0, ["s", "l", "l", "l"]), (0.0, ["l", "l", "l", "s"])):
+        clock = FakeClock()
+        b = MicroBatcher(1, 0.0, (32, 64, 128), clock, fair_slot_s=0.5, fair_burst_s=0.5, short_first=short_first)
+        for seq in range(3):
+            b.add(("l", seq), 40, flow="l", cost_s=0.07, size_s=0.21)
+        clock.t += 0.01
+        b.add(("s", 0), 40, flow="s", cost_s=0.07, size_s=0.07)
+        order = [b.take(clock.t)[0] for _ in range(4)]
+        assert [r for r, _ in order] == want
+        assert [x for x in order if x[0] == "l"] == [("l", i) for i in range(3)]
+
+
+def test_short_first_passes_a_larger_request_over_for_a_bounded_time():
+    """The larger request's due moves by at most fair_burst_s: a small request arriving later
+    than that goes after it, however small."""
+    clock = FakeClock()
+    b = MicroBatcher(1, 0.0, (32, 64, 128), clock, fair_slot_s=0.5, fair_burst_s=0.3, short_first=2.0)
+    b.add(("big", 0), 40, flow="big", cost_s=0.1, size_s=10.0)  # 2 x 10 s, capped at 0.3 s
+    clock.t += 0.25
+    b.add(("early", 0), 40, flow="early", cost_s=0.01, size_s=0.01)  # due 0.25 + 2 x 0.01 < 0.3
+    clock.t += 0.1
+    b.add(("late", 0), 40, flow="late", cost_s=0.0, size_s=0.0)  # due 0.35 > 0.3
+    assert [b.take(clock.t)[0][0] for _ in range(3)] == ["early", "big", "late"]
+
+
+def test_short_first_must_not_be_negative():
+    with pytest.raises(ValueError):
+        MicroBatcher(1, 0.0, (32,), FakeClock(), short_first=-1.0)
