@@ -503,7 +503,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     report: dict[str, Any] = {
         "run_id": run_id, "seed": seed, "quick": quick, "cpus": cpus, "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
         "workers": workers, "engine_threads": threads, "backend": s.engine.backend, "max_batch": s.batching.max_batch,
-        "max_wait_ms": s.batching.max_wait_ms, "run_s": run_s, "fractions": fractions,
+        "max_wait_ms": s.batching.max_wait_ms, "short_first": s.batching.short_first, "run_s": run_s, "fractions": fractions,
         "baseline_config": {"pool": "prefork", "concurrency": workers, "prefetch_multiplier": 1, "acks_late": True,
                             "reject_on_worker_lost": True, "visibility_timeout_s": visibility_s,
                             "broker": "redis db 2", "result_backend": "redis db 3"},

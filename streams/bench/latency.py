@@ -184,7 +184,7 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
         "run_id": run_id, "seed": seed, "quick": quick, "cpus": cpus,
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "workers": 1, "engine_threads": cpus,
         "backend": s.engine.backend, "max_batch": s.batching.max_batch, "max_wait_ms": s.batching.max_wait_ms,
-        "fair_slot_ms": s.batching.fair_slot_ms, "run_s": run_s, "fractions": fractions, "stream_every": stream_every,
+        "fair_slot_ms": s.batching.fair_slot_ms, "short_first": s.batching.short_first, "run_s": run_s, "fractions": fractions, "stream_every": stream_every,
     }
     sup = Supervisor(out / "logs")
     systems: list[Any] = []
