@@ -37,3 +37,12 @@ def test_the_gaps_stay_random() -> None:
 def test_too_few_gaps_is_an_error() -> None:
     with pytest.raises(ValueError):
         schedule(unit_gaps(random.Random(1), 5), 6, 1.0)
+
+
+def test_the_capacity_is_the_highest_rate_sustained_on_the_ramp() -> None:
+    from streams.bench.latency import ramp_capacity
+
+    steps = [{"sent_rps": 7.0, "sustained": True}, {"sent_rps": 8.5, "sustained": True},
+             {"sent_rps": 10.0, "sustained": False}]
+    assert ramp_capacity(steps, 10.0) == 8.5
+    assert ramp_capacity([{"sent_rps": 7.0, "sustained": False}], 10.0) == 5.0  # none: half the burst's
