@@ -332,11 +332,14 @@ def _breakdowns(r: dict[str, Any]) -> list[Table]:
 def _latency(r: dict[str, Any]) -> list[Table]:
     cols = ["system", "fraction", "offered_rps", "sent_rps", "throughput_rps", "sustained", "p50_ms", "p90_ms",
             "p99_ms", "first_chunk_p50_ms", "first_chunk_p99_ms"]
-    tables: list[Table] = [("Completion latency against load (fraction of each system's own burst capacity)", cols,
+    how = r.get("capacity", "burst")  # runs before 2026-12-05 took the burst's rate
+    what = "the highest rate it sustained on a ramp" if how == "sustained" else "its burst's rate"
+    tables: list[Table] = [(f"Completion latency against load (fraction of each system's own capacity: {what})", cols,
                             [[row.get(c) for c in cols] for row in r.get("table", [])])]
     systems = r.get("systems", {})
-    tables.append(("Capacity", ["system", "burst capacity req/s", "highest sustained req/s"],
-                   [[n, x.get("capacity_rps"), x.get("sustained_rps")] for n, x in systems.items()]))
+    tables.append(("Capacity", ["system", "burst req/s", "capacity req/s", "highest sustained of the loads req/s"],
+                   [[n, (x.get("burst") or {}).get("throughput_rps"), x.get("capacity_rps"), x.get("sustained_rps")]
+                    for n, x in systems.items()]))
     ratios = r.get("ratios", {})
     tables.append(("ttsflow / baseline", ["measure", "ratio"],
                    [[k, v] for k, v in ratios.items() if not isinstance(v, dict)]
