@@ -385,6 +385,31 @@ def schedule(unit: Sequence[float], n: int, rate: float) -> list[float]:
     return list(itertools.accumulate(g * k for g in gaps))
 
 
+def ramp(systems: list[Any], burst: dict[str, float], fractions: Sequence[float], texts: Callable[[int], list[str]],
+         rng: random.Random, seconds: float, prefix: str, label: str) -> dict[str, list[dict[str, Any]]]:
+    """Each system open loop at ``fractions`` of its burst's rate, ``seconds`` a step (both systems on
+    one arrival shape per step, :func:`schedule`), up to its first step not sustained after the first
+    (past its saturation point higher rates only grow the backlog); each system's steps, in order."""
+    steps: dict[str, list[dict[str, Any]]] = {x.name: [] for x in systems}
+    saturated: set[str] = set()
+    for k, f in enumerate(fractions):
+        n = {x.name: max(6, int(f * burst[x.name] * seconds)) for x in systems}
+        shared, unit = texts(max(n.values())), unit_gaps(rng, max(n.values()))
+        for sysm in systems:
+            if sysm.name in saturated:
+                continue
+            rate = f * burst[sysm.name]
+            _say(f"{sysm.name}: open loop {n[sysm.name]} requests at {rate:.2f}/s ({f:.0%} of its burst)")
+            ph = _phase(sysm, f"{label}{k}", shared[:n[sysm.name]], schedule(unit, n[sysm.name], rate),
+                        answer_timeout=max(60.0, 3 * seconds), prefix=prefix)
+            ph["fraction_of_burst"] = f
+            steps[sysm.name].append(ph)
+            _say(f"{sysm.name}: -> {ph['throughput_rps']}/s, p50 {ph['p50_ms']} ms, sustained {ph['sustained']}")
+            if not ph["sustained"] and k > 0:
+                saturated.add(sysm.name)
+    return steps
+
+
 def _phase(sysm: Any, label: str, texts: list[str], at: Sequence[float] | None, *,
            answer_timeout: float, prefix: str, events: list[tuple[float, Callable[[], str]]] | None = None
            ) -> dict[str, Any]:
@@ -536,23 +561,8 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
         cap = {x.name: max(0.05, res[x.name]["burst"]["throughput_rps"]) for x in systems}
 
         # 2) open loop at fractions of the estimate
-        saturated: set[str] = set()
-        for k, f in enumerate(fractions):
-            n = {x.name: max(6, int(f * cap[x.name] * run_s)) for x in systems}
-            shared = texts(max(n.values()))
-            unit = unit_gaps(rng, max(n.values()))
-            for sysm in systems:
-                if sysm.name in saturated:
-                    continue  # past its saturation point: higher rates only grow the backlog
-                rate = f * cap[sysm.name]
-                _say(f"{sysm.name}: open loop {n[sysm.name]} requests at {rate:.2f}/s ({f:.0%} of burst)")
-                ph = _phase(sysm, f"r{k}", shared[:n[sysm.name]], schedule(unit, n[sysm.name], rate),
-                            answer_timeout=max(60.0, 3 * run_s), prefix=prefix)
-                ph["fraction_of_burst"] = f
-                res[sysm.name]["rates"].append(ph)
-                _say(f"{sysm.name}: -> {ph['throughput_rps']}/s, p50 {ph['p50_ms']} ms, sustained {ph['sustained']}")
-                if not ph["sustained"] and k > 0:
-                    saturated.add(sysm.name)
+        for name, steps in ramp(systems, cap, fractions, texts, rng, run_s, prefix, "r").items():
+            res[name]["rates"] += steps
 
         for sysm in systems:
             ok = [p for p in res[sysm.name]["rates"] if p["sustained"]]

@@ -9,8 +9,8 @@ open-loop (Poisson) arrivals on the same fresh texts per phase, phases interleav
 1. **capacity** (``--capacity``): ``burst``: a batch of requests at once (100; 8 with
    ``--quick``), its completion rate (answers over first publish to last answer) is the
    system's own *capacity* C; ``sustained`` (the default of a full run): after that burst, open
-   loop at 0.7, 0.85, 1.0, ... 1.45 times its rate for ``--ramp-s`` each, up to the first step
-   not sustained (``baseline.sustained``), and C is the highest arrival rate of a sustained step
+   loop at 0.7, 0.85, 1.0, ... 1.45 times its rate for ``--ramp-s`` each, up to the first step after
+   the first not sustained (``baseline.sustained``), and C is the highest arrival rate of a sustained step
    (half the burst's if none was). A burst of 100 moved by 10% or more run to run, and "70% of
    C" was anything from ~60% to ~90% of the sustainable rate, so the latency there followed that
    one measurement (issue 32);
@@ -52,7 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from streams.bench.baseline import _Baseline, _phase, _Ttsflow, schedule, unit_gaps
+from streams.bench.baseline import _Baseline, _phase, _Ttsflow, ramp, schedule, unit_gaps
 
 __all__ = ["main", "run_bench"]
 
@@ -272,28 +272,13 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
 def _ramp(systems: list[Any], res: dict[str, dict[str, Any]], burst: dict[str, float],
           texts: Callable[[int], list[str]], rng: random.Random, ramp_s: float, prefix: str) -> dict[str, float]:
     """Each system's capacity as the highest rate it sustained on a ramp of fractions of its burst's
-    (:data:`_RAMP`, ``ramp_s`` each, both systems on one arrival shape per step), up to its first step
-    not sustained; half its burst's rate if none was. The steps go in ``res[name]["ramp"]``."""
-    saturated: set[str] = set()
+    (:data:`_RAMP`, ``ramp_s`` each; :func:`streams.bench.baseline.ramp`); half its burst's rate if
+    none was. The steps go in ``res[name]["ramp"]``."""
+    steps = ramp(systems, burst, _RAMP, texts, rng, ramp_s, prefix, "c")
     for x in systems:
         res[x.name]["burst_rps"] = burst[x.name]
-        res[x.name]["ramp"] = []
-    for k, f in enumerate(_RAMP):
-        n = {x.name: max(6, int(f * burst[x.name] * ramp_s)) for x in systems}
-        shared, unit = texts(max(n.values())), unit_gaps(rng, max(n.values()))
-        for sysm in systems:
-            if sysm.name in saturated:
-                continue
-            rate = f * burst[sysm.name]
-            _say(f"{sysm.name}: ramp {n[sysm.name]} requests at {rate:.2f}/s ({f:.0%} of its burst)")
-            ph = _phase(sysm, f"c{k}", shared[:n[sysm.name]], schedule(unit, n[sysm.name], rate),
-                        answer_timeout=max(60.0, 3 * ramp_s), prefix=prefix)
-            ph["fraction_of_burst"] = f
-            res[sysm.name]["ramp"].append(ph)
-            _say(f"{sysm.name}: -> {ph['throughput_rps']}/s, p50 {ph['p50_ms']} ms, sustained {ph['sustained']}")
-            if not ph["sustained"]:
-                saturated.add(sysm.name)
-    return {x.name: ramp_capacity(res[x.name]["ramp"], burst[x.name]) for x in systems}
+        res[x.name]["ramp"] = steps[x.name]
+    return {x.name: ramp_capacity(steps[x.name], burst[x.name]) for x in systems}
 
 
 def ramp_capacity(steps: list[dict[str, Any]], burst_rps: float) -> float:
