@@ -57,8 +57,8 @@ from streams.bench.baseline import _Baseline, _phase, _Ttsflow, ramp, schedule, 
 __all__ = ["main", "run_bench"]
 
 _FRACTIONS = [0.3, 0.5, 0.7, 0.9]
-# of the burst's rate: where a capacity is looked for (--capacity sustained), up to the first step
-# not sustained (a burst can understate what a system keeps up with as well as overstate it)
+# of the burst's rate: where a capacity is looked for (--capacity sustained), up to the first step after
+# the first not sustained (a burst can understate what a system keeps up with as well as overstate it)
 _RAMP = (0.7, 0.85, 1.0, 1.15, 1.3, 1.45)
 
 
@@ -276,8 +276,7 @@ def _ramp(systems: list[Any], res: dict[str, dict[str, Any]], burst: dict[str, f
     none was. The steps go in ``res[name]["ramp"]``."""
     steps = ramp(systems, burst, _RAMP, texts, rng, ramp_s, prefix, "c")
     for x in systems:
-        res[x.name]["burst_rps"] = burst[x.name]
-        res[x.name]["ramp"] = steps[x.name]
+        res[x.name]["ramp"] = steps[x.name]  # the burst's own rate is in res[name]["burst"]
     return {x.name: ramp_capacity(steps[x.name], burst[x.name]) for x in systems}
 
 
