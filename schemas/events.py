@@ -370,9 +370,10 @@ class Timings(_Event, frozen=True, kw_only=True):
     publish to the transaction that commits its completion: ``stage`` (published to its segments
     written by the stage), ``read`` (to the worker reading the last part's segment: topic, fetch,
     read-ahead), ``wait`` (to the model starting on it: front end, batcher queue, fair order,
-    lanes), ``model`` (its share of the model call and DSP), ``upload`` (encode and S3 PUT),
-    ``collect`` (to the worker's loop taking it in), ``join`` (every part made to the answer
-    built: join and upload of the request's audio), ``commit_wait`` (answer built to the
+    lanes), ``model`` (its share of the model call and DSP), ``upload`` (its encode: the part is
+    then handed to S3, its PUT in flight), ``collect`` (to the worker's loop taking it in),
+    ``join`` (every part made to the answer built: join and upload of the request's audio, beside
+    its parts' PUTs, which it waits for), ``commit_wait`` (answer built to the
     transaction that commits it beginning)."""
 
     e2e_ms: NonNegFloat

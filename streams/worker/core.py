@@ -8,7 +8,7 @@ ledger's own (:mod:`~streams.worker.ledger`):
 
 * **One answer per request, built here** (:meth:`WorkerCore.answer`): a failed part, a
   rejection or an unreadable record fails its request with its code; a request whose parts
-  are all in S3 is handed out to be joined once (:meth:`WorkerCore.to_join` marks it), and
+  are all made (their PUTs perhaps in flight: the join waits for them) is handed out to be joined once (:meth:`WorkerCore.to_join` marks it), and
   answered from its join's result only while its partition's generation is current.
 * **What a transaction carries** (:meth:`WorkerCore.take_commit`): the answers taken (from
   then on their segments count as done), the offsets the committed-offset rule allows at that
@@ -103,13 +103,15 @@ class WorkerCore:
                              req.request_id, req.user_id, seq, failure.code, failure.message)
 
     def parts_done(self, results: Iterable[PartResult]) -> None:
-        """Parts a model call made (in S3) or failed: every segment waiting for them moves on."""
+        """Parts a model call made (their PUTs perhaps in flight) or failed: every segment waiting for them
+        moves on; then those whose part's PUT ended since count as done (a failed PUT raises its error)."""
         for s, made, share, wait_s in results:
             self.ledger.queued(s, wait_s)
             if isinstance(made, Failure):
                 self.parts_failed([(s.work_id, made)])
             else:
                 self.ledger.part_made(s.work_id, made, share)
+        self.ledger.settle()
 
     # -- 7) answers -----------------------------------------------------------------------------
     def to_join(self) -> list[JoinJob]:

@@ -22,6 +22,11 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
   objects are PUT beside the join rather than after it; the join still returns only once S3
   acknowledged all of them (a completion names only objects that exist), and a stored object of
   another length (an older worker's) has its words timed again after the join.
+* Parts still on their way to S3 (:attr:`~streams.worker.ledger.Part.stored`: a part is handed
+  over encoded, its PUT in flight): the join reads them from memory beside their PUTs, and returns
+  only once every PUT ended (an answer names a request whose parts are all in S3; a PUT's error is
+  raised, as the part maker's would have been). A part it must read back from S3 (beyond the
+  request's join memory) is waited for first.
 * Turns: at most ``joins`` joins run at once (the S3 pool is shared with the parts' uploads), and the
   waiting ones start one user at a time in rotation (:class:`~streams.worker.turns.UserTurns`): one
   user's flood of requests never keeps another user's answer waiting behind all of its joins.
@@ -216,7 +221,20 @@ class Joiner:
 
     def _join_all(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
                   last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
-        """Pool thread: the request's audio, then (if it asked for them) its word timings, and its marks."""
+        """Pool thread: the request's audio, then (if it asked for them) its word timings, and its marks;
+        returned once every part's PUT ended."""
+        for part in parts.values():
+            if part.stored is not None and part.audio is None:  # read back from S3 below: there first
+                part.stored.result()
+        try:
+            return self._join_parts(spec, hashes, parts, identities, last)
+        finally:
+            for part in parts.values():  # a PUT's error is raised (S3Unavailable: the loop's outage)
+                if part.stored is not None:
+                    part.stored.result()
+
+    def _join_parts(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
+                    last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
         found: dict[int, PartWords] = {}  # words of the part objects the join read from S3
         wants = last.timestamps and voice_times(last.voice, self.engine_times)
         early = self._early_timings(spec, hashes, parts, last) if wants else None

@@ -7,7 +7,9 @@ tested directly (tests/unit/test_ledger.py). Invariants:
   partition the committable offset is the first segment not yet done. A segment is done
   when its part is in S3; a last segment, and every segment of a failed request, only when
   its request's answer is taken for the transaction that commits the offset
-  (:meth:`take_answers`).
+  (:meth:`take_answers`). A part whose PUT is still in flight (:attr:`Part.stored`) serves its
+  request's join from memory at once, but its other segments become done, and their chunks due,
+  only once the PUT ended (:meth:`settle`, or the request's answer, whose join waited for it).
 * **A chunk once.** A streaming request's chunk of segment ``seq`` is produced only in the
   transaction whose committed offset passes that segment, or in the one that commits its
   request's completion, whichever comes first (:meth:`take_chunks`): committed together or
@@ -37,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -76,7 +79,7 @@ class Seg:
     read_at: float = 0.0       # this worker read it
     started_at: float = 0.0    # its model call began
     model_s: float = 0.0       # its share of the model call and DSP
-    uploaded_at: float = 0.0   # its part was in S3
+    uploaded_at: float = 0.0   # its part was encoded and handed to S3 (its PUT then in flight)
 
     @property
     def work_id(self) -> str:
@@ -95,9 +98,21 @@ class Part:
     duration_s: float = 0.0
     words: PartWords | None = None  # its words (streams.worker.timings), when made or found with them
     marks: PartMarks | None = None  # its SSML marks (streams.worker.marks), when its segment holds some
+    # its object's PUT (and its marks'), while it may still be in flight: None for a part found in S3.
+    # Its result is the audio's sha256; it raises what the PUT raised
+    stored: Future[str] | None = None
+
+    def in_s3(self) -> bool:
+        """Its object is in S3 (a PUT that failed raises its error here)."""
+        if self.stored is None:
+            return True
+        if not self.stored.done():
+            return False
+        self.stored.result()
+        return True
 
 
-# a model call's result for one segment: the part made (in S3) or why not, its share of the
+# a model call's result for one segment: the part made (in S3, or its PUT in flight) or why not, its share of the
 # synthesis seconds, its wait from batching to the model starting on it
 PartResult = tuple[Seg, Part | Failure, float, float]
 
@@ -178,6 +193,8 @@ class Ledger:
         self.waiting: dict[str, list[Seg]] = {}            # work id -> segments waiting for its part
         self.answers: list[Answer] = []
         self.chunks: dict[int, list[ChunkDue]] = {}        # partition -> chunks waiting for their offset's commit
+        # request key -> its ready segments whose part's PUT is in flight (done, chunk due: settle())
+        self.storing: dict[tuple[int, str], list[tuple[Seg, Part]]] = {}
         self._seen: set[tuple[int, str, int]] = set()      # (partition, request_id, seq) in flight here
         self._done: dict[int, dict[str, float]] = {}       # durable: request id -> answered at (epoch s)
         self._answering: set[tuple[int, str]] = set()      # answered, its transaction not yet committed
@@ -316,7 +333,8 @@ class Ledger:
             req.queue_s = max(req.queue_s, wait_s)
 
     def part_made(self, work_id: str, part: Part, synth_s: float) -> None:
-        """The part of ``work_id`` (:attr:`Seg.work_id`) is in S3: every segment waiting for it is ready."""
+        """The part of ``work_id`` (:attr:`Seg.work_id`) is made (in S3, or its PUT in flight): every
+        segment waiting for it is ready."""
         for i, s in enumerate(self.waiting.pop(work_id, [])):
             if i == 0:
                 req = self.requests.get((s.partition, s.seg.request_id))
@@ -335,12 +353,34 @@ class Ledger:
             return
         req.parts[s.seg.seq] = self._hold(req, part)
         req.last_made, req.made_at = s, self.wall()
-        if s.seg.stream and req.failure is None:
+        if (s.seg.stream or not s.seg.last) and not part.in_s3():
+            self.storing.setdefault(req.key, []).append((s, part))  # its PUT in flight: settle() moves it on
+            return
+        self._in_s3(s, req, part)
+
+    def _in_s3(self, s: Seg, req: Request | None, part: Part) -> None:
+        """``s``'s part is in S3: its chunk is due (a streaming request's), the segment done (not a last one)."""
+        if req is not None and s.seg.stream and req.failure is None:
             self.chunks.setdefault(s.partition, []).append(ChunkDue(
                 s.partition, s.offset, req.request_id, req.user_id, s.seg.seq, s.seg.total, s.seg.voice, part,
                 req, s.seg, more=s.seg.more))
         if not s.seg.last:  # a last segment is done only with its completion
             self.tracker.mark_done(s.partition, s.offset)
+
+    def settle(self) -> None:
+        """Segments whose part's PUT ended since: done now, their chunks due (a PUT that failed raises
+        its error, :class:`~storage.errors.S3Unavailable` for an outage)."""
+        for key in list(self.storing):
+            rest = []
+            for s, part in self.storing[key]:
+                if not part.in_s3():
+                    rest.append((s, part))
+                elif self.current(s.partition, s.gen):
+                    self._in_s3(s, self.requests.get(key), part)
+            if rest:
+                self.storing[key] = rest
+            else:
+                del self.storing[key]
 
     def part_failed(self, work_id: str, error: ErrorInfo) -> list[tuple[Request, int]]:
         """Every request waiting for ``work_id`` fails with ``error``; returns the ones that failed now (and the seq)."""
@@ -396,7 +436,12 @@ class Ledger:
         return None  # without the list only parts seen here could be joined: not all of them
 
     def answer(self, req: Request, completion: Completion, e2e_s: float | None) -> None:
-        """``req`` is answered by ``completion``: it leaves the ledger, produced and committed in step 8."""
+        """``req`` is answered by ``completion``: it leaves the ledger, produced and committed in step 8.
+        Its segments whose part's PUT ended are settled first (an ok answer's join waited for every PUT,
+        so its chunks go with it); a failed answer's still in flight need not be (it counts them done)."""
+        for s, part in self.storing.pop(req.key, []):
+            if part.stored is not None and part.stored.done() and part.stored.exception() is None:
+                self._in_s3(s, req, part)
         self.answers.append(Answer(req.partition, req.request_id, req.user_id, completion, list(req.offsets), e2e_s,
                                    pieces=req.total if req.pieces else 0))
         self.requests.pop(req.key, None)
@@ -472,7 +517,7 @@ class Ledger:
         return gone
 
     def idle(self) -> bool:
-        return not (self.requests or self.waiting)
+        return not (self.requests or self.waiting or self.storing)
 
     def drop_all(self, assigned: set[int]) -> None:
         """Forget all in-memory work (nothing of it was committed); the done set is kept."""
@@ -481,6 +526,7 @@ class Ledger:
         self.answers = []
         self._answering.clear()
         self.chunks.clear()
+        self.storing.clear()
         self.tracker.drop(self.tracker.partitions())
         self.waiting.clear()
         self.requests.clear()
@@ -503,5 +549,7 @@ class Ledger:
             self.chunks.pop(p, None)
         for key in [k for k in self.requests if k[0] in gone]:
             del self.requests[key]
+        for key in [k for k in self.storing if k[0] in gone]:
+            del self.storing[key]
         self._seen = {k for k in self._seen if k[0] not in gone}
         self._answering = {k for k in self._answering if k[0] not in gone}

@@ -6,7 +6,7 @@ the clients, threads and wiring, and hands what they return to the pure core
 carries), which decides. Collaborators return what happened; none calls back into the loop.
 The steps: 0) between batches, apply a pending model reload (SIGHUP), 1) poll, 2) decode and
 drop what is already done, 3) look up the Redis cache, 4) batch the misses, 5) synthesize
-ready batches, 6) collect encoded and uploaded parts, 7) join finished requests and upload
+ready batches, 6) collect encoded parts (their PUTs in flight), 7) join finished requests and upload
 their audio, 8) produce chunks, completions, done records and offsets in one transaction
 (:class:`~streams.worker.checkpoint.Checkpoint`, the transaction's one owner: pipelined, at
 most one in flight on the producer's thread while the loop polls and synthesizes; a backend
@@ -334,14 +334,14 @@ class Worker:
         self.core.parts_failed(self.parts.batch(misses))
 
         # 5) hand ready batches to the model lanes (threads of their own, so this loop goes on answering
-        #    and committing while they run; DSP, encode, upload after the model), as many as the lanes
+        #    and committing while they run; DSP and encode after the model, the PUT on the S3 pool), as many as the lanes
         #    take plus one queued: a backend without batching gets batches of one, each answered as made
         now = self.clock()
         while self.parts.ready(now):
             self.parts.synthesize(self.parts.take(now))
             now = self.clock()
 
-        # 6) collect encoded and uploaded parts; 7) join finished requests in order, answer them
+        # 6) collect encoded parts (their PUTs in flight); 7) join finished requests in order, answer them
         self._advance()
 
         # 8) the transaction (chunks + completions + done records + offsets), pipelined: apply the one

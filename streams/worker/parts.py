@@ -5,10 +5,15 @@ Invariants:
 * A part is *made* only when its audio passed the audio check
   (:func:`engine.quality.check_audio`: a near-silent part, or one far shorter than its
   text implies at its voice's measured speaking rate, fails its request with
-  ``synthesis_failed``) and its bytes are in S3 under its content address
-  (:func:`streams.worker.keys.part_id`: segment hash + model identity).
+  ``synthesis_failed``) and its bytes are on their way to S3 under its content address
+  (:func:`streams.worker.keys.part_id`: segment hash + model identity): it is handed over
+  encoded, with its PUT in flight (:attr:`~streams.worker.ledger.Part.stored`), so the request's
+  join starts from memory beside the PUT and the model lane is free for the next call. What needs
+  the object in S3 waits for that future: the join before it answers, the ledger before a segment
+  counts as done or its chunk is due, the Redis cache before it points at the object.
 * A Redis cache hit counts only when S3 still has the object; a stale pointer is deleted.
-  Redis down means a cache bypass (counted), never an error.
+  Redis down means a cache bypass (counted), never an error. A segment whose part's PUT is still
+  in flight here is served that part (as a cache hit), not made again.
 * A part for a segment that asked for timestamps is made with its words, in the same object as
   its audio (one PUT; :func:`~streams.worker.timings.part_object`), under an address of its
   own; a cache hit serves such a segment only if its object's words read back (one GET, which
@@ -18,13 +23,15 @@ Invariants:
 * An engine failure on one item fails that item; a failure of the model call fails every
   item of that call (and nothing else).
 * S3 unreachable during an upload raises :class:`~storage.errors.S3Unavailable` into the
-  loop, which commits nothing (its reaction is the loop's).
+  loop (from the ledger, or the join that waits for the PUT), which commits nothing (its
+  reaction is the loop's).
 * At most ``lanes + 1`` model calls are in flight. The model runs on threads of its own
   (``lanes`` calls at once, started in the order taken; one queued behind them so a lane never
   waits for the loop), so the loop keeps polling, answering and committing while it runs: a
   finished request is answered while the next item is synthesized, not after it.
   DSP and encode follow the model on its thread (on a second thread when ``overlap``: a model
-  on a device works on the next call meanwhile); uploads run on the S3 pool.
+  on a device works on the next call meanwhile); uploads run on the S3 pool, and nobody on the
+  lane waits for them.
 * **A stream's first segment on an idle worker has the machine to itself.** When a streaming
   request's first segment (``seq`` 0) is submitted while no call is in flight and the engine runs
   a call that starts alone on every core (:mod:`engine.solo`), the calls submitted after it wait
@@ -71,8 +78,9 @@ __all__ = ["PartMaker"]
 _log = logging.getLogger("ttsflow.worker")
 T = TypeVar("T")
 
-# segment, result, key, synth share, sha256, bytes, wait, words, marks
-_Made = tuple[Seg, Audio | Failure, str, float, str, int, float, PartWords | None, PartMarks | None]
+# segment, result, key, synth share, sha256, bytes, wait, words, marks, its PUT (and its marks') in flight
+_Made = tuple[Seg, Audio | Failure, str, float, str, int, float, PartWords | None, PartMarks | None,
+              Future[str] | None]
 
 
 class PartMaker:
@@ -100,12 +108,19 @@ class PartMaker:
         self._dropped: list[Future[Any]] = []  # jobs of dropped calls still running (busy until they end)
         # set when the model call of a stream's first segment that started alone ends; later calls wait on it
         self._alone: threading.Event | None = None
+        self._putting: dict[str, Part] = {}  # part id -> a part made here whose PUT is in flight
 
     # -- 3) cache, 4) batch ---------------------------------------------------------------
     def cached(self, s: Seg) -> Part | None:
         """The part of ``s`` from the cache, if its object is still in S3 (and, when ``s`` asked for
         timestamps from a voice that times words, its words read back from that object; when it
-        holds SSML marks, its marks object beside it)."""
+        holds SSML marks, its marks object beside it). A part made here whose PUT is in flight is
+        that part (it counts as a hit)."""
+        putting = self._putting.get(s.part_id)
+        if putting is not None and (putting.marks is not None or not has_marks(s.seg)) and \
+                (putting.words is not None or not s.seg.timestamps):
+            self.metrics.cache(True)
+            return dataclasses.replace(putting, cached=True)
         key = self.cache.get(s.part_id)
         part = None
         if key is not None and s.seg.timestamps and \
@@ -245,7 +260,7 @@ class PartMaker:
                     alone.set()
         except EngineError as e:  # the model failed on the batch: every item of it fails
             _log.warning("event=batch_failed size=%d error=%s", len(segs), e)
-            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w, None, None)
+            done.set_result([(s, Failure.of(e), "", 0.0, "", 0, w, None, None, None)
                              for s, w in zip(segs, waits, strict=True)])
             return
         except BaseException as e:  # not an engine's failure: raised into the loop at collect
@@ -259,7 +274,8 @@ class PartMaker:
 
     def _postprocess_upload(self, segs: list[Seg], prepared: list[Prepared], raw: list[Any], infer_s: float,
                             waits: list[float]) -> list[_Made]:
-        """Pool thread: DSP, encode, upload every part of one model call (uploads in parallel)."""
+        """Pool thread: DSP and encode every part of one model call, their PUTs started on the S3 pool
+        (in parallel; returned in flight)."""
         t0 = time.perf_counter()
         results = self.engine.postprocess_many(raw, prepared)
         results = [self._checked(s, r) for s, r in zip(segs, results, strict=True)]
@@ -267,35 +283,25 @@ class PartMaker:
         self._learn_cost(prepared, synth_s)
         audio_s = sum(r.duration_s for r in results if isinstance(r, Audio))
         self.metrics.batch(len(segs), self.max_batch, synth_s, audio_s, waits)
-        uploads: list[tuple[Future[str], int, PartWords | None] | None] = []
-        mark_uploads: list[tuple[Future[str], PartMarks] | None] = []
-        for i, (s, r) in enumerate(zip(segs, results, strict=True)):
-            mark_uploads.append(None)
+        out: list[_Made] = []
+        share = synth_s / max(1, len(segs))
+        for i, (s, r, w) in enumerate(zip(segs, results, waits, strict=True)):
+            key = self.store.key("part", s.part_id, PART_FORMAT)
+            sha, size, pw, pm, stored = "", 0, None, None, None
             if isinstance(r, Audio):
+                marks = None
                 if has_marks(s.seg):  # its marks beside it (an empty list from a voice that times none)
                     pm = part_marks(r.marks, len(r.samples), r.sample_rate)
-                    mark_uploads[i] = (self._io.submit(self.store.put, part_marks_key(self.store.key(
-                        "part", s.part_id, PART_FORMAT)), msgspec.json.encode(pm), "application/json"), pm)
+                    marks = (part_marks_key(key), msgspec.json.encode(pm))
                 data = audio_codec.encode(r.samples, r.sample_rate, PART_FORMAT)
                 # keep what S3 keeps (16-bit), so a join from memory equals a join from S3
                 results[i] = Audio(audio_codec.decode(data)[0], r.sample_rate)
-                pw = None
                 if s.seg.timestamps and r.words is not None:  # its words in the same object: one PUT
                     pw = encode_part_words(s.seg.text, r.words, len(r.samples), r.sample_rate)
                     data = part_object(data, pw)
-                key = self.store.key("part", s.part_id, PART_FORMAT)
-                uploads.append((self._io.submit(self.store.put, key, data, audio_codec.content_type(PART_FORMAT)),
-                                len(data), pw))
-            else:
-                uploads.append(None)
-        out: list[_Made] = []
-        share = synth_s / max(1, len(segs))
-        for s, r, up, mu, w in zip(segs, results, uploads, mark_uploads, waits, strict=True):
-            key = self.store.key("part", s.part_id, PART_FORMAT)
-            sha, size = (up[0].result(), up[1]) if up is not None else ("", 0)  # raises S3Unavailable into the loop
-            if mu is not None:
-                mu[0].result()
-            s.model_s, s.uploaded_at = share, time.time()
+                sha, size = hashlib.sha256(data).hexdigest(), len(data)
+                stored = self._io.submit(_store_part, self.store, key, data, sha, marks)
+            s.model_s, s.uploaded_at = share, time.time()  # handed to S3
             if s.seg.stream and s.seg.seq == 0:  # a stream's first chunk: where its time went (bench streaming-input)
                 enq = s.seg.enqueued_at.timestamp() if s.seg.enqueued_at is not None else s.written_at
                 _log.info("event=first_part request_id=%s stage_ms=%.0f read_ms=%.0f wait_ms=%.0f model_ms=%.0f "
@@ -303,8 +309,7 @@ class PartMaker:
                           (s.read_at - s.written_at) * 1e3, (s.started_at - s.read_at) * 1e3, share * 1e3,
                           (s.uploaded_at - s.started_at - share) * 1e3, len(s.seg.text),
                           r.duration_s if isinstance(r, Audio) else 0.0)
-            out.append((s, r, key, share, sha, size, w, up[2] if up is not None else None,
-                        mu[1] if mu is not None else None))
+            out.append((s, results[i], key, share, sha, size, w, pw, pm, stored))
         return out
 
     def _learn_cost(self, prepared: list[Prepared], synth_s: float) -> None:
@@ -332,7 +337,13 @@ class PartMaker:
 
     # -- 6) collect -------------------------------------------------------------------------
     def collect(self) -> list[PartResult]:
-        """The results of every finished model call, in order; the made parts are cached."""
+        """The results of every finished model call, in order (their PUTs may be in flight); the parts
+        whose PUT ended are cached."""
+        for pid, part in list(self._putting.items()):
+            if part.stored is not None and part.stored.done():
+                del self._putting[pid]
+                if part.stored.exception() is None:  # a failed one raises where the object is needed
+                    self.cache.set(pid, part.key)  # the audio is in S3 whoever waits for it now
         keep, out = [], list[PartResult]()
         for entry in self._futs:
             fut = entry[1]
@@ -344,24 +355,25 @@ class PartMaker:
             except BaseException:
                 self._futs = []
                 raise
-            for s, r, key, share, sha, size, w, pw, pm in results:
+            for s, r, key, share, sha, size, w, pw, pm, stored in results:
                 if isinstance(r, Failure):
                     out.append((s, r, share, w))
                     continue
-                self.cache.set(s.part_id, key)  # the audio is in S3 whoever waits for it now
-                out.append((s, Part(key, r.samples, cached=False, sha256=sha, bytes=size,
-                                    duration_s=round(len(r.samples) / r.sample_rate, 4), words=pw, marks=pm),
-                            share, w))
+                part = Part(key, r.samples, cached=False, sha256=sha, bytes=size,
+                            duration_s=round(len(r.samples) / r.sample_rate, 4), words=pw, marks=pm, stored=stored)
+                self._putting[s.part_id] = part
+                out.append((s, part, share, w))
         self._futs = keep
         return out
 
     # -- in flight ---------------------------------------------------------------------------
     def busy(self) -> bool:
         self._dropped = [j for j in self._dropped if not j.done()]
-        return bool(self._futs) or bool(self._dropped)
+        return bool(self._futs) or bool(self._dropped) or bool(self._putting)
 
     def futures(self) -> list[Future[Any]]:
-        return [f for _, f, _ in self._futs] + [j for j in self._dropped if not j.done()]
+        return [f for _, f, _ in self._futs] + [j for j in self._dropped if not j.done()] + \
+            [p.stored for p in self._putting.values() if p.stored is not None and not p.stored.done()]
 
     def backlog(self) -> int:
         """Segments consumed and not yet synthesized: what bounds prefetching."""
@@ -383,6 +395,7 @@ class PartMaker:
         if self._alone is not None:  # a lone call cancelled before it ran must not hold the lanes for ever
             self._alone.set()
         self._futs = []
+        self._putting.clear()  # PUTs in flight end on their own; nothing here waits for them
         self.batcher.remove_if(lambda s: True)
 
     def forget(self, gone: set[int]) -> None:
@@ -394,6 +407,14 @@ class PartMaker:
         self._model.shutdown(wait=True, cancel_futures=True)
         if self._post is not None:
             self._post.shutdown(wait=True, cancel_futures=True)
+
+
+def _store_part(store: AudioStore, key: str, data: bytes, sha: str, marks: tuple[str, bytes] | None) -> str:
+    """S3 pool: a part's object (and its marks object beside it); its sha256 once S3 has them."""
+    if marks is not None:
+        store.put(marks[0], marks[1], "application/json")
+    store.put(key, data, audio_codec.content_type(PART_FORMAT))
+    return sha
 
 
 def _run_into(fut: Future[Any], fn: Callable[..., Any], *args: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 import numpy as np
@@ -177,3 +178,44 @@ def test_long_audio_spills_to_disk_and_stays_exact() -> None:
     ref = join_upload(store, _spec(), len(parts), lambda i: parts[i])
     assert isinstance(ref, AudioRef)
     assert store.objects[KEY] == encode(join(parts, SR), SR, "wav")
+
+
+def _until(cond: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("outcome", ["stored", "failed"])
+def test_a_join_from_memory_runs_beside_its_parts_puts_and_answers_only_once_they_ended(outcome: str) -> None:
+    """A part is handed over with its PUT in flight: the join starts from memory at once, but the
+    request is answered only when every part is in S3, and a PUT that failed is raised."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from schemas import Segment
+    from streams.worker.joiner import Joiner
+    from streams.worker.ledger import Part, Request
+    from tests.support.memstore import MemStore
+
+    seg = Segment(request_id="r", user_id="u", seq=0, total=1, text="x", hash="e" * 64, request_hash="0" * 64,
+                  voice="heart")
+    store = MemStore()
+    with ThreadPoolExecutor(2) as io:
+        joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
+        put: Future[str] = Future()
+        req = Request(0, 1, "r", "u", 1, seg, seqs={0}, last=seg)
+        req.parts[0] = Part("k", _parts(1)[0], cached=False, stored=put)
+        joiner.submit(req, ["e" * 64], ["id"])
+        _until(lambda: any(k.startswith("req/") for k in store.objects), "the request's object stored")
+        assert joiner.collect() == [] and joiner.busy()  # its part's PUT has not ended
+        if outcome == "stored":
+            put.set_result("sha")
+            _until(lambda: all(f.done() for f in joiner.futures()), "the join returned")
+            [(got, ref, _words)] = joiner.collect()
+            assert got is req and isinstance(ref, AudioRef) and ref.key.startswith("req/")
+        else:
+            put.set_exception(S3Unavailable("connection refused"))
+            _until(lambda: all(f.done() for f in joiner.futures()), "the join returned")
+            with pytest.raises(S3Unavailable):
+                joiner.collect()

@@ -7,12 +7,15 @@ generations change nothing, a request's memory stays bounded.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from datetime import UTC, datetime
 
 import msgspec
 import numpy as np
+import pytest
 
 from schemas import Completion, ErrorInfo, Rejection, Segment
+from storage.errors import S3Unavailable
 from streams.worker.ledger import Ledger, Part, Seg
 
 SR = 8000
@@ -209,6 +212,55 @@ def test_an_answered_requests_chunks_commit_with_its_completion_even_if_offsets_
     chunks = lg.take_chunks(offsets, answers)
     assert [(c.request_id, c.seq) for c in chunks] == [("short", 0), ("short", 1)]
     assert lg.take_chunks(lg.to_commit({0}), []) == []  # once
+
+
+def putting(seconds: float) -> tuple[Part, Future[str]]:
+    """A part handed over with its PUT still in flight (the future ends it)."""
+    stored: Future[str] = Future()
+    return Part("k", np.zeros(int(SR * seconds), np.float32), cached=False, stored=stored), stored
+
+
+def test_a_part_whose_put_is_in_flight_is_joinable_but_its_segment_is_done_and_its_chunk_due_only_once_stored() -> None:
+    lg = ledger()
+    stream = [msgspec.structs.replace(s, stream=True) for s in segs("s", 2)]
+    work = admit_all(lg, 0, stream)
+    first, put0 = putting(0.1)
+    last, put1 = putting(0.1)
+    lg.part_ready(work[0], first)
+    lg.part_ready(work[1], last)
+    assert [(r.request_id, nxt) for r, nxt in lg.answerable()] == [("s", "join")]  # joined from memory now
+    lg.settle()
+    offsets = lg.to_commit({0, 1})
+    assert offsets == {0: 0} and lg.take_chunks(offsets) == [] and not lg.idle()  # segment 0 not in S3 yet
+    put0.set_result("sha")
+    lg.settle()
+    offsets = lg.to_commit({0, 1})
+    assert offsets == {0: 1} and [c.seq for c in lg.take_chunks(offsets)] == [0]
+    lg.committed(offsets, [])
+    put1.set_result("sha")  # the join waited for it; the answer carries the last chunk
+    answer(lg, "s")
+    answers = lg.take_answers()
+    assert [c.seq for c in lg.take_chunks(lg.to_commit({0, 1}), answers)] == [1]
+    assert lg.to_commit({0, 1}) == {0: 2} and not lg.storing
+
+
+def test_a_failed_put_raises_at_settle_and_a_failed_answer_drops_what_is_still_in_flight() -> None:
+    lg = ledger()
+    work = admit_all(lg, 0, segs("r", 2))
+    part, put = putting(0.1)
+    lg.part_ready(work[0], part)
+    put.set_exception(S3Unavailable("connection refused"))
+    with pytest.raises(S3Unavailable):
+        lg.settle()
+    lg2 = ledger()
+    work = admit_all(lg2, 0, segs("r", 3))
+    part, _put = putting(0.1)
+    lg2.part_ready(work[0], part)
+    lg2.requests[(0, "r")].failure = ErrorInfo(code="synthesis_failed", message="x")
+    req = lg2.requests[(0, "r")]
+    lg2.answer(req, Completion(request_id="r", user_id="u", status="failed", completed_at=datetime.now(UTC)), None)
+    lg2.take_answers()  # a failed answer counts every segment done, in S3 or not
+    assert lg2.to_commit({0, 1}) == {0: 3} and not lg2.storing and lg2.idle()
 
 
 def test_a_failed_requests_queued_parts_are_no_longer_wanted_unless_another_request_waits() -> None:

@@ -32,6 +32,7 @@ from tests.support.worker_rig import (
     Broker,
     FakeConsumer,
     FakeProducer,
+    FakeStore,
     Rig,
     ToneBackend,
     segments,
@@ -73,6 +74,48 @@ def test_offset_waits_for_the_last_segment_of_an_unfinished_request(rig: Rig) ->
     rig.run()
     assert [c.request_id for c in rig.completions()] == ["long"]
     assert rig.broker.committed[0] == 3
+
+
+class _HeldPartPuts(FakeStore):
+    """A store whose parts' PUTs wait until ``gate`` is set (the request's own object goes through)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def put(self, key: str, data: bytes, content_type: str = "") -> str:
+        if key.startswith("a/part/"):
+            self.gate.wait(30)
+        return super().put(key, data, content_type)
+
+
+def test_a_parts_put_in_flight_holds_its_segment_and_answer_but_not_the_model_lane(rig: Rig) -> None:
+    """A part is handed over encoded, its PUT in flight: the lane goes on to the next call while the
+    segment stays undone (offset held) and its request unanswered until the PUT ended."""
+    rig.close()
+    store = rig.store = _HeldPartPuts()
+    w = rig.new_worker()
+
+    def turns_until(cond: Any, what: str) -> None:
+        deadline = time.monotonic() + 10
+        while not cond():
+            assert time.monotonic() < deadline, what
+            rig.now += 0.1
+            w.run_once()
+
+    rig.publish(0, segments("a", "u1", ["First one.", "Second one."]))
+    turns_until(lambda: len(rig.backend.inferred) == 2, "a's parts made")
+    rig.publish(1, segments("b", "u2", ["Other user."]))
+    turns_until(lambda: "Other user." in rig.backend.inferred, "the lane free while a's PUTs are held")
+    for _ in range(5):
+        rig.now += 0.1
+        w.run_once()
+    assert rig.completions() == [] and not rig.broker.committed.get(0) and not rig.broker.committed.get(1)
+    store.gate.set()
+    rig.run_until(lambda: len(rig.completions()) == 2)
+    assert {c.request_id: c.status for c in rig.completions()} == {"a": "ok", "b": "ok"}
+    assert rig.broker.committed == {0: 2, 1: 1}
+    assert all(k in store.objects for k in rig.cache.d.values())  # the cache points only at stored parts
 
 
 def test_restart_mid_request_rebuilds_from_s3_parts(rig: Rig) -> None:

@@ -129,6 +129,7 @@ def test_a_marked_part_is_a_cache_hit_only_with_its_marks_object() -> None:
     metrics = _Metrics()
     maker = PartMaker.__new__(PartMaker)  # only what cached() reads
     maker.engine, maker.store, maker.cache, maker.metrics = engine, store, _Cache(key), metrics  # type: ignore[assignment]
+    maker._putting = {}
     seg = Segment(request_id="r", user_id="u", seq=0, total=1, text="Hello there. Bye.", hash="e" * 64,
                   request_hash="0" * 64, voice="heart", spans=MARKED)
     s = Seg(0, 0, 0, seg, "f" * 64, 0.0)
