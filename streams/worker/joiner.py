@@ -10,7 +10,9 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
 * Content addressing: the object's key comes from the part hashes (the caller's); an object
   already stored there with its sha256 and duration in its metadata is answered without
   joining again (a request redone after a rewind or a restart costs one HEAD); one without
-  them (an older worker's) keeps its bytes and sha256 (Ogg differs run to run).
+  them (an older worker's) keeps its bytes and sha256 (Ogg differs run to run). When every part
+  is in memory the HEAD runs beside the encode (``heads``), which it discards if the object is
+  there; a join that reads parts from S3 asks first, so a redone long request reads nothing.
 * Limits: a request whose audio passes ``max_audio_s`` fails with ``audio_too_long`` as soon
   as the join passes it.
 * Word timings (a request that asked for timestamps): the parts' words (from memory, else from
@@ -47,7 +49,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -104,9 +106,11 @@ class _ObjectFailed(TtsflowError):
 
 
 def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable[[int], np.ndarray | None], *,
-                attempts: int = _ATTEMPTS, sleep: Callable[[float], None] = time.sleep) -> AudioRef | ErrorInfo:
+                attempts: int = _ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
+                heads: Executor | None = None) -> AudioRef | ErrorInfo:
     """Join parts ``0..n_parts-1`` (``part_samples(seq)``: float mono at ``spec.sr_in``, None if the
-    part is gone) into the object at ``spec.key``; its :class:`AudioRef`, or the request's error."""
+    part is gone) into the object at ``spec.key``; its :class:`AudioRef`, or the request's error.
+    ``heads``: ask whether the object exists on that pool beside the encode, not before it."""
     t0 = time.perf_counter()
 
     def retrying(what: str, fn: Callable[[], T]) -> T:
@@ -126,11 +130,22 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
         store.ping()  # raises S3Unavailable if S3 is down as a whole: an outage, not this object
         raise _ObjectFailed(f"{what}: {last}")
 
-    try:
-        head = retrying("head", lambda: store.head(spec.key))
+    def stored(head: dict[str, Any] | None) -> AudioRef | None:
+        """The object already there with its sha256 and duration: the answer without joining."""
         meta = (head or {}).get("metadata") or {}
         if head is not None and head.get("sha256") and meta.get("duration_s"):
             return _ref(store, spec, str(head["sha256"]), int(head["bytes"]), float(meta["duration_s"]))
+        return None
+
+    try:
+        asked: Future[dict[str, Any] | None] | None = None
+        head: dict[str, Any] | None = None
+        if heads is not None:
+            asked = heads.submit(retrying, "head", lambda: store.head(spec.key))
+        else:
+            head = retrying("head", lambda: store.head(spec.key))
+            if (done := stored(head)) is not None:
+                return done
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_RAM, prefix="ttsflow-join-") as spool:
             try:
                 writer = audio_codec.JoinWriter(spool, spec.sr_in, spec.sr_out, spec.fmt)  # type: ignore[arg-type]
@@ -153,6 +168,10 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
             finally:
                 writer.close()
             duration_s = round(writer.frames / spec.sr_out, 4)
+            if asked is not None:
+                head = asked.result()
+                if (done := stored(head)) is not None:
+                    return done
             if head is not None and head.get("sha256"):  # stored by an older worker: keep its bytes
                 return _ref(store, spec, str(head["sha256"]), int(head["bytes"]), duration_s)
             sha, size = retrying("upload", lambda: store.put_file(
@@ -197,6 +216,8 @@ class Joiner:
         self.engine_times = engine_times  # the engine's word on timing voices the registry does not know
         self._futs: list[tuple[Request, Future[tuple[AudioRef | ErrorInfo, RequestTimings | None]]]] = []
         self._uploads: ThreadPoolExecutor | None = None  # a timed request's caption PUTs, beside its join
+        # HEADs of joins from memory, beside their encode (a pool of their own: a join waits for its HEAD)
+        self._heads = ThreadPoolExecutor(max(1, joins), thread_name_prefix="s3-head")
 
     def submit(self, req: Request, hashes: list[str], identities: list[str]) -> None:
         """Join ``req``'s parts (in memory, else from S3) into its object; ``identities``: the serving
@@ -399,7 +420,8 @@ class Joiner:
             x, psr = audio_codec.decode(got[1])
             return x if psr == sr else audio_codec.resample(x, psr, sr)
 
-        return join_upload(self.store, spec, len(hashes), samples)
+        in_memory = all(seq in parts and parts[seq].audio is not None for seq in range(len(hashes)))
+        return join_upload(self.store, spec, len(hashes), samples, heads=self._heads if in_memory else None)
 
     def _fetch_part(self, key: str | None, segment_hash: str, identities: list[str],
                     timed: bool = False) -> tuple[str, bytes] | None:

@@ -109,6 +109,32 @@ def test_an_older_object_without_duration_keeps_its_bytes_and_sha() -> None:
     assert store.uploads == 0 and ref.duration_s > 0
 
 
+def test_a_join_from_memory_asks_for_the_object_beside_its_encode_and_answers_the_same() -> None:
+    """``heads``: the HEAD runs on its own pool while the parts are encoded; a stored object still wins
+    (the encode is thrown away, nothing uploaded), an older one keeps its bytes, a miss uploads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    parts = _parts()
+    with ThreadPoolExecutor(1) as heads:
+        store = Store()
+        first = join_upload(store, _spec(), len(parts), lambda i: parts[i], heads=heads)
+        assert isinstance(first, AudioRef) and store.uploads == 1
+        assert store.objects[KEY] == encode(join(parts, SR), SR, "wav")
+        again = join_upload(store, _spec(), len(parts), lambda i: parts[i], heads=heads)
+        assert again == first and store.uploads == 1
+        older = Store()
+        older.objects[KEY] = b"older bytes"
+        older.meta[KEY] = {"sha256": "f" * 64}
+        ref = join_upload(older, _spec(), len(parts), lambda i: parts[i], heads=heads)
+        assert isinstance(ref, AudioRef) and ref.sha256 == "f" * 64 and older.uploads == 0
+        down = Store()
+        down.ping_ok = False
+        down.head = lambda key: (_ for _ in ()).throw(S3Unavailable("connection refused"))  # type: ignore[method-assign]
+        with pytest.raises(S3Unavailable):
+            join_upload(down, _spec(), len(parts), lambda i: parts[i], heads=heads, sleep=_no_sleep)
+        assert down.uploads == 0
+
+
 def test_an_upload_that_keeps_failing_while_s3_answers_fails_this_request_only() -> None:
     parts, store = _parts(), Store()
     store.fail_upload = S3Unavailable("s3 upload_part: 500")  # e.g. the server out of memory on this object
