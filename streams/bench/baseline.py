@@ -21,9 +21,10 @@ for both systems within a phase:
 1. **burst**: a batch of requests at once: a first estimate C of capacity;
 2. **rates**: open loop at fractions of C, up to saturation (a system's sweep stops at its
    first rate after the lowest that it does not sustain); a rate is *sustained* when
-   completions keep up (answered / (last answer - first send) >= 90% of the offered
-   rate, nothing unanswered) and latency does not grow through the run (median of the
-   last third of requests <= 2 x that of the first third + 0.5 s). Max sustained
+   completions keep up (answered / (last answer - first send) >= 97% of the offered
+   rate, nothing unanswered: on a 15-20 s run, at most ~0.5 s of backlog left when the
+   sending stops) and latency does not grow through the run (median of the last third
+   of requests <= 2 x that of the first third + 0.5 s). Max sustained
    throughput: the highest completion rate of a sustained run, in requests/s and audio
    seconds/s;
 3. **at 70%**: open loop at 0.7 x the system's own max sustained throughput: p50/p99;
@@ -76,12 +77,19 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else round(v * 1000, 1)
 
 
+# Answers per second over the run (first send to last answer) at least this share of the arrival rate.
+# 0.9 until 2026-12-05 passed runs that ended with 1.5-2 s of backlog (a 15 s step whose median answer
+# took 1.3 s, for either system): a rate 10-15% past what a system keeps up with counted as sustained,
+# and "70% of capacity" then meant 80% or more of it.
+_KEEP_UP = 0.97
+
+
 def sustained(offered_rps: float, throughput_rps: float, lost: int, first_third_p50: float | None,
               last_third_p50: float | None) -> bool:
     """A rate is sustained: completions keep up and latency does not grow through the run."""
     if lost or first_third_p50 is None or last_third_p50 is None:
         return False
-    return throughput_rps >= 0.9 * offered_rps and last_third_p50 <= 2 * first_third_p50 + 0.5
+    return throughput_rps >= _KEEP_UP * offered_rps and last_third_p50 <= 2 * first_third_p50 + 0.5
 
 
 # --- the two systems ----------------------------------------------------------------------

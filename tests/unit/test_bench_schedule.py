@@ -46,3 +46,14 @@ def test_the_capacity_is_the_highest_rate_sustained_on_the_ramp() -> None:
              {"sent_rps": 10.0, "sustained": False}]
     assert ramp_capacity(steps, 10.0) == 8.5
     assert ramp_capacity([{"sent_rps": 7.0, "sustained": False}], 10.0) == 5.0  # none: half the burst's
+
+
+def test_a_rate_is_sustained_only_when_answers_keep_up_with_arrivals_and_latency_stays_flat() -> None:
+    from streams.bench.baseline import sustained
+
+    # 15 s at 10/s: the last answer 0.3 s after the last send keeps up; 1.5 s of backlog does not
+    assert sustained(10.0, 150 / 15.3, 0, 0.2, 0.25)
+    assert not sustained(10.0, 150 / 16.5, 0, 0.2, 0.25)
+    assert not sustained(10.0, 10.0, 1, 0.2, 0.25)  # a request never answered
+    assert not sustained(10.0, 10.0, 0, 0.2, 1.2)  # the last third waited 1.2 s, the first 0.2
+    assert not sustained(10.0, 10.0, 0, None, 0.2)
