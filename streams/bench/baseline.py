@@ -508,7 +508,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     if importlib.util.find_spec("celery") is None:
         raise RuntimeError("celery is not installed: pip install -e '.[bench]'")
     from streams.bench.corpus import bench_texts
-    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.bench.harness import cleanup_run, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -624,7 +624,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
             with contextlib.suppress(Exception):
                 sysm.close()
         sup.stop_all()
-        cleanup_run_topics(s, _say)
+        cleanup_run(s, _say)
     report["logs"] = str(log_dir / "logs")
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     return report

@@ -123,28 +123,12 @@ def _lat(xs: list[float]) -> dict[str, Any]:
             "max_s": s(max(xs) if xs else None)}
 
 
-def _delete_prefix(settings: Any, prefix: str) -> int:
-    from streams.bench.harness import s3_client
-
-    client = s3_client(settings)
-    n = 0
-    try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=settings.s3.s3_bucket, Prefix=prefix):
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if keys:
-                client.delete_objects(Bucket=settings.s3.s3_bucket, Delete={"Objects": keys, "Quiet": True})
-                n += len(keys)
-    finally:
-        client.close()
-    return n
-
-
 def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: float = 20.0, users: int = 12,
               seed: int | None = None, timeout_s: float = 1800.0, max_rss_mb: int = 4096,
               out_dir: Path = Path("out/bench-bigrequest"), keep_audio: bool = False) -> dict[str, Any]:
     from schemas import Request, SchemaError, decode_completion
     from streams.bench.corpus import encode_request, sentences
-    from streams.bench.harness import Publisher, TopicReader, cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.bench.harness import Publisher, TopicReader, cleanup_run, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
     from streams.devstack.procs import ProcError, Supervisor
     from streams.settings import load_settings
@@ -154,7 +138,7 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
     base = load_settings()
     require_stack_up(base)
     chars = chars if chars is not None else base.stage.max_text_chars - 1000
-    s = isolated(base, run_id).replace(s3_prefix=f"bench/{run_id}/", max_text_chars=max(base.stage.max_text_chars, chars))
+    s = isolated(base, run_id).replace(max_text_chars=max(base.stage.max_text_chars, chars))
     stack.ensure_topics(s)
     text = long_text(chars, seed)
     shorts = sentences(seed ^ 0x5A5A)
@@ -277,12 +261,9 @@ def run_bench(*, chars: int | None = None, short_rate: float = 1.0, baseline_s: 
         if reader is not None:
             reader.close()
         sup.stop_all()
-        cleanup_run_topics(s, _say)
+        deleted = cleanup_run(s, _say, keep_audio=keep_audio)
         if not keep_audio:
-            try:
-                report["s3_objects_deleted"] = _delete_prefix(s, s.s3.s3_prefix)
-            except Exception as e:
-                _say(f"s3 cleanup failed: {e}")
+            report["s3_objects_deleted"] = deleted
     return report
 
 

@@ -31,7 +31,9 @@ __all__ = [
     "Publisher",
     "Record",
     "TopicReader",
+    "cleanup_run",
     "cleanup_run_topics",
+    "delete_run_objects",
     "delete_run_topics",
     "isolated",
     "new_run_id",
@@ -52,8 +54,10 @@ def new_run_id() -> str:
 
 
 def isolated(settings: Settings, run_id: str) -> Settings:
-    """``settings`` with topics, groups and ids of their own for run ``run_id``."""
+    """``settings`` with topics, groups, ids and an S3 prefix (``<prefix>runs/<run_id>/``, its audio:
+    removed with the topics by :func:`cleanup_run`) of their own for run ``run_id``."""
     return settings.replace(
+        s3_prefix=f"{settings.s3.s3_prefix}runs/{run_id}/",
         topic_requests=f"{settings.kafka.topic_requests}.{run_id}",
         topic_segments=f"{settings.kafka.topic_segments}.{run_id}",
         topic_completed=f"{settings.kafka.topic_completed}.{run_id}",
@@ -151,6 +155,39 @@ def wait_for(pred: Callable[[], bool], *, timeout: float, interval: float = 0.2,
         time.sleep(interval)
     return time.monotonic() - t0
 
+
+
+def cleanup_run(s: Settings, say: Callable[[str], None], *, keep_audio: bool = False) -> int:
+    """After a benchmark: its run's topics (:func:`cleanup_run_topics`) and, unless ``keep_audio``, its
+    audio in S3 (:func:`delete_run_objects`; a run of ``bench latency`` leaves ~0.7 GB, which a
+    developer's stack kept for good before 2026-12-05). Objects deleted; failures go to ``say``."""
+    cleanup_run_topics(s, say)
+    if keep_audio:
+        return 0
+    try:
+        return delete_run_objects(s)
+    except Exception as e:
+        say(f"s3 cleanup failed: {e}")
+        return 0
+
+
+def delete_run_objects(s: Settings) -> int:
+    """Delete every object under a run's S3 prefix (:func:`isolated`; a prefix that is not a run's is
+    refused: never a bucket's whole content). The number deleted."""
+    prefix = s.s3.s3_prefix
+    if "runs/" not in prefix or not prefix.endswith("/"):
+        raise ValueError(f"not a run's S3 prefix: {prefix!r}")
+    client = s3_client(s)
+    n = 0
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s.s3.s3_bucket, Prefix=prefix):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=s.s3.s3_bucket, Delete={"Objects": keys, "Quiet": True})
+                n += len(keys)
+    finally:
+        client.close()
+    return n
 
 
 def cleanup_run_topics(s: Settings, say: Callable[[str], None]) -> None:

@@ -164,7 +164,7 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
     if importlib.util.find_spec("celery") is None:
         raise RuntimeError("celery is not installed: pip install -e '.[bench]'")
     from streams.bench.corpus import bench_texts
-    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.bench.harness import cleanup_run, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -259,7 +259,7 @@ def run_bench(*, quick: bool = False, seed: int | None = None, run_s: float | No
             with contextlib.suppress(Exception):
                 sysm.close()
         sup.stop_all()
-        cleanup_run_topics(s, _say)
+        cleanup_run(s, _say)
     report["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     out.mkdir(parents=True, exist_ok=True)

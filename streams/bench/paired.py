@@ -49,7 +49,7 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
 
     from streams.bench.baseline import _phase, schedule, unit_gaps
     from streams.bench.corpus import bench_texts
-    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.bench.harness import cleanup_run, isolated, new_run_id, require_stack_up
     from streams.bench.latency import _TtsflowTimed
     from streams.bench.tail import breakdown, ttsflow_path
     from streams.devstack import stack
@@ -93,7 +93,7 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
         with contextlib.suppress(Exception):
             tf.close()
         sup.stop_all()
-        cleanup_run_topics(s, _say)
+        cleanup_run(s, _say)
     return out
 
 

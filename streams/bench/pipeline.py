@@ -178,7 +178,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
               corpus: str = "en") -> dict[str, Any]:
     from schemas import Request
     from streams.bench.corpus import bench_texts, bench_texts_zh
-    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.bench.harness import cleanup_run, isolated, new_run_id, require_stack_up
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -258,7 +258,7 @@ def run_bench(*, requests: int = 60, open_loop_s: float = 30.0, load: float = 0.
         if driver is not None:
             driver.close()
         sup.stop_all()
-        cleanup_run_topics(s, _say)
+        cleanup_run(s, _say)
     return report
 
 
@@ -320,7 +320,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
     from schemas import Request, encode
     from streams.bench.corpus import ASR_SENTENCES, bench_texts
     from streams.bench.harness import (
-        cleanup_run_topics,
+        cleanup_run,
         isolated,
         new_run_id,
         paired_ratio,
@@ -461,7 +461,7 @@ def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int
         for pid in pinned.values():  # the stack's servers outlive the run: every CPU again
             pin_threads(pid, everywhere)
         sup.stop_all()
-        cleanup_run_topics(s, _say)
+        cleanup_run(s, _say)
     return report
 
 

@@ -79,7 +79,7 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
     from streams.bench.harness import (
         Publisher,
         TopicReader,
-        cleanup_run_topics,
+        cleanup_run,
         isolated,
         new_run_id,
         proc_status_mib,
@@ -176,7 +176,7 @@ def run_soak(*, requests: int = 10_000, window: int = 16, warmup: float = 0.1, s
         if reader is not None:
             reader.close()
         sup.stop_all()
-        cleanup_run_topics(s, _say)
+        cleanup_run(s, _say)
     return report
 
 

@@ -483,7 +483,7 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
               ramp: list[float] | None = None, ramp_s: float = 15.0) -> dict[str, Any]:
     from schemas import Request, encode
     from streams.bench.corpus import sentences
-    from streams.bench.harness import cleanup_run_topics, isolated, new_run_id, require_stack_up
+    from streams.bench.harness import cleanup_run, isolated, new_run_id, require_stack_up
     from streams.bench.plain import config_producer
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
@@ -627,7 +627,7 @@ def run_bench(*, quick: bool = False, loads: list[float] | None = None, run_s: f
         with contextlib.suppress(Exception):
             producer.flush(5)
         sup.stop_all()
-        cleanup_run_topics(s, _say)
+        cleanup_run(s, _say)
     report["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     out.mkdir(parents=True, exist_ok=True)

@@ -126,7 +126,7 @@ def test_isolated_settings_share_nothing_named() -> None:
     base = Settings()
     a, b = isolated(base, "r1"), isolated(base, "r2")
     names = ("topic_requests", "topic_segments", "topic_completed", "topic_dlq", "topic_done", "stage_app_id",
-             "worker_group")
+             "worker_group", "s3_prefix")
     section = {d.name: d.section for d in describe()}
 
     def get(s: Settings, name: str) -> object:
@@ -135,6 +135,15 @@ def test_isolated_settings_share_nothing_named() -> None:
     for n in names:
         assert get(a, n) != get(base, n) and get(a, n) != get(b, n)
     assert a.kafka.bootstrap_servers == base.kafka.bootstrap_servers
+    assert a.s3.s3_prefix == f"{base.s3.s3_prefix}runs/r1/"  # the run's audio, deleted with it (harness.cleanup_run)
+
+
+def test_only_a_runs_own_prefix_is_ever_emptied() -> None:
+    from streams.bench.harness import delete_run_objects
+
+    for prefix in ("", "audio/", "runs"):
+        with pytest.raises(ValueError):
+            delete_run_objects(Settings().replace(s3_prefix=prefix))
 
 
 def test_classify_lost_names_the_hop_that_dropped_each_request() -> None:

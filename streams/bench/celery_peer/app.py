@@ -111,7 +111,7 @@ def _load(run_id: str, **_: Any) -> None:
     _state.engine = _open_engine(s)
     _state.voice = s.engine.voice or _state.engine.default_voice
     _state.model = f"{_state.engine.info.name}:{_state.engine.info.version}:{_state.engine.info.precision}"
-    _state.store = AudioStore.from_section(s.s3, prefix="baseline/")
+    _state.store = AudioStore.from_section(s.s3, prefix=f"{s.s3.s3_prefix}baseline/")  # a bench run's own prefix
     _state.redis = redis.Redis.from_url(redis_db_url(s.redis.redis_url, RESULT_DB), socket_timeout=5)
     _state.redis.set(f"{READY_NS}{run_id}:{os.getpid()}", _state.model, ex=3600)
     _log.info("event=engine_loaded pid=%d model=%s threads=%d", os.getpid(), _state.model, s.engine.threads)
