@@ -47,9 +47,10 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
     phase's p50/p99 and the median request's parts."""
     import msgspec
 
+    from streams.bench import harness
     from streams.bench.baseline import _phase, schedule, unit_gaps
     from streams.bench.corpus import bench_texts
-    from streams.bench.harness import cleanup_run, isolated, new_run_id, require_stack_up
+    from streams.bench.harness import isolated, new_run_id, require_stack_up
     from streams.bench.latency import _TtsflowTimed
     from streams.bench.tail import breakdown, ttsflow_path
     from streams.devstack import stack
@@ -93,7 +94,8 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
         with contextlib.suppress(Exception):
             tf.close()
         sup.stop_all()
-        cleanup_run(s, _say)
+        # a checkout from before 2026-12-05's cleanup_run deletes its topics only
+        getattr(harness, "cleanup_run", harness.cleanup_run_topics)(s, _say)
     return out
 
 
