@@ -11,7 +11,7 @@ request streaming, as in ``bench latency``). Every run asks for a speed of its o
 answered from another's parts in the cache.
 
 The JSON has, per rate and arm, the median over the pairs of each phase's p50 and p99 and of
-the median request's parts (``stage``, ``read``, ... ``txn_read``, :func:`streams.bench.tail.breakdown`),
+the median request's parts (``stage``, ``read``, ... ``txn_read``: the phase's own ``breakdown``),
 and the per-pair p50 and p99 ratios B / A with their median. One pair's runs follow each other,
 so a drift of the machine's load falls on both arms; the pairs alternate which arm runs first.
 
@@ -52,7 +52,6 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
     from streams.bench.corpus import bench_texts
     from streams.bench.harness import isolated, new_run_id, require_stack_up
     from streams.bench.latency import _TtsflowTimed
-    from streams.bench.tail import breakdown, ttsflow_path
     from streams.devstack import stack
     from streams.devstack.procs import Supervisor
     from streams.settings import load_settings
@@ -79,16 +78,8 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
             n = max(6, int(rate * seconds))
             ph = _phase(tf, f"r{k}", [next(pool) for _ in range(n)], schedule(unit_gaps(rng, n), n, rate),
                         answer_timeout=max(60.0, 3 * seconds), prefix="pr")
-            paths = []
-            for i in range(n):
-                rid = f"pr-{tf.name[:2]}-r{k}-{i:05d}"
-                if rid in tf.completions:
-                    c, seen = tf.completions[rid]
-                    p = ttsflow_path(c, tf.a.sent[rid], seen)
-                    if p is not None:
-                        paths.append(p)
             out["rates"][str(rate)] = {"p50_ms": ph.get("p50_ms"), "p99_ms": ph.get("p99_ms"),
-                                       "lost": ph.get("lost"), "median_ms": breakdown(paths).get("median_ms")}
+                                       "lost": ph.get("lost"), "median_ms": ph["breakdown"].get("median_ms")}
             _say(f"{rate}/s: p50 {ph.get('p50_ms')} p99 {ph.get('p99_ms')} ms")
     finally:
         with contextlib.suppress(Exception):
