@@ -181,9 +181,11 @@ class AudioStore:
                                                        ExpiresIn=int(ttl)))
 
     # -- operations ----------------------------------------------------------------
-    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
-        """Store ``data`` at ``key``; returns its SHA-256 hex digest once S3 acknowledged it."""
-        digest = hashlib.sha256(data).hexdigest()
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream", *,
+            sha256: str | None = None) -> str:
+        """Store ``data`` at ``key``; returns its SHA-256 hex digest once S3 acknowledged it (``sha256``:
+        the caller's, already computed)."""
+        digest = sha256 or hashlib.sha256(data).hexdigest()
         (self._put.fallback or self._put)(key, data, content_type, {"sha256": digest}, digest)
         return digest
 

@@ -413,8 +413,7 @@ def _store_part(store: AudioStore, key: str, data: bytes, sha: str, marks: tuple
     """S3 pool: a part's object (and its marks object beside it); its sha256 once S3 has them."""
     if marks is not None:
         store.put(marks[0], marks[1], "application/json")
-    store.put(key, data, audio_codec.content_type(PART_FORMAT))
-    return sha
+    return store.put(key, data, audio_codec.content_type(PART_FORMAT), sha256=sha)
 
 
 def _run_into(fut: Future[Any], fn: Callable[..., Any], *args: Any) -> None:

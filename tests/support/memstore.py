@@ -24,9 +24,9 @@ class MemStore:
     def uri(self, key: str) -> str:
         return f"s3://b/{key}"
 
-    def put(self, key: str, data: bytes, content_type: str = "") -> str:
+    def put(self, key: str, data: bytes, content_type: str = "", *, sha256: str | None = None) -> str:
         self.objects[key] = data
-        return hashlib.sha256(data).hexdigest()
+        return sha256 or hashlib.sha256(data).hexdigest()
 
     def get(self, key: str) -> bytes:
         if key not in self.objects:

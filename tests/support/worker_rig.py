@@ -223,11 +223,11 @@ class FakeStore:
         if self.down:
             raise S3Unavailable("connection refused")
 
-    def put(self, key: str, data: bytes, content_type: str = "") -> str:
+    def put(self, key: str, data: bytes, content_type: str = "", *, sha256: str | None = None) -> str:
         self._check()
         self.puts += 1
         self.objects[key] = data
-        return hashlib.sha256(data).hexdigest()
+        return sha256 or hashlib.sha256(data).hexdigest()
 
     def put_file(self, key: str, f: Any, content_type: str = "", *, metadata: dict[str, str] | None = None) -> tuple[str, int]:
         f.seek(0)

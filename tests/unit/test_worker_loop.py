@@ -83,10 +83,10 @@ class _HeldPartPuts(FakeStore):
         super().__init__()
         self.gate = threading.Event()
 
-    def put(self, key: str, data: bytes, content_type: str = "") -> str:
+    def put(self, key: str, data: bytes, content_type: str = "", *, sha256: str | None = None) -> str:
         if key.startswith("a/part/"):
             self.gate.wait(30)
-        return super().put(key, data, content_type)
+        return super().put(key, data, content_type, sha256=sha256)
 
 
 def test_a_parts_put_in_flight_holds_its_segment_and_answer_but_not_the_model_lane(rig: Rig) -> None:
