@@ -28,7 +28,8 @@ Guarantees:
   long one is queued gets a due near its arrival and is served in the next batches, not
   after the long one; two long requests interleave (round-robin); an idle worker still
   runs a lone long request at full speed (pacing only orders, it never waits).
-* **Starvation-free.** Every new item's due is at least its arrival, so an item of due
+* **Starvation-free.** Every new item's due is at least its arrival (less its bounded
+  ``owed_s``, below), so an item of due
   ``d`` is served before anything that arrives after ``d``: a long request's k-th segment
   waits at most for the work due before ``arrival + k * fair_slot_s`` (k paces, with costs), and a bulk item at
   most for what is due before ``arrival + bulk_delay_s``, however much interactive work keeps
@@ -42,6 +43,11 @@ Guarantees:
   that due. Among requests waiting together the smaller ones go first (shortest job first, which
   lowers the median answer under load), and a larger one is passed over by at most
   ``fair_burst_s`` of later arrivals: still starvation-free.
+* **A backlog oldest first** (``owed_s``): an item that waited for this worker before it could
+  be read (the caller says how long, bounded: a partition's backlog when it was assigned or
+  rewound, :meth:`streams.worker.ledger.Ledger.owed`) is due that much earlier, so a restart's
+  backlog, read partition by partition, is served in the order it was written, not in the
+  order it was read. Every other item is due at its arrival, as above.
 
 A plain class: no threads, no sleeping, no Kafka. Time comes from ``clock`` (at ``add``)
 and from the ``now`` the caller passes, so tests drive it with a fake clock.
@@ -154,15 +160,16 @@ class MicroBatcher(Generic[T]):
         return bisect.bisect_left(self.buckets, length)
 
     def add(self, item: T, length: int, group: Hashable = None, *, flow: Hashable = None,
-            priority: str = "interactive", cost_s: float = 0.0, size_s: float = 0.0) -> None:
+            priority: str = "interactive", cost_s: float = 0.0, size_s: float = 0.0, owed_s: float = 0.0) -> None:
         """Queue ``item``; ``flow`` names its request (None: an item on its own), ``priority``
         is ``interactive`` or ``bulk``, ``cost_s`` the model time it is expected to take (it
         spaces the flow's next item at least that far after this one), ``size_s`` that of its
-        whole request (short requests first); see the module doc."""
+        whole request (short requests first), ``owed_s`` how long it waited before it could be
+        read (a backlog: due that much earlier); see the module doc."""
         if priority not in self.delay:
             raise ValueError(f"priority must be one of {PRIORITIES}, got {priority!r}")
         now = self._clock()
-        due = now + self.delay[priority]
+        due = now + self.delay[priority] - max(0.0, owed_s)
         if flow is not None:
             first = (due + min(self.fair_burst_s, self.short_first * max(0.0, size_s)), 0.0, 0.0)
             last_due, pace, spent = self._flows.get(flow, first)

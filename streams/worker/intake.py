@@ -57,4 +57,5 @@ def admit_record(msg: Any, ledger: Ledger, metrics: Any, *, identity: str, now: 
         work.read_at = ledger.wall()
         work.size = len(raw) if raw is not None else 0
         work.written_at = ts_ms / 1000 if ts_type != 0 and ts_ms > 0 else work.read_at
+        work.owed_s = ledger.owed(p, work.written_at)
     return work

@@ -80,6 +80,7 @@ class Seg:
     started_at: float = 0.0    # its model call began
     model_s: float = 0.0       # its share of the model call and DSP
     uploaded_at: float = 0.0   # its part was encoded and handed to S3 (its PUT then in flight)
+    owed_s: float = 0.0        # how long it waited for a worker to take its partition (Ledger.owed)
 
     @property
     def work_id(self) -> str:
@@ -182,8 +183,9 @@ class Ledger:
     """Per-partition requests in flight, the durable done set and the offset tracker of one worker."""
 
     def __init__(self, *, dedup_window_s: float, max_request_audio_s: float, join_memory_bytes: int,
-                 sample_rate: int, wall: Callable[[], float] = time.time) -> None:
+                 sample_rate: int, wall: Callable[[], float] = time.time, backlog_credit_s: float = 0.0) -> None:
         self.dedup_window_s = dedup_window_s
+        self.backlog_credit_s = backlog_credit_s
         self.max_request_audio_s = max_request_audio_s
         self.join_memory_bytes = join_memory_bytes
         self.sample_rate = sample_rate
@@ -199,6 +201,7 @@ class Ledger:
         self._done: dict[int, dict[str, float]] = {}       # durable: request id -> answered at (epoch s)
         self._answering: set[tuple[int, str]] = set()      # answered, its transaction not yet committed
         self._gen: dict[int, int] = {}                     # partition -> generation of its in-memory work
+        self._since: dict[int, float] = {}                 # partition -> when its generation began (epoch s)
         self._failed_since = False                          # a request failed since unwanted() last looked
 
     # -- partitions ---------------------------------------------------------------------
@@ -210,8 +213,21 @@ class Ledger:
         return self._gen.get(partition) == gen
 
     def assigned(self, partitions: set[int]) -> None:
+        now = self.wall()
         for p in partitions:
             self._gen[p] = self._gen.get(p, 0) + 1
+            self._since[p] = now
+
+    def owed(self, partition: int, written_at: float) -> float:
+        """How long a record of ``partition`` written at ``written_at`` (epoch s) waited before this
+        worker took the partition (assigned, or rewound after an abort): a restart's, a rebalance's
+        or an abort's backlog, which the batcher serves oldest first (``owed_s``). At most
+        ``backlog_credit_s``, and 0 for a record read later than that after the partition was taken
+        (it waited behind this worker's work, not for a worker; a deep backlog keeps read order)."""
+        since = self._since.get(partition)
+        if since is None or self.wall() - since > self.backlog_credit_s:
+            return 0.0
+        return min(self.backlog_credit_s, max(0.0, since - written_at))
 
     def load_done(self, partition: int, answered: dict[str, float]) -> None:
         """The durable done set of ``partition``: request id -> answered at (epoch seconds)."""
@@ -521,8 +537,10 @@ class Ledger:
 
     def drop_all(self, assigned: set[int]) -> None:
         """Forget all in-memory work (nothing of it was committed); the done set is kept."""
+        now = self.wall()
         for p in set(self._gen) | assigned:
             self._gen[p] = self._gen.get(p, 0) + 1  # results of tasks still running are ignored
+            self._since[p] = now  # what is read again from the committed offsets is a backlog
         self.answers = []
         self._answering.clear()
         self.chunks.clear()
@@ -537,6 +555,7 @@ class Ledger:
         for p in gone:
             self._gen[p] = self._gen.get(p, 0) + 1
             self._done.pop(p, None)
+            self._since.pop(p, None)
         self.tracker.drop(gone)
         for pid in list(self.waiting):
             rest = [s for s in self.waiting[pid] if s.partition not in gone]

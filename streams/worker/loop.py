@@ -134,7 +134,8 @@ class Worker:
         self._closing = False  # close() began: a revoke then commits nothing
         self.gate = ReloadGate(engine, metrics, clock=clock, max_wait_s=reload_max_wait_s)
         self.ledger = Ledger(dedup_window_s=dedup_window_s, max_request_audio_s=batching.max_request_audio_s,
-                             join_memory_bytes=batching.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate)
+                             join_memory_bytes=batching.join_memory_mb * 1024 * 1024, sample_rate=engine.sample_rate,
+                             backlog_credit_s=batching.backlog_credit_ms / 1000)
         self.core = WorkerCore(self.ledger, self.gate, metrics,
                                topics=Topics(kafka.topic_completed, kafka.topic_chunks, kafka.topic_done),
                                uri=store.uri, bucket=store.bucket, sample_rate=engine.sample_rate,

@@ -187,7 +187,7 @@ class PartMaker:
                 group += self.engine.batch_key(p)
             cost = len(s.seg.text) * self._cost_per_char.get(p.item.voice, 0.0)
             self.batcher.add(s, len(s.seg.text), group=group, flow=(s.partition, s.seg.request_id),
-                             priority=s.seg.priority, cost_s=cost,
+                             priority=s.seg.priority, cost_s=cost, owed_s=s.owed_s,
                              size_s=cost * self._lanes * max(1, s.seg.total))  # one lane's time: the model's
         return failed
 

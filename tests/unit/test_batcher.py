@@ -492,3 +492,30 @@ def test_short_first_passes_a_larger_request_over_for_a_bounded_time():
 def test_short_first_must_not_be_negative():
     with pytest.raises(ValueError):
         MicroBatcher(1, 0.0, (32,), FakeClock(), short_first=-1.0)
+
+
+def test_a_backlog_is_served_in_the_order_it_was_written_not_read():
+    """A restart's backlog is read partition by partition: the item that waited longest for the
+    worker (owed_s) goes first, then the rest by how long they waited; without owed_s, read order."""
+    clock = FakeClock()
+    b = MicroBatcher(1, 0.0, (32, 64, 128), clock, fair_slot_s=0.5, fair_burst_s=0.5)
+    for name, owed in (("p0-new", 0.2), ("p0-newer", 0.1), ("p1-oldest", 1.9), ("p1-old", 1.0)):
+        b.add(name, 10, flow=name, owed_s=owed)
+    clock.t += 0.01
+    b.add("fresh", 10, flow="fresh")
+    assert [b.take(clock.t)[0] for _ in range(5)] == ["p1-oldest", "p1-old", "p0-new", "p0-newer", "fresh"]
+    for name in ("p0-new", "p1-oldest"):
+        b.add(name, 10, flow=name + "-2")
+    assert [b.take(clock.t)[0] for _ in range(2)] == ["p0-new", "p1-oldest"]
+
+
+def test_what_is_owed_keeps_a_requests_segments_in_order_and_readiness_on_arrival():
+    """A request's later segments still follow its first (paced from its earlier due), and an
+    owed item is not counted as having waited for its batch to fill (max_wait from its arrival)."""
+    clock = FakeClock()
+    b = MicroBatcher(3, 0.05, (32, 64, 128), clock, fair_slot_s=0.5, fair_burst_s=0.0)
+    b.add(("r", 0), 10, flow="r", owed_s=1.5)
+    b.add(("r", 1), 10, flow="r", owed_s=1.5)
+    assert not b.ready(clock.t)  # one queue, one item short of a batch, waited 0 s here
+    clock.t += 0.05
+    assert b.take(clock.t) == [("r", 0), ("r", 1)]

@@ -279,3 +279,28 @@ def test_a_failed_requests_queued_parts_are_no_longer_wanted_unless_another_requ
     assert lg.unwanted() == {w.part_id for w in work[:3]}
     assert set(lg.waiting) == {work[3].part_id}
     assert lg.unwanted() == set()  # looked once per failure
+
+
+def test_owed_is_how_long_a_record_waited_for_its_partition_to_be_taken() -> None:
+    """Written before the partition was assigned (a restart's backlog): owed that long, at most
+    backlog_credit_s; written after, or read after the credit's window, nothing; an abort's rewind
+    starts the window again; a revoked partition owes nothing."""
+    clock = {"now": 1000.0}
+    lg = Ledger(dedup_window_s=600, max_request_audio_s=60, join_memory_bytes=1 << 20, sample_rate=SR,
+                wall=lambda: clock["now"], backlog_credit_s=5.0)
+    assert lg.owed(0, 990.0) == 0.0  # not assigned
+    lg.assigned({0, 1})
+    clock["now"] = 1000.5
+    assert lg.owed(0, 998.2) == pytest.approx(1.8)
+    assert lg.owed(1, 980.0) == 5.0  # bounded
+    assert lg.owed(0, 1000.2) == 0.0  # written after the assignment
+    clock["now"] = 1005.5  # later than the window: read order
+    assert lg.owed(0, 990.0) == 0.0
+    lg.drop_all({0, 1})  # an abort: what is read again is a backlog
+    assert lg.owed(0, 1004.0) == pytest.approx(1.5)
+    lg.forget({1})
+    assert lg.owed(1, 990.0) == 0.0
+    off = Ledger(dedup_window_s=600, max_request_audio_s=60, join_memory_bytes=1 << 20, sample_rate=SR,
+                 wall=lambda: clock["now"])
+    off.assigned({0})
+    assert off.owed(0, 990.0) == 0.0  # backlog_credit_s 0: read order

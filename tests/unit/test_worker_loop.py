@@ -118,6 +118,22 @@ def test_a_parts_put_in_flight_holds_its_segment_and_answer_but_not_the_model_la
     assert all(k in store.objects for k in rig.cache.d.values())  # the cache points only at stored parts
 
 
+def test_a_restarts_backlog_is_synthesized_in_the_order_it_was_written() -> None:
+    """A worker restarted under load reads its backlog partition by partition; the requests that
+    waited longest for it (written first, whatever their partition) are synthesized first."""
+    r = Rig(max_batch=1)
+    try:
+        now_ms = int(time.time() * 1000)
+        for p, rid, age_ms in ((0, "p0-new", 300), (0, "p0-newest", 100), (1, "p1-oldest", 1800), (1, "p1-old", 900)):
+            r.publish(p, segments(rid, f"u-{rid}", [f"Request {rid} here."]))
+            r.broker.logs[(SEG, p)][-1]._ts = now_ms - age_ms  # its record's timestamp: when the stage wrote it
+        r.new_worker()  # the restart: every record above was written before its partition was taken
+        r.run_until(lambda: len(r.completions()) == 4)
+        assert r.backend.inferred == [f"Request {rid} here." for rid in ("p1-oldest", "p1-old", "p0-new", "p0-newest")]
+    finally:
+        r.close()
+
+
 def test_restart_mid_request_rebuilds_from_s3_parts(rig: Rig) -> None:
     segs = segments("r", "u1", ["Part one.", "Part two.", "Part three."])
     rig.publish(0, segs[:2])
