@@ -13,6 +13,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +144,22 @@ def _watch_gc(metrics: Any) -> None:
     gc.callbacks.append(on_gc)
 
 
+def _beside_the_load(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
+    """``fn(*args, **kwargs)`` on a thread of its own, started now: work a start needs after the model's
+    load done while onnxruntime builds its sessions (which lets go of the GIL). ``result()`` raises what it raised."""
+    done: Future[Any] = Future()
+    threading.Thread(target=_run_into_future, args=(done, fn, args, kwargs), name="start-beside-load",
+                     daemon=True).start()
+    return done
+
+
+def _run_into_future(done: Future[Any], fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    try:
+        done.set_result(fn(*args, **kwargs))
+    except BaseException as e:  # handed to whoever waits for it
+        done.set_exception(e)
+
+
 def _freeze_heap() -> None:
     """What the start made (the model's front end and its dictionaries, the clients, the modules) lives
     as long as the process: moved out of the collector's sight, so a full collection while serving
@@ -211,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     from streams.worker.prelude import KafkaPrelude
 
     prelude = KafkaPrelude(settings).start()  # fencing and the done topic while the model loads
+    # the Redis client (importing redis, ~0.1 s of Python) beside the model's load, not after it
+    cache_made = _beside_the_load(AudioCache.from_section, settings.redis, namespace=cache_namespace(settings.s3))
     engine: Any
     lanes, threads = model_lanes(settings.engine)
     try:
@@ -237,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     _watch_gc(metrics)
     if isinstance(engine, BackendRouter):
         engine.on_batch = metrics.backend_batch
-    cache = AudioCache.from_section(settings.redis, namespace=cache_namespace(settings.s3))
+    cache = cache_made.result()
     worker = Worker(settings.kafka, settings.batching, engine, store, cache, metrics,
                     dedup_window_s=settings.stage.dedup_window_s, overlap=args.overlap, lanes=lanes,
                     ready=prelude.result())
