@@ -51,6 +51,9 @@ class Engine:
         self.backend = backend
         self.max_batch = max_batch
         self.cold_start_s: float | None = None
+        # voice -> seconds of one model call per character, measured as the engine loaded (warm-up, then
+        # the store's health check): a worker's first estimate of a segment's cost, before its own calls
+        self.seconds_per_char: dict[str, float] = {}
 
     # -- what is loaded -------------------------------------------------------------
     @property
@@ -167,14 +170,17 @@ class Engine:
         return synthesize_planned(self, items)
 
     def warm_up(self) -> float:
-        """Synthesize one short sentence (first-run allocations, kernel choice); its seconds."""
+        """Synthesize one short sentence (first-run allocations, kernel choice); its seconds (and
+        ``seconds_per_char`` of the default voice from it)."""
         t0 = time.perf_counter()
         res = self.synthesize([SynthItem(WARMUP_TEXT, self.default_voice)])
         if isinstance(res[0], Failure):
             from engine.errors import ModelLoadError
 
             raise ModelLoadError(f"warm-up failed: {res[0].code}: {res[0].message}")
-        return time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        self.seconds_per_char[self.default_voice] = took / len(WARMUP_TEXT)  # a first call: on the high side
+        return took
 
     def close(self) -> None:
         self.backend.close()

@@ -222,6 +222,9 @@ class ModelManager:
             return None, ReloadResult(False, serving, mv.ref, reason, load_s=round(time.perf_counter() - t0, 3))
         load_s = time.perf_counter() - t0
         health = health_check(engine, self._health_sentences)
+        chars = sum(len(x) for x in self._health_sentences)
+        if health.ok and chars and isinstance(getattr(engine, "seconds_per_char", None), dict):
+            engine.seconds_per_char[engine.default_voice] = health.seconds / chars  # warm, several sentences
         cold = engine.cold_start_s if engine.cold_start_s is not None else load_s
         if not health.ok:
             engine.close()

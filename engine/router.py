@@ -84,6 +84,14 @@ class BackendRouter:
         return any(bool(getattr(e, "solo_capable", False)) for e in self.engines.values())
 
     @property
+    def seconds_per_char(self) -> dict[str, float]:
+        """Each engine's measured model seconds per character, by voice (see ``Engine.seconds_per_char``)."""
+        out: dict[str, float] = {}
+        for e in self.engines.values():
+            out.update(getattr(e, "seconds_per_char", {}))
+        return out
+
+    @property
     def max_batch(self) -> int:
         return int(self.engines[self.default].max_batch)
 

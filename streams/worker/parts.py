@@ -98,8 +98,11 @@ class PartMaker:
         self._lanes = max(1, lanes)
         self._model = ThreadPoolExecutor(self._lanes, thread_name_prefix="model")
         # voice -> model seconds per character of this worker (EWMA over its calls, all lanes
-        # counted): a segment's expected cost, which paces its request in the fair order
-        self._cost_per_char: dict[str, float] = {}
+        # counted): a segment's expected cost, which paces its request in the fair order. Until a
+        # voice's first call here, what the engine measured as it loaded: an unknown cost counts one
+        # fair slot, which paced a restarted worker's whole backlog 0.5 s a segment (issue 32)
+        self._cost_per_char: dict[str, float] = {
+            v: c / self._lanes for v, c in dict(getattr(engine, "seconds_per_char", None) or {}).items() if c > 0}
         self._max_calls = self._lanes + 1
         self._eager = eager  # an idle lane starts what is batched now (TTS_EAGER_BATCHES)
         self._post = ThreadPoolExecutor(1, thread_name_prefix="post") if overlap else None

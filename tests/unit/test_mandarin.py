@@ -124,6 +124,14 @@ def test_router_never_mixes_backends_in_a_model_call_and_names_the_backend() -> 
         r.infer_batch([p for p in prepared if isinstance(p, Prepared)])
 
 
+def test_router_reports_each_engines_measured_cost_by_voice() -> None:
+    r = _router([])
+    assert r.seconds_per_char == {}
+    for e in r.engines.values():
+        e.warm_up()
+    assert set(r.seconds_per_char) == {"heart", "joe"} and all(v > 0 for v in r.seconds_per_char.values())
+
+
 def test_router_fails_only_the_item_with_an_unknown_voice() -> None:
     r = _router([])
     out = r.synthesize([SynthItem("a b c", "nobody"), SynthItem("a b c", "joe")])

@@ -16,7 +16,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from engine.base import Audio, SynthItem
-from engine.reload import ModelManager, health_check, install_sighup, open_engine
+from engine.reload import HEALTH_SENTENCES, ModelManager, health_check, install_sighup, open_engine
 from engine.store import ModelStore, ModelVersion
 
 ITEM = [SynthItem("The old voice keeps talking while the new one loads.", "")]
@@ -76,6 +76,9 @@ def test_start_loads_the_shipped_version_and_reports_cold_start(manager: ModelMa
     r = manager.last_result
     assert r is not None and r.swapped and r.cold_start_s > 0
     assert r.health is not None and r.health.ok
+    # the health check's seconds per character of the voice: a worker's first cost estimate
+    chars = sum(len(x) for x in HEALTH_SENTENCES)
+    assert manager.seconds_per_char == {manager.default_voice: pytest.approx(r.health.seconds / chars)}
     _speaks(manager)
 
 

@@ -134,6 +134,28 @@ def test_a_restarts_backlog_is_synthesized_in_the_order_it_was_written() -> None
         r.close()
 
 
+@pytest.mark.parametrize("measured", [True, False])
+def test_a_fresh_worker_paces_by_what_the_engine_measured_as_it_loaded(measured: bool) -> None:
+    """Before its first call a worker knows a segment's cost only from the engine's load (warm-up,
+    health check): with it, a three-sentence request is served whole ahead of a one-sentence one
+    behind it, as later; without it, each segment of unknown cost counts a fair slot and the
+    request's second and third sentences go after the other request."""
+    r = Rig(max_batch=1)
+    try:
+        engine = Engine(r.backend, max_batch=1)
+        if measured:
+            engine.seconds_per_char = {"heart": 0.001}  # ~20 ms a sentence: well within a fair burst
+        r.publish(0, segments("long", "u1", ["First sentence.", "Second sentence.", "Third sentence."]))
+        r.publish(1, segments("short", "u2", ["Another user."]))
+        r.new_worker(engine=engine)
+        r.run_until(lambda: len(r.completions()) == 2)
+        want = ["First sentence.", "Second sentence.", "Third sentence.", "Another user."] if measured else \
+            ["First sentence.", "Another user.", "Second sentence.", "Third sentence."]
+        assert r.backend.inferred == want
+    finally:
+        r.close()
+
+
 def test_restart_mid_request_rebuilds_from_s3_parts(rig: Rig) -> None:
     segs = segments("r", "u1", ["Part one.", "Part two.", "Part three."])
     rig.publish(0, segs[:2])
