@@ -220,10 +220,12 @@ def test_an_idempotency_key_retried_is_answered_once(rig: Rig) -> None:
 
 
 def test_a_wait_that_runs_out_answers_504_and_a_retry_collects_the_audio(rig: Rig) -> None:
-    impatient = rig.sup.gateway(f"impatient-{uuid.uuid4().hex[:4]}", rig.settings.replace(gateway_wait_s=0.3))
+    impatient = rig.sup.gateway(f"impatient-{uuid.uuid4().hex[:4]}", rig.settings.replace(gateway_wait_s=0.1))
     rig.sup.wait_ready(impatient, timeout=120)
     key = f"slow-{uuid.uuid4().hex}"
-    text = fresh(SENTENCES[6:18])  # twelve segments no cache holds: more than 0.3 s of synthesis
+    # 24 segments no cache holds: far more than the 0.1 s wait on any machine (twelve at a 0.3 s wait
+    # were answered in time on a fast one)
+    text = fresh(list(SENTENCES[6:18]) * 2)
     body = {"model": "tts-1", "input": text, "voice": "alloy", "response_format": "flac"}
     status, headers, raw = http("POST", f"http://127.0.0.1:{impatient.settings.gateway.gateway_port}/v1/audio/speech", body,
                                 {"Idempotency-Key": key})
