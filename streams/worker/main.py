@@ -13,8 +13,7 @@ import logging
 import os
 import signal
 import sys
-import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -147,17 +146,10 @@ def _watch_gc(metrics: Any) -> None:
 def _beside_the_load(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
     """``fn(*args, **kwargs)`` on a thread of its own, started now: work a start needs after the model's
     load done while onnxruntime builds its sessions (which lets go of the GIL). ``result()`` raises what it raised."""
-    done: Future[Any] = Future()
-    threading.Thread(target=_run_into_future, args=(done, fn, args, kwargs), name="start-beside-load",
-                     daemon=True).start()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="start-beside-load")
+    done = pool.submit(fn, *args, **kwargs)
+    pool.shutdown(wait=False)  # the thread ends with its one task
     return done
-
-
-def _run_into_future(done: Future[Any], fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    try:
-        done.set_result(fn(*args, **kwargs))
-    except BaseException as e:  # handed to whoever waits for it
-        done.set_exception(e)
 
 
 def _freeze_heap() -> None:
