@@ -77,3 +77,31 @@ def test_shifted_moves_a_word_into_a_longer_text_and_audio() -> None:
     (w,) = word_times(plan, plan.owners, [np.asarray([50, 50])], [0], sample_rate=100, total_samples=100)
     s = w.shifted(10, 2.5)
     assert (s.start, s.end, s.start_s, s.end_s) == (10, 12, 2.5, 3.5)
+
+
+_IPA = {"Hello": "həlˈoʊ", "big": "bˈɪɡ", "world": "wˈɜːld", "in": "ˈɪn", "the": "ðə", "box": "bˈɑks"}
+
+
+def test_spoken_tokens_that_pair_off_with_the_words_give_each_its_own_and_punctuation_none() -> None:
+    chunk = "həlˈoʊ, bˈɪɡ wˈɜːld."
+    plan = plan_words("Hello, big world.", [chunk], _IPA.__getitem__)
+    owners = plan.owners[0]
+    assert [chunk[i] for i in range(len(chunk)) if owners[i] == 2] == list("wˈɜːld")
+    assert owners[chunk.index(",")] == owners[chunk.index(".")] == -1
+    assert [chunk[i] for i in range(len(chunk)) if owners[i] == 0] == list("həlˈoʊ")
+
+
+def test_words_the_front_end_ran_together_are_still_traced_by_the_alignment() -> None:
+    chunk = "ɪnðə bˈɑks"  # eSpeak reads "in the" as one run: the tokens do not pair off
+    plan = plan_words("in the box", [chunk], _IPA.__getitem__)
+    owners = plan.owners[0]
+    assert "".join(chunk[i] for i in range(len(chunk)) if owners[i] == 1) == "ðə"
+    assert "".join(chunk[i] for i in range(len(chunk)) if owners[i] == 2) == "bˈɑks"
+
+
+def test_as_many_tokens_that_share_no_sound_are_not_taken_for_the_same_words() -> None:
+    chunk = "cd ab"  # two tokens as the text has two words, but paired in order they share no sound
+    plan = plan_words("ab cd", [chunk], str)
+    owners = plan.owners[0]
+    assert list(owners[3:5]) == [0, 0]  # "ab" is the first word wherever it was heard
+    assert 1 not in owners[0:2]
