@@ -18,6 +18,12 @@ itself (Python opens files close-on-exec). Processes of another cluster or anoth
 group count in other scopes, so they never shift a slot. The lock files live in a
 per-user folder of the temp dir; two users running the same group on one host would
 need different prefixes.
+
+:func:`wait_for_slot` is a warm standby's half (``TTS_WORKER_SLOTS``): it waits, polling, until
+one of a bounded set of slots is free (its holder exited or was killed) and takes it, so the
+standby takes over the dead process's name within milliseconds. :func:`slot_holder` says which
+process holds a slot (``/proc/locks``), for an operator or a benchmark that must kill the
+serving process and not its standby.
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ import hashlib
 import os
 import socket
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from streams.errors import FatalError
 
-__all__ = ["claim_slot", "host_name", "slot_dir"]
+__all__ = ["claim_slot", "host_name", "slot_dir", "slot_holder", "wait_for_slot"]
 
 _held: list[IO[Any]] = []  # the locks this process holds, for its whole life
 
@@ -67,18 +75,66 @@ def claim_slot(kind: str, cluster: str, prefix: str, *, lock_dir: Path | None = 
 
     Raises :class:`FatalError` when all ``slots`` are taken.
     """
-    import fcntl
+    files = _lock_files(kind, cluster, prefix, slots, lock_dir)
+    slot = _take_one(files)
+    if slot is None:
+        for f in files:
+            f.close()
+        raise FatalError(f"no free {kind} slot among {slots} for {prefix!r} on this host")
+    return slot
 
+
+def wait_for_slot(kind: str, cluster: str, prefix: str, slots: int, *, lock_dir: Path | None = None,
+                  poll_s: float = 0.005, stop: Callable[[], bool] = lambda: False) -> int | None:
+    """The lowest of slots ``0..slots-1`` of the scope free now or, while live processes hold all of
+    them, the first to be freed (its holder exited or died: checked every ``poll_s``), locked until
+    this process exits. None once ``stop()`` says so."""
+    files = _lock_files(kind, cluster, prefix, slots, lock_dir)
+    while (slot := _take_one(files)) is None:
+        if stop():
+            for f in files:
+                f.close()
+            return None
+        time.sleep(poll_s)
+    return slot
+
+
+def slot_holder(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir: Path | None = None) -> int | None:
+    """The pid of the process holding ``slot`` of the scope (Linux ``/proc/locks``), or None."""
+    path = (lock_dir or slot_dir()) / f"{_scope_file(kind, cluster, prefix)}.{slot}.lock"
+    try:
+        st = path.stat()
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 4242 00:2a:1234567 0 EOF"
+        f = line.split()
+        if len(f) >= 6 and f[1] == "FLOCK" and f[5] == want and f[4].isdigit():
+            return int(f[4])
+    return None
+
+
+def _lock_files(kind: str, cluster: str, prefix: str, slots: int, lock_dir: Path | None) -> list[IO[Any]]:
     base = lock_dir or slot_dir()
     base.mkdir(parents=True, exist_ok=True)
     stem = _scope_file(kind, cluster, prefix)
-    for slot in range(slots):
-        f = open(base / f"{stem}.{slot}.lock", "a+")  # held until exit
+    return [open(base / f"{stem}.{k}.lock", "a+") for k in range(slots)]  # the one taken stays open until exit
+
+
+def _take_one(files: list[IO[Any]]) -> int | None:
+    """Lock the first of ``files`` no live process holds and keep it until exit (closing the others);
+    None, with every file left open for the next try, when all are held."""
+    import fcntl
+
+    for slot, f in enumerate(files):
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            f.close()
             continue
         _held.append(f)
+        for other in files:
+            if other is not f:
+                other.close()
         return slot
-    raise FatalError(f"no free {kind} slot among {slots} for {prefix!r} on this host")
+    return None

@@ -24,7 +24,8 @@ from streams.errors import FatalError, KafkaAccessError, RetriableError, Storage
 from streams.settings import EngineSettings, S3Settings, Settings, SettingsError, load_settings
 from streams.worker.loop import Worker
 
-__all__ = ["cache_namespace", "claim_transactional_id", "main", "open_engine"]
+__all__ = ["cache_namespace", "claim_transactional_id", "main", "open_engine", "serving_transactional_id",
+           "take_over_transactional_id"]
 
 _log = logging.getLogger("ttsflow.worker")
 
@@ -120,6 +121,29 @@ def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, 
     return f"{prefix}-{host_name()}-{slot}"
 
 
+def serving_transactional_id(settings: Settings, *, lock_dir: Path | None = None) -> str | None:
+    """With ``TTS_WORKER_SLOTS`` N: the id of the lowest of the N slots free on this host, held until
+    exit, or None when live workers hold all N (this one is a standby: :func:`take_over_transactional_id`)."""
+    from streams.errors import FatalError
+
+    try:
+        return claim_transactional_id(settings, lock_dir=lock_dir, slots=settings.kafka.worker_slots)
+    except FatalError:
+        return None
+
+
+def take_over_transactional_id(settings: Settings, *, lock_dir: Path | None = None,
+                               stop: Any = lambda: False) -> str | None:
+    """A standby's wait: the id of the first of the ``TTS_WORKER_SLOTS`` slots to be freed (a serving
+    worker killed or stopped), held until exit; None once ``stop()`` says so."""
+    from streams.identity import host_name, wait_for_slot
+
+    prefix = settings.kafka.effective_transactional_id_prefix
+    slot = wait_for_slot("worker", settings.kafka.bootstrap_servers, prefix, settings.kafka.worker_slots,
+                         lock_dir=lock_dir, stop=stop)
+    return None if slot is None else f"{prefix}-{host_name()}-{slot}"
+
+
 _GC_LOG_S = 0.005  # a garbage collection at least this long is logged (the tail benchmarks read them)
 
 
@@ -150,6 +174,37 @@ def _beside_the_load(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
     done = pool.submit(fn, *args, **kwargs)
     pool.shutdown(wait=False)  # the thread ends with its one task
     return done
+
+
+def _stand_by(settings: Settings, metrics: Any) -> str | None:
+    """A warm standby's wait, its model loaded and warm: until a serving slot is freed (its worker
+    killed or stopped), then that slot's transactional id; None on SIGTERM or SIGINT meanwhile.
+    ``/readyz`` answers 200 ``standby`` while it waits."""
+    import time
+
+    stopping: list[int] = []
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+
+    before = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    metrics.identify(standby_for=settings.kafka.effective_transactional_id_prefix, group=settings.kafka.worker_group)
+    metrics.standing_by(True)
+    _log.info("event=standby_waiting slots=%d prefix=%s", settings.kafka.worker_slots,
+              settings.kafka.effective_transactional_id_prefix)
+    t0 = time.monotonic()
+    try:
+        taken = take_over_transactional_id(settings, stop=lambda: metrics.heartbeat() or bool(stopping))
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    metrics.standing_by(False)
+    if taken is None:
+        _log.info("event=standby_stopped signum=%d", stopping[0])
+        return None
+    _log.info("event=standby_takeover transactional_id=%s waited_s=%.1f at=%.3f", taken, time.monotonic() - t0,
+              time.time())
+    return taken
 
 
 def _freeze_heap() -> None:
@@ -210,8 +265,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.process.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    standby = False
     if not settings.kafka.transactional_id:
-        settings = settings.replace(transactional_id=claim_transactional_id(settings))
+        if settings.kafka.worker_slots:
+            tid = serving_transactional_id(settings)
+            standby = tid is None  # every serving slot held: load, then wait to take one over
+        else:
+            tid = claim_transactional_id(settings)
+        if tid is not None:
+            settings = settings.replace(transactional_id=tid)
+    elif settings.kafka.worker_slots:
+        _log.warning("event=worker_slots_ignored reason=%r", "TTS_TRANSACTIONAL_ID is given: no slots, no standby")
     if (refused := _kafka_refusal(settings)) is not None:
         print(f"ttsflow worker: {refused}", file=sys.stderr)
         return 1
@@ -220,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     from streams.worker.metrics import WorkerMetrics
     from streams.worker.prelude import KafkaPrelude
 
-    prelude = KafkaPrelude(settings).start()  # fencing and the done topic while the model loads
+    # fencing and the done topic while the model loads (a standby's id is known only when it takes over)
+    prelude = None if standby else KafkaPrelude(settings).start()
     # the Redis client (importing redis, ~0.1 s of Python) beside the model's load, not after it
     cache_made = _beside_the_load(AudioCache.from_section, settings.redis, namespace=cache_namespace(settings.s3))
     engine: Any
@@ -245,6 +310,16 @@ def main(argv: list[str] | None = None) -> int:
     # HEADs go without it, its first GET waits for it (made beside the model's load, it slowed the load as much)
     store = AudioStore.from_section(settings.s3).warm()
     metrics = WorkerMetrics(settings.process.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
+    if standby:
+        taken = _stand_by(settings, metrics)
+        if taken is None:  # told to stop while waiting
+            store.close()
+            engine.close()
+            metrics.close()
+            return 0
+        settings = settings.replace(transactional_id=taken)
+        prelude = KafkaPrelude(settings).start()
+    assert prelude is not None
     metrics.identify(transactional_id=settings.kafka.effective_transactional_id, group=settings.kafka.worker_group)
     _watch_gc(metrics)
     if isinstance(engine, BackendRouter):

@@ -76,7 +76,21 @@ class WorkerMetrics(ProbedMetrics):
         self._reloads = Counter("ttsflow_worker_model_reloads_total",
                                 "Hot model reloads (SIGHUP) applied by the worker, by result (ok or refused).",
                                 ["result"], registry=r)
+        self._standby = Gauge("ttsflow_worker_standby",
+                              "1 while the worker is a warm standby (TTS_WORKER_SLOTS: model loaded, waiting to take "
+                              "over a serving slot).", registry=r)
+        self._standing_by = False
         self._start(port, host, stall_s)
+
+    def standing_by(self, on: bool) -> None:
+        """A warm standby: ``/readyz`` answers 200 ``standby`` (loaded, able to take over) while it waits."""
+        self._standing_by = on
+        self._standby.set(1 if on else 0)
+        self.ready(on)
+
+    def readyz_body(self, ok: bool) -> bytes:
+        body = super().readyz_body(ok)
+        return b"standby" + body[len(b"ready"):] if ok and self._standing_by else body
 
     # -- hooks the loop calls --------------------------------------------------------
     def consumed(self, n: int = 1) -> None:

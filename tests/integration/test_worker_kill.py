@@ -115,3 +115,36 @@ def test_killed_worker_replaced_by_another_instance_loses_and_duplicates_nothing
         _check_exactly_once(settings, n, "repl")
         took = time.monotonic() - t0
     print(f"\nreplacement test: w2 (new transactional.id) finished {n} requests {took:.0f}s after the kill")
+
+
+def test_a_warm_standby_takes_over_a_killed_worker_at_once_and_loses_and_duplicates_nothing(
+        settings: Settings, tmp_path: Path, unique: str) -> None:
+    """TTS_WORKER_SLOTS=1: the second worker loads its model and waits; when the serving one is
+    SIGKILLed it takes its slot (transactional id, group member) and answers the rest."""
+    import socket
+    import urllib.request
+
+    from streams.identity import slot_holder
+
+    n = 40
+    prefix = f"sb-{unique}"
+    s = settings.replace(worker_slots=1, transactional_id_prefix=prefix)
+    publish(settings, corpus(n, "standby"))
+    with Supervisor(tmp_path / "logs") as sup:
+        w1 = sup.worker("w1", s, claim_id=True)
+        sup.wait_ready(w1, timeout=90)
+        w2 = sup.worker("w2", s, claim_id=True)
+        sup.wait_ready(w2, timeout=90)  # a standby answers /readyz once its model is loaded
+        with urllib.request.urlopen(f"http://127.0.0.1:{w2.metrics_port}/readyz", timeout=5) as r:
+            assert r.read().decode().startswith("standby")
+        assert w1.popen is not None and slot_holder("worker", s.kafka.bootstrap_servers, prefix, 0) == w1.popen.pid
+        _wait(lambda: _metric(w1.metrics_port, "ttsflow_worker_completions_total") >= 1, 120, "a first completion",
+              sup)
+        assert _metric(w1.metrics_port, "ttsflow_worker_completions_total") < n, "make the corpus bigger"
+        assert _metric(w2.metrics_port, "ttsflow_worker_completions_total") == 0
+        sup.kill("w1", signal.SIGKILL)
+        _wait(lambda: "event=standby_takeover" in w2.log_path.read_text(), 30, "the standby's takeover", sup)
+        _check_exactly_once(settings, n, "standby")
+        assert _metric(w2.metrics_port, "ttsflow_worker_completions_total") >= 1
+        log = w2.log_path.read_text()
+    assert f"event=worker_started transactional_id={prefix}-{socket.gethostname()}-0 " in log

@@ -6,6 +6,7 @@ in a lock folder of the test's own.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -117,3 +118,48 @@ def test_all_slots_taken_is_a_clear_fatal_error(tmp_path: Path) -> None:
         claim_slot("worker", "b:9092", "full", lock_dir=tmp_path, slots=1)
     s = load_settings({"TTS_WORKER_GROUP": "full2"})
     assert claim_transactional_id(s, lock_dir=tmp_path, slots=2) == f"full2-{HOST}-0"
+
+
+_HOLDER = ("import sys, time; from pathlib import Path; from streams.identity import claim_slot; "
+           "print(claim_slot('worker', 'b:9092', sys.argv[2], lock_dir=Path(sys.argv[1]), slots=1), flush=True); "
+           "time.sleep(120)")
+
+
+def test_a_standby_takes_the_slot_its_holder_frees_at_once_and_can_be_told_to_stop(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from streams.identity import slot_holder, wait_for_slot
+
+    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "sb"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "0"
+        assert slot_holder("worker", "b:9092", "sb", 0, lock_dir=tmp_path) == p.pid
+        stop = threading.Event()
+        assert wait_for_slot("worker", "b:9092", "sb", 1, lock_dir=tmp_path, stop=lambda: True) is None
+        got: list[tuple[int | None, float]] = []
+        waiter = threading.Thread(target=lambda: got.append(
+            (wait_for_slot("worker", "b:9092", "sb", 1, lock_dir=tmp_path, stop=stop.is_set), time.monotonic())))
+        waiter.start()
+        time.sleep(0.3)
+        assert not got, "a standby took a slot its holder still holds"
+        p.kill()  # SIGKILL: the kernel drops the lock
+        p.wait(10)
+        killed = time.monotonic()
+        waiter.join(10)
+        assert got and got[0][0] == 0
+        assert got[0][1] - killed < 0.5  # polled every 5 ms: at once, not a restart later
+        assert slot_holder("worker", "b:9092", "sb", 0, lock_dir=tmp_path) == os.getpid()
+    finally:
+        p.kill()
+        p.wait(10)
+        if p.stdout:
+            p.stdout.close()
+
+
+def test_with_worker_slots_a_worker_started_while_all_are_held_is_a_standby(tmp_path: Path) -> None:
+    from streams.worker.main import serving_transactional_id
+
+    s = load_settings({"TTS_WORKER_GROUP": "sbg", "TTS_WORKER_SLOTS": "1"})
+    assert serving_transactional_id(s, lock_dir=tmp_path) == f"sbg-{HOST}-0"
+    assert serving_transactional_id(s, lock_dir=tmp_path) is None  # the one slot is held (by this process)
