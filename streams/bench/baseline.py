@@ -30,7 +30,8 @@ for both systems within a phase:
 3. **at 70%**: open loop at 0.7 x the system's own max sustained throughput: p50/p99;
 4. **kill**: open loop at that rate while worker processes are SIGKILLed (``--kills``,
    evenly spread). ttsflow: a worker process, restarted at once (as an orchestrator
-   would). Baseline: alternately a pool process (Celery respawns it and requeues its
+   would); with ``--standby`` each worker has a warm standby (``TTS_WORKER_SLOTS``): the
+   serving process is killed, its standby takes over, the restarted one becomes the standby. Baseline: alternately a pool process (Celery respawns it and requeues its
    task) and the whole worker node (restarted at once; its unacked tasks come back after
    the broker's visibility timeout). Counted per request id: *lost* = never answered
    within the deadline, *duplicated* = answered (ttsflow: committed completions) or
@@ -105,12 +106,18 @@ class _Ttsflow:
     name = "ttsflow"
     guarantee = "exactly_once"
 
-    def __init__(self, s: Any, workers: int, run_id: str, sup: Any) -> None:
-        self.s, self.sup, self.workers = s, sup, workers
+    def __init__(self, s: Any, workers: int, run_id: str, sup: Any, *, standby: bool = False) -> None:
+        self.s, self.sup, self.workers, self.standby = s, sup, workers, standby
         self.a = _Answers()
         self.rng = random.Random(run_id)
         self.restarts = 0
         sup.stage("tf-stage", s)
+        if standby:  # N serving slots, each with a warm standby: 2N processes, which of a pair serves changes
+            self.slots = s.replace(transactional_id="", transactional_id_prefix=f"ttsflow-blbench-{run_id}",
+                                   worker_slots=workers)
+            for i in range(2 * workers):
+                sup.worker(f"tf-worker-{i}", self.slots, claim_id=True)
+            return
         for i in range(workers):
             sup.worker(f"tf-worker-{i}", s.replace(transactional_id=f"ttsflow-blbench-{run_id}-{i}"))
         self.pub: Any = None
@@ -198,8 +205,17 @@ class _Ttsflow:
 
     def kill(self, k: int) -> str:
         name = f"tf-worker-{k % self.workers}"
+        if self.standby:  # the process serving slot k, not its standby (which takes the slot over)
+            from streams.identity import slot_holder
+
+            kafka = self.slots.kafka
+            pid = slot_holder("worker", kafka.bootstrap_servers, kafka.effective_transactional_id_prefix, k % self.workers)
+            name = next((p.name for p in self.sup.procs.values()
+                         if p.name.startswith("tf-worker") and p.popen is not None and p.popen.pid == pid), "")
+            if not name:
+                raise RuntimeError(f"no worker of this run holds slot {k % self.workers} (holder pid {pid})")
         self.sup.restart(name, sig=signal.SIGKILL)
-        return f"SIGKILL {name}, restarted"
+        return f"SIGKILL {name}, restarted" + (" (its standby takes over; it becomes one)" if self.standby else "")
 
     def keep_alive(self) -> None:
         for p in self.sup.procs.values():
@@ -504,7 +520,7 @@ def _phase(sysm: Any, label: str, texts: list[str], at: Sequence[float] | None, 
 
 def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None, run_s: float | None = None,
               fractions: list[float] | None = None, kills: int = 2, visibility_s: int | None = None,
-              out_dir: Path = Path("out/bench-baseline")) -> dict[str, Any]:
+              standby: bool = False, out_dir: Path = Path("out/bench-baseline")) -> dict[str, Any]:
     if importlib.util.find_spec("celery") is None:
         raise RuntimeError("celery is not installed: pip install -e '.[bench]'")
     from streams.bench.corpus import bench_texts
@@ -535,7 +551,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     prefix = f"blb-{run_id}"
     report: dict[str, Any] = {
         "run_id": run_id, "seed": seed, "quick": quick, "cpus": cpus, "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
-        "workers": workers, "engine_threads": threads, "backend": s.engine.backend, "max_batch": s.batching.max_batch,
+        "workers": workers, "ttsflow_standby": standby, "engine_threads": threads, "backend": s.engine.backend, "max_batch": s.batching.max_batch,
         "max_wait_ms": s.batching.max_wait_ms, "short_first": s.batching.short_first, "run_s": run_s, "fractions": fractions,
         "baseline_config": {"pool": "prefork", "concurrency": workers, "prefetch_multiplier": 1, "acks_late": True,
                             "reject_on_worker_lost": True, "visibility_timeout_s": visibility_s,
@@ -547,7 +563,7 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     try:
         _say(f"run {run_id}: starting ttsflow (1 stage + {workers} workers) and the Celery baseline "
              f"({workers} pool processes), engine threads {threads}")
-        tf = _Ttsflow(s, workers, run_id, sup)
+        tf = _Ttsflow(s, workers, run_id, sup, standby=standby)
         systems.append(tf)
         bl = _Baseline(s, workers, run_id, log_dir / "logs", visibility_s)
         systems.append(bl)
@@ -668,6 +684,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="open-loop rates as fractions of the burst capacity, comma separated "
                          "(default 0.5,0.75,0.9,1.0,1.2; quick 0.6,1.0)")
     ap.add_argument("--kills", type=int, default=2, help="SIGKILLs in the kill run")
+    ap.add_argument("--standby", action="store_true",
+                    help="ttsflow: each worker with a warm standby (TTS_WORKER_SLOTS); a kill's restart becomes the "
+                         "new standby")
     ap.add_argument("--visibility-timeout", type=int, default=None,
                     help="baseline broker visibility timeout, s (default 60, quick 20)")
     ap.add_argument("--seed", type=int, default=None, help="corpus and arrival seed (default: random)")
@@ -684,7 +703,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def one(k: int) -> dict[str, Any]:
         return run_bench(workers=ns.workers, quick=ns.quick, seed=None if ns.seed is None else ns.seed + k,
-                         run_s=ns.seconds, fractions=fr, kills=ns.kills, visibility_s=ns.visibility_timeout)
+                         run_s=ns.seconds, fractions=fr, kills=ns.kills, visibility_s=ns.visibility_timeout,
+                         standby=ns.standby)
 
     return run_repeats("baseline", ns.repeat, one, repeat_summary, _table, as_json=ns.json)
 
