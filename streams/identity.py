@@ -19,9 +19,9 @@ group count in other scopes, so they never shift a slot. The lock files live in 
 per-user folder of the temp dir; two users running the same group on one host would
 need different prefixes.
 
-:func:`wait_for_slot` is a warm standby's half (``TTS_WORKER_SLOTS``): it waits, polling, until
+:func:`wait_for_slot` is a warm standby's half (``TTS_WORKER_SLOTS``): it waits, blocked in ``flock``, until
 one of a bounded set of slots is free (its holder exited or was killed) and takes it, so the
-standby takes over the dead process's name within milliseconds. :func:`slot_holder` says which
+standby takes over the dead process's name the moment the kernel drops the lock. :func:`slot_holder` says which
 process holds a slot (``/proc/locks``), for an operator or a benchmark that must kill the
 serving process and not its standby.
 """
@@ -33,7 +33,7 @@ import hashlib
 import os
 import socket
 import tempfile
-import time
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -85,18 +85,46 @@ def claim_slot(kind: str, cluster: str, prefix: str, *, lock_dir: Path | None = 
 
 
 def wait_for_slot(kind: str, cluster: str, prefix: str, slots: int, *, lock_dir: Path | None = None,
-                  poll_s: float = 0.005, stop: Callable[[], bool] = lambda: False) -> int | None:
+                  check_s: float = 0.5, stop: Callable[[], bool] = lambda: False) -> int | None:
     """The lowest of slots ``0..slots-1`` of the scope free now or, while live processes hold all of
-    them, the first to be freed (its holder exited or died: checked every ``poll_s``), locked until
-    this process exits. None once ``stop()`` says so."""
+    them, the first to be freed (its holder exited or died), locked until this process exits. None
+    once ``stop()`` says so (asked every ``check_s``).
+
+    A thread per slot blocks in ``flock``: the kernel wakes the first one the moment the slot is
+    free, and the wait costs no CPU (a 5 ms poll cost 1.6% of a core). A thread that gets its
+    slot after another won (or after a stop) lets it go at once."""
+    import fcntl
+
     files = _lock_files(kind, cluster, prefix, slots, lock_dir)
-    while (slot := _take_one(files)) is None:
+    slot = _take_one(files)
+    if slot is not None:
+        return slot
+    won: list[int] = []
+    settled = threading.Lock()
+    taken = threading.Event()
+
+    def block(k: int, f: IO[Any]) -> None:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except (OSError, ValueError):  # closed under it
+            return
+        with settled:
+            if not won and not taken.is_set():
+                won.append(k)
+                _held.append(f)
+                taken.set()
+                return
+        f.close()  # another slot was taken first, or the wait was given up: not ours to hold
+
+    for k, f in enumerate(files):
+        threading.Thread(target=block, args=(k, f), name=f"slot-wait-{k}", daemon=True).start()
+    while not taken.wait(check_s):
         if stop():
-            for f in files:
-                f.close()
-            return None
-        time.sleep(poll_s)
-    return slot
+            with settled:
+                if not won:
+                    taken.set()  # a thread that gets its slot now lets it go
+                    return None
+    return won[0]
 
 
 def slot_holder(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir: Path | None = None) -> int | None:
