@@ -561,7 +561,8 @@ def run_bench(*, workers: int = 1, quick: bool = False, seed: int | None = None,
     sup = Supervisor(log_dir / "logs")
     systems: list[Any] = []
     try:
-        _say(f"run {run_id}: starting ttsflow (1 stage + {workers} workers) and the Celery baseline "
+        _say(f"run {run_id}: starting ttsflow (1 stage + {workers} workers{', each with a warm standby' if standby else ''}) "
+             f"and the Celery baseline "
              f"({workers} pool processes), engine threads {threads}")
         tf = _Ttsflow(s, workers, run_id, sup, standby=standby)
         systems.append(tf)
