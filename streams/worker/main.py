@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,6 @@ def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, 
 def serving_transactional_id(settings: Settings, *, lock_dir: Path | None = None) -> str | None:
     """With ``TTS_WORKER_SLOTS`` N: the id of the lowest of the N slots free on this host, held until
     exit, or None when live workers hold all N (this one is a standby: :func:`take_over_transactional_id`)."""
-    from streams.errors import FatalError
-
     try:
         return claim_transactional_id(settings, lock_dir=lock_dir, slots=settings.kafka.worker_slots)
     except FatalError:
@@ -133,7 +132,7 @@ def serving_transactional_id(settings: Settings, *, lock_dir: Path | None = None
 
 
 def take_over_transactional_id(settings: Settings, *, lock_dir: Path | None = None,
-                               stop: Any = lambda: False) -> str | None:
+                               stop: Callable[[], bool] = lambda: False) -> str | None:
     """A standby's wait: the id of the first of the ``TTS_WORKER_SLOTS`` slots to be freed (a serving
     worker killed or stopped), held until exit; None once ``stop()`` says so."""
     from streams.identity import host_name, wait_for_slot
