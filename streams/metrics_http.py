@@ -64,8 +64,12 @@ class ProbedMetrics:
         """What this process answers to (``transactional_id=...``, ``group=...``), for ``/readyz``."""
         self._identity = {k: str(v) for k, v in names.items()}
 
+    def readiness(self, ok: bool) -> str:
+        """The first line of ``/readyz``."""
+        return "ready" if ok else "not ready"
+
     def readyz_body(self, ok: bool) -> bytes:
-        head = "ready" if ok else "not ready"
+        head = self.readiness(ok)
         return "".join([head + "\n", *(f"{k}={v}\n" for k, v in self._identity.items())]).encode()
 
     def ready(self, ok: bool) -> None:

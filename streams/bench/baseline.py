@@ -117,9 +117,9 @@ class _Ttsflow:
                                    worker_slots=workers)
             for i in range(2 * workers):
                 sup.worker(f"tf-worker-{i}", self.slots, claim_id=True)
-            return
-        for i in range(workers):
-            sup.worker(f"tf-worker-{i}", s.replace(transactional_id=f"ttsflow-blbench-{run_id}-{i}"))
+        else:
+            for i in range(workers):
+                sup.worker(f"tf-worker-{i}", s.replace(transactional_id=f"ttsflow-blbench-{run_id}-{i}"))
         self.pub: Any = None
         self.reader: Any = None
 
@@ -204,18 +204,21 @@ class _Ttsflow:
         return self.a.answers
 
     def kill(self, k: int) -> str:
-        name = f"tf-worker-{k % self.workers}"
-        if self.standby:  # the process serving slot k, not its standby (which takes the slot over)
-            from streams.identity import slot_holder
-
-            kafka = self.slots.kafka
-            pid = slot_holder("worker", kafka.bootstrap_servers, kafka.effective_transactional_id_prefix, k % self.workers)
-            name = next((p.name for p in self.sup.procs.values()
-                         if p.name.startswith("tf-worker") and p.popen is not None and p.popen.pid == pid), "")
-            if not name:
-                raise RuntimeError(f"no worker of this run holds slot {k % self.workers} (holder pid {pid})")
+        slot = k % self.workers
+        name = self._serving(slot) if self.standby else f"tf-worker-{slot}"
         self.sup.restart(name, sig=signal.SIGKILL)
         return f"SIGKILL {name}, restarted" + (" (its standby takes over; it becomes one)" if self.standby else "")
+
+    def _serving(self, slot: int) -> str:
+        """The process serving ``slot`` (not its standby, which takes the slot over when it dies)."""
+        from streams.identity import slot_holder
+
+        kafka = self.slots.kafka
+        pid = slot_holder("worker", kafka.bootstrap_servers, kafka.effective_transactional_id_prefix, slot)
+        for p in self.sup.procs.values():
+            if p.name.startswith("tf-worker") and p.popen is not None and p.popen.pid == pid:
+                return str(p.name)
+        raise RuntimeError(f"no worker of this run holds slot {slot} (holder pid {pid})")
 
     def keep_alive(self) -> None:
         for p in self.sup.procs.values():

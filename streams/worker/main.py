@@ -312,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if standby:
         taken = _stand_by(settings, metrics)
         if taken is None:  # told to stop while waiting
+            cache_made.result().close()
             store.close()
             engine.close()
             metrics.close()

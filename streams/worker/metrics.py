@@ -88,9 +88,8 @@ class WorkerMetrics(ProbedMetrics):
         self._standby.set(1 if on else 0)
         self.ready(on)
 
-    def readyz_body(self, ok: bool) -> bytes:
-        body = super().readyz_body(ok)
-        return b"standby" + body[len(b"ready"):] if ok and self._standing_by else body
+    def readiness(self, ok: bool) -> str:
+        return "standby" if ok and self._standing_by else super().readiness(ok)
 
     # -- hooks the loop calls --------------------------------------------------------
     def consumed(self, n: int = 1) -> None:
