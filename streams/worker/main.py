@@ -143,6 +143,54 @@ def take_over_transactional_id(settings: Settings, *, lock_dir: Path | None = No
     return None if slot is None else f"{prefix}-{host_name()}-{slot}"
 
 
+_STANDBY_NICE = 19  # a standby's start yields the CPU to every process that runs at the usual priority
+
+
+def _yield_while_starting() -> Callable[[], None] | None:
+    """A standby's start (imports, the model's load and warm-up: about a second of CPU on a small host)
+    at the lowest CPU priority, so that on the host of a killed worker it does not slow the standby that
+    took over and is draining the dead one's backlog. Lowered for this thread now; threads started after
+    (onnxruntime's, the clients') inherit it. Returns what gives every thread of the process its
+    priority back, called before the standby waits; None, and nothing lowered, where the process may
+    not raise its priority again (neither ``CAP_SYS_NICE`` nor ``RLIMIT_NICE`` allows it: tried on a
+    thread of its own, which then ends)."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)  # on Linux, this thread's
+    if before >= _STANDBY_NICE or not _may_raise_priority(before):
+        return None
+    os.setpriority(os.PRIO_PROCESS, 0, _STANDBY_NICE)
+
+    def restore() -> None:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), before)
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
+        _log.info("event=standby_priority_restored nice=%d", before)
+
+    return restore
+
+
+def _may_raise_priority(to: int) -> bool:
+    """Whether a thread of this process lowered below nice ``to`` may go back to it (tried on a thread
+    that ends after)."""
+    import threading
+
+    ok: list[bool] = []
+
+    def attempt() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, to + 1)
+            os.setpriority(os.PRIO_PROCESS, 0, to)
+            ok.append(True)
+        except PermissionError:
+            ok.append(False)
+
+    t = threading.Thread(target=attempt, name="nice-probe")
+    t.start()
+    t.join()
+    return bool(ok and ok[0])
+
+
 _GC_LOG_S = 0.005  # a garbage collection at least this long is logged (the tail benchmarks read them)
 
 
@@ -278,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     if (refused := _kafka_refusal(settings)) is not None:
         print(f"ttsflow worker: {refused}", file=sys.stderr)
         return 1
+    restore_priority = _yield_while_starting() if standby else None
     from engine.reload import ModelManager, install_sighup
     from engine.router import BackendRouter
     from streams.worker.metrics import WorkerMetrics
@@ -310,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     store = AudioStore.from_section(settings.s3).warm()
     metrics = WorkerMetrics(settings.process.metrics_port)  # serves /metrics, /healthz, /readyz once the model is loaded
     if standby:
+        if restore_priority is not None:
+            restore_priority()
         taken = _stand_by(settings, metrics)
         if taken is None:  # told to stop while waiting
             cache_made.result().close()

@@ -129,7 +129,6 @@ def test_a_warm_standby_takes_over_a_killed_worker_at_once_and_loses_and_duplica
     n = 40
     prefix = f"sb-{unique}"
     s = settings.replace(worker_slots=1, transactional_id_prefix=prefix)
-    publish(settings, corpus(n, "standby"))
     with Supervisor(tmp_path / "logs") as sup:
         w1 = sup.worker("w1", s, claim_id=True)
         sup.wait_ready(w1, timeout=90)
@@ -138,6 +137,7 @@ def test_a_warm_standby_takes_over_a_killed_worker_at_once_and_loses_and_duplica
         with urllib.request.urlopen(f"http://127.0.0.1:{w2.metrics_port}/readyz", timeout=5) as r:
             assert r.read().decode().startswith("standby")
         assert w1.popen is not None and slot_holder("worker", s.kafka.bootstrap_servers, prefix, 0) == w1.popen.pid
+        publish(settings, corpus(n, "standby"))  # now: the standby's start (at the lowest priority) waits for w1's
         _wait(lambda: _metric(w1.metrics_port, "ttsflow_worker_completions_total") >= 1, 120, "a first completion",
               sup)
         assert _metric(w1.metrics_port, "ttsflow_worker_completions_total") < n, "make the corpus bigger"

@@ -163,3 +163,52 @@ def test_with_worker_slots_a_worker_started_while_all_are_held_is_a_standby(tmp_
     s = load_settings({"TTS_WORKER_GROUP": "sbg", "TTS_WORKER_SLOTS": "1"})
     assert serving_transactional_id(s, lock_dir=tmp_path) == f"sbg-{HOST}-0"
     assert serving_transactional_id(s, lock_dir=tmp_path) is None  # the one slot is held (by this process)
+
+
+_PRIORITY_PROBE = """
+import json, os, sys, threading
+from streams.worker.main import _yield_while_starting
+if sys.argv[1] == "unprivileged" and os.geteuid() == 0:
+    os.setuid(65534)  # nobody: may lower its priority, never raise it again (imports done: root's files)
+
+def nice(tid=0):
+    return os.getpriority(os.PRIO_PROCESS, tid)
+
+before = nice()
+restore = _yield_while_starting()
+seen = {"before": before, "lowered": restore is not None, "main_while_starting": nice()}
+started = []
+t = threading.Thread(target=lambda: (started.append(threading.get_native_id()), threading.Event().wait(2)))
+t.start()
+while not started:
+    pass
+seen["thread_while_starting"] = nice(started[0])
+if restore is not None:
+    restore()
+seen["main_after"], seen["thread_after"] = nice(), nice(started[0])
+print(json.dumps(seen))
+"""
+
+
+def _priorities(mode: str) -> dict[str, object]:
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _PRIORITY_PROBE, mode], capture_output=True, text=True, timeout=60,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    return dict(json.loads(out.stdout))
+
+
+def test_a_standby_starts_at_the_lowest_cpu_priority_and_every_thread_gets_its_own_back_before_the_wait() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("raising a priority again needs CAP_SYS_NICE (CI runs as root)")
+    seen = _priorities("privileged")
+    b = seen["before"]
+    assert seen == {"before": b, "lowered": True, "main_while_starting": 19, "thread_while_starting": 19,
+                    "main_after": b, "thread_after": b}
+
+
+def test_a_standby_that_could_not_raise_its_priority_again_does_not_lower_it() -> None:
+    seen = _priorities("unprivileged")
+    b = seen["before"]
+    assert seen == {"before": b, "lowered": False, "main_while_starting": b, "thread_while_starting": b,
+                    "main_after": b, "thread_after": b}
