@@ -40,7 +40,8 @@ from typing import IO, Any
 
 from streams.errors import FatalError
 
-__all__ = ["claim_slot", "host_name", "slot_dir", "slot_holder", "wait_for_slot"]
+__all__ = ["claim_slot", "held_slot_note", "host_name", "note_in_held_slot", "slot_dir", "slot_holder", "try_slot",
+           "wait_for_slot"]
 
 _held: list[IO[Any]] = []  # the locks this process holds, for its whole life
 
@@ -127,6 +128,46 @@ def wait_for_slot(kind: str, cluster: str, prefix: str, slots: int, *, lock_dir:
     return won[0]
 
 
+def try_slot(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir: Path | None = None) -> IO[Any] | None:
+    """``slot`` of the scope locked now, if no live process holds it: its lock file, held until the
+    caller closes it (not until exit, unlike :func:`claim_slot`); None when it is held."""
+    import fcntl
+
+    f = _lock_files(kind, cluster, prefix, 1, lock_dir, first=slot)[0]
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
+def note_in_held_slot(kind: str, cluster: str, prefix: str, slot: int, note: str, *,
+                      lock_dir: Path | None = None) -> None:
+    """Write ``note`` into the lock file of ``slot``, which this process holds (what the next holder
+    needs to know of it: a serving worker's transactional id). Replaces the last note."""
+    f = _held_file(kind, cluster, prefix, slot, lock_dir)
+    f.seek(0)
+    f.truncate()
+    f.write(note)
+    f.flush()
+
+
+def held_slot_note(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir: Path | None = None) -> str:
+    """The note the last holder of ``slot`` (which this process holds now) left in it; "" if none."""
+    f = _held_file(kind, cluster, prefix, slot, lock_dir)
+    f.seek(0)
+    return f.read()
+
+
+def _held_file(kind: str, cluster: str, prefix: str, slot: int, lock_dir: Path | None) -> IO[Any]:
+    path = os.path.realpath((lock_dir or slot_dir()) / f"{_scope_file(kind, cluster, prefix)}.{slot}.lock")
+    for f in _held:
+        if os.path.realpath(f.name) == path:
+            return f
+    raise ValueError(f"this process holds no {kind} slot {slot} of {prefix!r}")
+
+
 def slot_holder(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir: Path | None = None) -> int | None:
     """The pid of the process holding ``slot`` of the scope (Linux ``/proc/locks``), or None."""
     path = (lock_dir or slot_dir()) / f"{_scope_file(kind, cluster, prefix)}.{slot}.lock"
@@ -143,11 +184,13 @@ def slot_holder(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir: Pa
     return None
 
 
-def _lock_files(kind: str, cluster: str, prefix: str, slots: int, lock_dir: Path | None) -> list[IO[Any]]:
+def _lock_files(kind: str, cluster: str, prefix: str, slots: int, lock_dir: Path | None, *,
+                first: int = 0) -> list[IO[Any]]:
     base = lock_dir or slot_dir()
     base.mkdir(parents=True, exist_ok=True)
     stem = _scope_file(kind, cluster, prefix)
-    return [open(base / f"{stem}.{k}.lock", "a+") for k in range(slots)]  # the one taken stays open until exit
+    # the one taken stays open until exit; "a+": a note is written at the end of what truncate left
+    return [open(base / f"{stem}.{k}.lock", "a+") for k in range(first, first + slots)]
 
 
 def _take_one(files: list[IO[Any]]) -> int | None:

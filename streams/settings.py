@@ -127,7 +127,8 @@ class KafkaSettings:
     worker_group: str = _f("ttsflow-workers", "Consumer group of the synthesis workers.")
     transactional_id_prefix: str = _f("", "Prefix of the default transactional ids of this worker group (grant the group TransactionalId by PREFIXED pattern <prefix>-); empty means the worker group.")
     transactional_id: str = _f("", "Stable transactional.id of this worker, used as given; empty means <transactional_id_prefix>-<hostname>-<lowest slot free on this host for this cluster and prefix> (side-by-side workers never fence each other, a restarted one takes its predecessor's id).")
-    worker_slots: int = _f(0, "Serving workers of this group per host (with claimed ids, TTS_TRANSACTIONAL_ID empty); 0: no limit. Above 0, a worker started while all of them are held is a warm standby: it loads and warms its model, then takes over the first slot freed (a serving worker killed or stopped) within milliseconds, under that worker's transactional id and group member, instead of a restart's load. Costs a model's memory and its load's CPU per standby.", lo=0, hi=256)
+    worker_slots: int = _f(0, "Serving workers of this group per host (with claimed ids, TTS_TRANSACTIONAL_ID empty); 0: no limit. Above 0, a worker started while all of them are held is a warm standby: it loads and warms its model and readies its own transactional producer, then takes over the first slot freed (a serving worker killed or stopped) within milliseconds, as that slot's group member, instead of a restart's load; the dead worker's open transaction is ended beside it. Costs a model's memory and its load's CPU per standby.", lo=0, hi=256)
+    group_instance_id: str = _f("", "Static group member id of this worker (group.instance.id: a restart under it gets its partitions back without a rebalance); empty means its transactional id, or with TTS_WORKER_SLOTS its serving slot's <prefix>-<hostname>-<slot>.")
     transaction_timeout_ms: int = _f(60_000, "Kafka transaction timeout of the worker's producer.", lo=1_000, hi=900_000)
     worker_commit_interval_ms: int = _f(50, "Longest a worker's finished segments wait for a transaction that commits their offsets, milliseconds; answers and stream chunks start one as soon as none is in flight (one at a time, on its own thread). Lower commits progress sooner at a few ms of broker and client CPU per transaction.", lo=1, hi=60_000)
     kafka_debug: str = _f("", "librdkafka debug contexts for ttsflow's own Kafka clients (worker, tools; not faust's), e.g. cgrp,eos,protocol to see a consumer group or a transaction at work; written to stderr. Empty: off.")
@@ -173,6 +174,11 @@ class KafkaSettings:
         """The id a worker uses: given, or claimed at start (``streams.worker.claim_transactional_id``);
         before the claim, the prefix and host without a slot."""
         return self.transactional_id or f"{self.effective_transactional_id_prefix}-{socket.gethostname()}"
+
+    @property
+    def effective_group_instance_id(self) -> str:
+        """The worker's static group member id: given, else its transactional id."""
+        return self.group_instance_id or self.effective_transactional_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,7 +214,7 @@ class _Ttsflow:
         from streams.identity import slot_holder
 
         kafka = self.slots.kafka
-        pid = slot_holder("worker", kafka.bootstrap_servers, kafka.effective_transactional_id_prefix, slot)
+        pid = slot_holder("member", kafka.bootstrap_servers, kafka.effective_transactional_id_prefix, slot)
         for p in self.sup.procs.values():
             if p.name.startswith("tf-worker") and p.popen is not None and p.popen.pid == pid:
                 return str(p.name)

@@ -145,7 +145,7 @@ class Worker:
         def new_consumer() -> Any:
             return Consumer(consumer_config(
                 kafka, kafka.worker_group, **{"client.id": kafka.effective_transactional_id,
-                                              "group.instance.id": kafka.effective_transactional_id}, **_FAIR_FETCH))
+                                              "group.instance.id": kafka.effective_group_instance_id}, **_FAIR_FETCH))
 
         # a consumer fenced for good (after a broker restart) is replaced by a new one, same identity
         self.consumer = PartitionedConsumer(consumer or new_consumer(), kafka.topic_segments,
@@ -218,8 +218,9 @@ class Worker:
             self.checkpoint.open()
         self.consumer.subscribe(on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
         self.metrics.ready(True)
-        _log.info("event=worker_started transactional_id=%s group=%s model=%s provider=%s overlap=%s lanes=%d",
-                  self.kafka.effective_transactional_id, self.kafka.worker_group, self.identity,
+        _log.info("event=worker_started transactional_id=%s member=%s group=%s model=%s provider=%s overlap=%s "
+                  "lanes=%d", self.kafka.effective_transactional_id, self.kafka.effective_group_instance_id,
+                  self.kafka.worker_group, self.identity,
                   self.gate.model_info.provider, self.overlap, self.lanes)
 
     def stop(self) -> None:

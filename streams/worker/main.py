@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -25,8 +26,8 @@ from streams.errors import FatalError, KafkaAccessError, RetriableError, Storage
 from streams.settings import EngineSettings, S3Settings, Settings, SettingsError, load_settings
 from streams.worker.loop import Worker
 
-__all__ = ["cache_namespace", "claim_transactional_id", "main", "open_engine", "serving_transactional_id",
-           "take_over_transactional_id"]
+__all__ = ["cache_namespace", "claim_transactional_id", "end_open_transaction", "main", "member_id", "open_engine",
+           "serve_slot", "serving_slot", "take_over_slot"]
 
 _log = logging.getLogger("ttsflow.worker")
 
@@ -122,25 +123,92 @@ def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, 
     return f"{prefix}-{host_name()}-{slot}"
 
 
-def serving_transactional_id(settings: Settings, *, lock_dir: Path | None = None) -> str | None:
-    """With ``TTS_WORKER_SLOTS`` N: the id of the lowest of the N slots free on this host, held until
-    exit, or None when live workers hold all N (this one is a standby: :func:`take_over_transactional_id`)."""
+def serving_slot(settings: Settings, *, lock_dir: Path | None = None) -> int | None:
+    """With ``TTS_WORKER_SLOTS`` N: the lowest of the N serving slots free on this host, held until exit,
+    or None when live workers hold all N (this one is a standby: :func:`take_over_slot`). A slot is a
+    static group member (:func:`member_id`); the transactional id is the process's own
+    (:func:`claim_transactional_id`), so a standby readies its producer before it serves."""
+    from streams.identity import claim_slot
+
     try:
-        return claim_transactional_id(settings, lock_dir=lock_dir, slots=settings.kafka.worker_slots)
+        return claim_slot("member", settings.kafka.bootstrap_servers, settings.kafka.effective_transactional_id_prefix,
+                          lock_dir=lock_dir, slots=settings.kafka.worker_slots)
     except FatalError:
         return None
 
 
-def take_over_transactional_id(settings: Settings, *, lock_dir: Path | None = None,
-                               stop: Callable[[], bool] = lambda: False) -> str | None:
-    """A standby's wait: the id of the first of the ``TTS_WORKER_SLOTS`` slots to be freed (a serving
+def take_over_slot(settings: Settings, *, lock_dir: Path | None = None,
+                   stop: Callable[[], bool] = lambda: False) -> int | None:
+    """A standby's wait: the first of the ``TTS_WORKER_SLOTS`` serving slots to be freed (a serving
     worker killed or stopped), held until exit; None once ``stop()`` says so."""
-    from streams.identity import host_name, wait_for_slot
+    from streams.identity import wait_for_slot
 
-    prefix = settings.kafka.effective_transactional_id_prefix
-    slot = wait_for_slot("worker", settings.kafka.bootstrap_servers, prefix, settings.kafka.worker_slots,
-                         lock_dir=lock_dir, stop=stop)
-    return None if slot is None else f"{prefix}-{host_name()}-{slot}"
+    return wait_for_slot("member", settings.kafka.bootstrap_servers, settings.kafka.effective_transactional_id_prefix,
+                         settings.kafka.worker_slots, lock_dir=lock_dir, stop=stop)
+
+
+def member_id(settings: Settings, slot: int) -> str:
+    """The group member (``group.instance.id``) of serving slot ``slot``: ``<prefix>-<hostname>-<slot>``."""
+    from streams.identity import host_name
+
+    return f"{settings.kafka.effective_transactional_id_prefix}-{host_name()}-{slot}"
+
+
+def serve_slot(settings: Settings, slot: int, *, lock_dir: Path | None = None) -> threading.Thread | None:
+    """This worker now serves ``slot`` (held): its transactional id noted in the slot for the next
+    holder, and the transactional id the last holder noted, if another, fenced on a thread
+    (:func:`end_open_transaction`). Returns that thread, if any."""
+    from streams.identity import held_slot_note, note_in_held_slot
+
+    kafka = settings.kafka
+    scope = ("member", kafka.bootstrap_servers, kafka.effective_transactional_id_prefix, slot)
+    last = held_slot_note(*scope, lock_dir=lock_dir).strip()
+    note_in_held_slot(*scope, kafka.effective_transactional_id, lock_dir=lock_dir)
+    if not last or last == kafka.effective_transactional_id:
+        return None
+    t = threading.Thread(target=end_open_transaction, args=(settings, last), kwargs={"lock_dir": lock_dir},
+                         name="fence-last", daemon=True)
+    t.start()
+    return t
+
+
+def end_open_transaction(settings: Settings, transactional_id: str, *, lock_dir: Path | None = None,
+                         timeout_s: float = 10.0) -> bool:
+    """End now, not at its timeout, the transaction a dead worker may have left open under
+    ``transactional_id`` (one of this host's claimed ids): a producer of that id is initialised
+    (``init_transactions`` fences the dead one; the coordinator aborts its transaction, and
+    ``read_committed`` readers of what it wrote stop waiting behind it), then dropped. Done only
+    while holding that id's lock: a live process that claimed it (a restart) fences it itself.
+    Returns whether it was done. Errors are logged (the transaction then ends at its timeout)."""
+    import time
+
+    from confluent_kafka import Producer
+
+    from streams.identity import host_name, try_slot
+    from streams.kafka import transactional_config
+
+    kafka = settings.kafka
+    head, _, slot = transactional_id.rpartition("-")
+    if head != f"{kafka.effective_transactional_id_prefix}-{host_name()}" or not slot.isdigit():
+        _log.warning("event=fence_skipped transactional_id=%s reason=%r", transactional_id, "not an id of this host")
+        return False
+    held = try_slot("worker", kafka.bootstrap_servers, kafka.effective_transactional_id_prefix, int(slot),
+                    lock_dir=lock_dir)
+    if held is None:
+        _log.info("event=fence_skipped transactional_id=%s reason=%r", transactional_id, "a live process holds it")
+        return False
+    t0 = time.monotonic()
+    try:
+        producer = Producer(transactional_config(dataclasses.replace(kafka, transactional_id=transactional_id)))
+        producer.init_transactions(timeout_s)
+        del producer
+    except Exception as e:  # broker down, refused: the transaction's own timeout ends it
+        _log.warning("event=fence_failed transactional_id=%s error=%s", transactional_id, e)
+        return False
+    finally:
+        held.close()
+    _log.info("event=last_holder_fenced transactional_id=%s took_s=%.2f", transactional_id, time.monotonic() - t0)
+    return True
 
 
 _STANDBY_NICE = 19  # a standby's start yields the CPU to every process that runs at the usual priority
@@ -173,8 +241,6 @@ def _yield_while_starting() -> Callable[[], None] | None:
 def _may_raise_priority(to: int) -> bool:
     """Whether a thread of this process lowered below nice ``to`` may go back to it (tried on a thread
     that ends after)."""
-    import threading
-
     ok: list[bool] = []
 
     def attempt() -> None:
@@ -223,9 +289,9 @@ def _beside_the_load(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
     return done
 
 
-def _stand_by(settings: Settings, metrics: Any) -> str | None:
-    """A warm standby's wait, its model loaded and warm: until a serving slot is freed (its worker
-    killed or stopped), then that slot's transactional id; None on SIGTERM or SIGINT meanwhile.
+def _stand_by(settings: Settings, metrics: Any) -> int | None:
+    """A warm standby's wait, its model loaded and warm and its producer ready: until a serving slot is
+    freed (its worker killed or stopped), then that slot; None on SIGTERM or SIGINT meanwhile.
     ``/readyz`` answers 200 ``standby`` while it waits."""
     import time
 
@@ -235,13 +301,14 @@ def _stand_by(settings: Settings, metrics: Any) -> str | None:
         stopping.append(signum)
 
     before = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    metrics.identify(standby_for=settings.kafka.effective_transactional_id_prefix, group=settings.kafka.worker_group)
+    metrics.identify(standby_for=settings.kafka.effective_transactional_id_prefix,
+                     transactional_id=settings.kafka.effective_transactional_id, group=settings.kafka.worker_group)
     metrics.standing_by(True)
-    _log.info("event=standby_waiting slots=%d prefix=%s", settings.kafka.worker_slots,
-              settings.kafka.effective_transactional_id_prefix)
+    _log.info("event=standby_waiting slots=%d prefix=%s transactional_id=%s", settings.kafka.worker_slots,
+              settings.kafka.effective_transactional_id_prefix, settings.kafka.effective_transactional_id)
     t0 = time.monotonic()
     try:
-        taken = take_over_transactional_id(settings, stop=lambda: metrics.heartbeat() or bool(stopping))
+        taken = take_over_slot(settings, stop=lambda: metrics.heartbeat() or bool(stopping))
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
@@ -249,8 +316,8 @@ def _stand_by(settings: Settings, metrics: Any) -> str | None:
     if taken is None:
         _log.info("event=standby_stopped signum=%d", stopping[0])
         return None
-    _log.info("event=standby_takeover transactional_id=%s waited_s=%.1f at=%.3f", taken, time.monotonic() - t0,
-              time.time())
+    _log.info("event=standby_takeover member=%s waited_s=%.1f at=%.3f", member_id(settings, taken),
+              time.monotonic() - t0, time.time())
     return taken
 
 
@@ -312,17 +379,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.process.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    slot: int | None = None  # the serving slot held (with TTS_WORKER_SLOTS)
     standby = False
     if not settings.kafka.transactional_id:
+        settings = settings.replace(transactional_id=claim_transactional_id(settings))
         if settings.kafka.worker_slots:
-            tid = serving_transactional_id(settings)
-            standby = tid is None  # every serving slot held: load, then wait to take one over
-        else:
-            tid = claim_transactional_id(settings)
-        if tid is not None:
-            settings = settings.replace(transactional_id=tid)
+            slot = serving_slot(settings)
+            standby = slot is None  # every serving slot held: load, ready the producer, then wait to take one
     elif settings.kafka.worker_slots:
         _log.warning("event=worker_slots_ignored reason=%r", "TTS_TRANSACTIONAL_ID is given: no slots, no standby")
+    if slot is not None:
+        settings = settings.replace(group_instance_id=member_id(settings, slot))
+        serve_slot(settings, slot)
     if (refused := _kafka_refusal(settings)) is not None:
         print(f"ttsflow worker: {refused}", file=sys.stderr)
         return 1
@@ -332,8 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     from streams.worker.metrics import WorkerMetrics
     from streams.worker.prelude import KafkaPrelude
 
-    # fencing and the done topic while the model loads (a standby's id is known only when it takes over)
-    prelude = None if standby else KafkaPrelude(settings).start()
+    # fencing and the done topic while the model loads (a standby's too: its producer is ready when it takes over)
+    prelude = KafkaPrelude(settings).start()
     # the Redis client (importing redis, ~0.1 s of Python) beside the model's load, not after it
     cache_made = _beside_the_load(AudioCache.from_section, settings.redis, namespace=cache_namespace(settings.s3))
     engine: Any
@@ -363,15 +431,16 @@ def main(argv: list[str] | None = None) -> int:
             restore_priority()
         taken = _stand_by(settings, metrics)
         if taken is None:  # told to stop while waiting
+            prelude.result()  # (its thread ended: nothing of it outlives the process's close)
             cache_made.result().close()
             store.close()
             engine.close()
             metrics.close()
             return 0
-        settings = settings.replace(transactional_id=taken)
-        prelude = KafkaPrelude(settings).start()
-    assert prelude is not None
-    metrics.identify(transactional_id=settings.kafka.effective_transactional_id, group=settings.kafka.worker_group)
+        settings = settings.replace(group_instance_id=member_id(settings, taken))
+        serve_slot(settings, taken)  # the dead worker's open transaction ended beside the start
+    metrics.identify(transactional_id=settings.kafka.effective_transactional_id,
+                     member=settings.kafka.effective_group_instance_id, group=settings.kafka.worker_group)
     _watch_gc(metrics)
     if isinstance(engine, BackendRouter):
         engine.on_batch = metrics.backend_batch

@@ -82,8 +82,11 @@ def test_two_groups_on_one_host_both_commit_under_their_own_ids(settings: Settin
         for w in (wa, wb):
             sup.wait_ready(w, timeout=120)
         ida, idb = readyz(wa), readyz(wb)
-        assert ida == {"transactional_id": f"{a.kafka.worker_group}-{HOST}-0", "group": a.kafka.worker_group}
-        assert idb == {"transactional_id": f"{b.kafka.worker_group}-{HOST}-0", "group": b.kafka.worker_group}
+        # without TTS_WORKER_SLOTS the static group member is the transactional id
+        assert ida == {"transactional_id": f"{a.kafka.worker_group}-{HOST}-0", "member": f"{a.kafka.worker_group}-{HOST}-0",
+                       "group": a.kafka.worker_group}
+        assert idb == {"transactional_id": f"{b.kafka.worker_group}-{HOST}-0", "member": f"{b.kafka.worker_group}-{HOST}-0",
+                       "group": b.kafka.worker_group}
         _answered_once(a, want_a)
         _answered_once(b, want_b)
         # `ttsflow lag --json` shows who holds the group: the worker's client id is its transactional id

@@ -119,8 +119,9 @@ def test_killed_worker_replaced_by_another_instance_loses_and_duplicates_nothing
 
 def test_a_warm_standby_takes_over_a_killed_worker_at_once_and_loses_and_duplicates_nothing(
         settings: Settings, tmp_path: Path, unique: str) -> None:
-    """TTS_WORKER_SLOTS=1: the second worker loads its model and waits; when the serving one is
-    SIGKILLed it takes its slot (transactional id, group member) and answers the rest."""
+    """TTS_WORKER_SLOTS=1: the second worker loads its model, readies its producer under its own
+    transactional id and waits; when the serving one is SIGKILLed it takes its slot (the group member),
+    ends the dead one's open transaction beside its start, and answers the rest."""
     import socket
     import urllib.request
 
@@ -136,7 +137,7 @@ def test_a_warm_standby_takes_over_a_killed_worker_at_once_and_loses_and_duplica
         sup.wait_ready(w2, timeout=90)  # a standby answers /readyz once its model is loaded
         with urllib.request.urlopen(f"http://127.0.0.1:{w2.metrics_port}/readyz", timeout=5) as r:
             assert r.read().decode().startswith("standby")
-        assert w1.popen is not None and slot_holder("worker", s.kafka.bootstrap_servers, prefix, 0) == w1.popen.pid
+        assert w1.popen is not None and slot_holder("member", s.kafka.bootstrap_servers, prefix, 0) == w1.popen.pid
         publish(settings, corpus(n, "standby"))  # now: the standby's start (at the lowest priority) waits for w1's
         _wait(lambda: _metric(w1.metrics_port, "ttsflow_worker_completions_total") >= 1, 120, "a first completion",
               sup)
@@ -147,4 +148,9 @@ def test_a_warm_standby_takes_over_a_killed_worker_at_once_and_loses_and_duplica
         _check_exactly_once(settings, n, "standby")
         assert _metric(w2.metrics_port, "ttsflow_worker_completions_total") >= 1
         log = w2.log_path.read_text()
-    assert f"event=worker_started transactional_id={prefix}-{socket.gethostname()}-0 " in log
+    host = socket.gethostname()
+    assert f"event=worker_started transactional_id={prefix}-{host}-1 member={prefix}-{host}-0 " in log
+    assert f"event=last_holder_fenced transactional_id={prefix}-{host}-0 " in log  # w1's, ended at once
+    print("\nstandby test: " + " | ".join(line[11:23] + " " + line.split("event=")[1][:60] for line in log.splitlines()
+                                          if any(f"event={e}" in line for e in ("standby_takeover", "last_holder_fenced",
+                                                                               "worker_started", "assigned"))))

@@ -158,11 +158,36 @@ def test_a_standby_takes_the_slot_its_holder_frees_at_once_and_can_be_told_to_st
 
 
 def test_with_worker_slots_a_worker_started_while_all_are_held_is_a_standby(tmp_path: Path) -> None:
-    from streams.worker.main import serving_transactional_id
+    from streams.worker.main import member_id, serving_slot
 
     s = load_settings({"TTS_WORKER_GROUP": "sbg", "TTS_WORKER_SLOTS": "1"})
-    assert serving_transactional_id(s, lock_dir=tmp_path) == f"sbg-{HOST}-0"
-    assert serving_transactional_id(s, lock_dir=tmp_path) is None  # the one slot is held (by this process)
+    assert serving_slot(s, lock_dir=tmp_path) == 0
+    assert member_id(s, 0) == f"sbg-{HOST}-0"
+    assert serving_slot(s, lock_dir=tmp_path) is None  # the one slot is held (by this process)
+
+
+def test_a_serving_slot_names_its_holders_transactional_id_for_the_next_holder(tmp_path: Path) -> None:
+    from streams.identity import held_slot_note, note_in_held_slot, try_slot
+
+    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "nt"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "0"
+        assert try_slot("worker", "b:9092", "nt", 0, lock_dir=tmp_path) is None  # held by a live process
+    finally:
+        p.kill()
+        p.wait(10)
+        if p.stdout:
+            p.stdout.close()
+    assert claim_slot("worker", "b:9092", "nt", lock_dir=tmp_path, slots=1) == 0  # freed by the kill
+    assert held_slot_note("worker", "b:9092", "nt", 0, lock_dir=tmp_path) == ""
+    note_in_held_slot("worker", "b:9092", "nt", 0, "nt-host-7", lock_dir=tmp_path)
+    note_in_held_slot("worker", "b:9092", "nt", 0, "nt-host-3", lock_dir=tmp_path)  # replaces, never appends
+    assert held_slot_note("worker", "b:9092", "nt", 0, lock_dir=tmp_path) == "nt-host-3"
+    with pytest.raises(ValueError):
+        held_slot_note("worker", "b:9092", "nt", 1, lock_dir=tmp_path)  # not held by this process
+    f = try_slot("worker", "b:9092", "nt", 1, lock_dir=tmp_path)
+    assert f is not None and try_slot("worker", "b:9092", "nt", 0, lock_dir=tmp_path) is None
+    f.close()
 
 
 _PRIORITY_PROBE = """
