@@ -333,15 +333,15 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
     if n == 0 or not words:
         return tuple(words)
     x = np.asarray(samples[: n * hop], np.float32).reshape(n, hop)
-    power = np.einsum("ij,ij->i", x, x, dtype=np.float64)  # frame energy (a dB threshold: no root, no log)
+    power = np.einsum("ij,ij->i", x, x)  # frame energy (a dB threshold: no root, no log; float32: 4x faster)
     top = float(power.max())
     loud = power > top * 10 ** (floor_db / 10) if top > 0 else np.ones(n, bool)
+    # sound_to[j]: the frame just past the last loud one at or before frame j (0: none yet)
+    sound_to = np.maximum.accumulate(np.where(loud, np.arange(1, n + 1), 0)).tolist()
     out = []
     for w in words:
         a, b = int(w.start_s * sample_rate) // hop, min(n, -(-round(w.end_s * sample_rate) // hop))
-        k = b
-        while k > a and not loud[k - 1]:
-            k -= 1
+        k = max(a, sound_to[b - 1]) if b > a else b  # back over the silent frames that end the word's span
         end_s = w.end_s if k == b else max(w.start_s, round(k * hop / sample_rate, 4))
         if end_s == w.end_s:
             out.append(w)

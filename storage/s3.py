@@ -41,7 +41,7 @@ import ssl
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future
 from typing import IO, Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -55,7 +55,6 @@ _CONFIG_CODES = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotM
 PART_BYTES = 8 * 1024 * 1024  # multipart part size (S3: >= 5 MiB except the last, <= 10,000 parts)
 _PART_ATTEMPTS = 3            # tries per part (on top of botocore's own retry)
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-_PUT_THREADS = 2              # put_many's pool: a timed request's captions (WebVTT, SRT) beside its words
 
 
 def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1", *, ca_bundle: str = "",
@@ -136,7 +135,6 @@ class AudioStore:
         self._put = _SignedPut(self.endpoint, bucket, access_key, secret_key, region, ca_bundle=ca_bundle,
                                timeout=(connect_timeout_s, read_timeout_s), attempts=max_attempts,
                                fallback=self._client_put)
-        self._puts: ThreadPoolExecutor | None = None  # put_many's other PUTs (made on first use)
 
     def warm(self) -> AudioStore:
         """Make boto3's client on a thread now (0.2-0.3 s of Python): a worker's start need not wait for
@@ -190,22 +188,17 @@ class AudioStore:
         return digest
 
     def put_many(self, objects: Sequence[tuple[str, bytes, str]]) -> list[str]:
-        """:meth:`put` of each ``(key, data, content_type)`` at once: the first from the calling thread,
-        the others from the store's own small pool, each on its own kept-alive connection (so a
-        request's objects cost one round trip of waiting, not one each). Returns their SHA-256 hex
-        digests in order once S3 acknowledged all of them; the first error is raised after all ended."""
-        if len(objects) <= 1:
-            return [self.put(*o) for o in objects]
-        with self._lock:
-            if self._puts is None:
-                self._puts = ThreadPoolExecutor(_PUT_THREADS, thread_name_prefix="s3-put")
-            pool = self._puts
-        rest = [pool.submit(self.put, *o) for o in objects[1:]]
-        try:
-            first = self.put(*objects[0])
-        finally:
-            wait(rest)
-        return [first, *(f.result() for f in rest)]
+        """:meth:`put` of each ``(key, data, content_type)`` at once, from the calling thread: every
+        request is sent, each on a kept-alive connection of its own, before any answer is read (so a
+        request's words and captions wait about one round trip, not one each, with no thread to hand
+        them to: the CPU of three PUTs one after the other). Returns their SHA-256 hex digests in order
+        once S3 acknowledged all of them; the first error is raised after all ended."""
+        digests = [hashlib.sha256(data).hexdigest() for _, data, _ in objects]
+        if self._put.fallback is not None or len(objects) <= 1:  # through a proxy: the client's, one at a time
+            return [self.put(key, data, ctype, sha256=d) for (key, data, ctype), d in zip(objects, digests, strict=True)]
+        self._put.many([(key, data, ctype, {"sha256": d}, d) for (key, data, ctype), d in zip(objects, digests,
+                                                                                             strict=True)])
+        return digests
 
     def _client_put(self, key: str, data: bytes, content_type: str, metadata: dict[str, str], _digest: str) -> None:
         self._call("put_object", Bucket=self.bucket, Key=key, Body=data, ContentType=content_type, Metadata=metadata)
@@ -308,10 +301,6 @@ class AudioStore:
             self._call("create_bucket", Bucket=self.bucket)
 
     def close(self) -> None:
-        with self._lock:
-            pool, self._puts = self._puts, None
-        if pool is not None:
-            pool.shutdown(wait=True)
         with self._client_lock:
             made = self._client_made
         if made is not None:  # (a client never made is not made to be closed)
@@ -368,11 +357,48 @@ class _SignedPut:
         self.fallback = fallback if get_environ_proxies(endpoint) else None
 
     def __call__(self, key: str, data: bytes, content_type: str, metadata: dict[str, str], digest: str) -> None:
-        headers = {"content-type": content_type, "x-amz-content-sha256": digest,
-                   **{f"x-amz-meta-{k.lower()}": v for k, v in metadata.items()}}
-        status, _, body = self._send("PUT", key, data, headers)
+        status, _, body = self._send("PUT", key, data, _put_headers(content_type, metadata, digest))
         if status >= 300:
             raise _classified(f"s3 put_object {key}", status, body)
+
+    def many(self, puts: Sequence[tuple[str, bytes, str, dict[str, str], str]]) -> None:
+        """Each PUT of ``puts`` (what :meth:`__call__` takes) sent, each on a connection of its own, before
+        any answer is read. One that could not be sent or read, or got an answer worth retrying, is done
+        again alone (:meth:`__call__`, with its retries); the first error is raised after all ended."""
+        sent: list[http.client.HTTPConnection | None] = []
+        for key, data, ctype, metadata, digest in puts:
+            path = self._base + quote(key, safe="/~")
+            conn: http.client.HTTPConnection | None = None
+            try:
+                conn, _ = self._connection()
+                conn.request("PUT", path, body=data,
+                             headers=self._signed("PUT", path, _put_headers(ctype, metadata, digest)))
+            except (OSError, http.client.HTTPException):  # a kept-alive one the server closed, among others
+                if conn is not None:
+                    conn.close()
+                conn = None
+            sent.append(conn)
+        error: StorageError | None = None
+        for put, conn in zip(puts, sent, strict=True):
+            try:
+                if conn is not None:
+                    try:
+                        resp = conn.getresponse()
+                        body = resp.read()
+                    except (OSError, http.client.HTTPException):
+                        conn.close()
+                    else:
+                        self._keep(conn, resp)
+                        if resp.status < 300:
+                            continue
+                        got = _classified(f"s3 put_object {put[0]}", resp.status, body)
+                        if not isinstance(got, S3Unavailable):
+                            raise got
+                self(*put)  # again, alone
+            except StorageError as e:
+                error = error or e
+        if error is not None:
+            raise error
 
     def head(self, key: str) -> dict[str, str] | None:
         """The object's response headers (names in lower case), None if there is none."""
@@ -404,11 +430,7 @@ class _SignedPut:
                     continue  # the server closed a kept-alive connection: not a try
                 error: StorageError = S3Unavailable(f"s3 {method.lower()} {key}: {type(e).__name__}: {e}")
             else:
-                if resp.will_close:
-                    conn.close()
-                else:
-                    with self._lock:
-                        self._idle.append(conn)
+                self._keep(conn, resp)
                 retriable = resp.status >= 300 and isinstance(_classified("", resp.status, body), S3Unavailable)
                 attempt += 1
                 if not retriable or attempt >= self._attempts:
@@ -419,6 +441,14 @@ class _SignedPut:
             if attempt >= self._attempts:
                 raise error
             time.sleep(min(20.0, 0.1 * 2 ** attempt))
+
+    def _keep(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        """``conn``, its answer read, back to the idle ones (closed if the server said it closes it)."""
+        if resp.will_close:
+            conn.close()
+        else:
+            with self._lock:
+                self._idle.append(conn)
 
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
         with self._lock:
@@ -463,6 +493,11 @@ class _SignedPut:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+def _put_headers(content_type: str, metadata: dict[str, str], digest: str) -> dict[str, str]:
+    return {"content-type": content_type, "x-amz-content-sha256": digest,
+            **{f"x-amz-meta-{k.lower()}": v for k, v in metadata.items()}}
 
 
 def _classified(where: str, status: int, body: bytes) -> StorageError:

@@ -133,6 +133,8 @@ def test_a_put_is_signed_for_any_prefix_and_refused_as_the_client_would_refuse_i
             wrong.put(wrong.key("part", "cd" * 32, "wav"), b"x")
         with pytest.raises(StorageConfigError):
             wrong.head(wrong.key("part", "cd" * 32, "wav"))
+        with pytest.raises(StorageConfigError):  # all sent at once, each refused: the refusal is raised
+            wrong.put_many([(wrong.key("words", d * 32, "json"), b"{}", "application/json") for d in ("cd", "ef")])
         with pytest.raises(StorageConfigError):
             nobucket.put(nobucket.key("part", "cd" * 32, "wav"), b"x")
         assert nobucket.head(nobucket.key("part", "cd" * 32, "wav")) is None  # as the client: a 404 is no object
@@ -140,6 +142,24 @@ def test_a_put_is_signed_for_any_prefix_and_refused_as_the_client_would_refuse_i
         odd._client.delete_object(Bucket=odd.bucket, Key=key)
         for store in (odd, wrong, nobucket):
             store.close()
+
+
+def test_put_many_redoes_alone_what_a_kept_alive_connection_the_server_dropped_could_not_send(
+        stack_settings: Settings) -> None:
+    store = _store(stack_settings)
+    try:
+        first = [(store.key("captions", uuid.uuid4().hex * 2, "vtt"), uuid.uuid4().bytes, "text/vtt") for _ in range(3)]
+        store.put_many(first)  # leaves three kept-alive connections
+        assert len(store._put._idle) == 3
+        for conn in store._put._idle:  # as a server that timed them out would: gone under the client
+            assert conn.sock is not None
+            conn.sock.shutdown(socket.SHUT_RDWR)
+        again = [(store.key("captions", uuid.uuid4().hex * 2, "srt"), uuid.uuid4().bytes * k, "text/srt")
+                 for k in (1, 2, 3)]
+        assert store.put_many(again) == [hashlib.sha256(d).hexdigest() for _, d, _ in again]
+        assert [store.get(k) for k, _, _ in first + again] == [d for _, d, _ in first + again]
+    finally:
+        store.close()
 
 
 def test_unreachable_s3_is_retriable(stack_settings: Settings) -> None:
