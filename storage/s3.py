@@ -367,7 +367,7 @@ class _SignedPut:
         again alone (:meth:`__call__`, with its retries); the first error is raised after all ended."""
         sent: list[http.client.HTTPConnection | None] = []
         for key, data, ctype, metadata, digest in puts:
-            path = self._base + quote(key, safe="/~")
+            path = self._path(key)
             conn: http.client.HTTPConnection | None = None
             try:
                 conn, _ = self._connection()
@@ -413,7 +413,7 @@ class _SignedPut:
               ) -> tuple[int, dict[str, str], bytes]:
         """The answer to one signed request (status, headers, body), retried as the module doc says;
         an answer S3 keeps giving (4xx, or 5xx past the tries) is returned for the caller to classify."""
-        path = self._base + quote(key, safe="/~")
+        path = self._path(key)
         attempt = 0
         while True:
             conn: http.client.HTTPConnection | None = None
@@ -441,6 +441,9 @@ class _SignedPut:
             if attempt >= self._attempts:
                 raise error
             time.sleep(min(20.0, 0.1 * 2 ** attempt))
+
+    def _path(self, key: str) -> str:
+        return self._base + quote(key, safe="/~")
 
     def _keep(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
         """``conn``, its answer read, back to the idle ones (closed if the server said it closes it)."""

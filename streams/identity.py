@@ -161,7 +161,7 @@ def held_slot_note(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir:
 
 
 def _held_file(kind: str, cluster: str, prefix: str, slot: int, lock_dir: Path | None) -> IO[Any]:
-    path = os.path.realpath((lock_dir or slot_dir()) / f"{_scope_file(kind, cluster, prefix)}.{slot}.lock")
+    path = os.path.realpath(_lock_path(kind, cluster, prefix, slot, lock_dir))
     for f in _held:
         if os.path.realpath(f.name) == path:
             return f
@@ -170,7 +170,7 @@ def _held_file(kind: str, cluster: str, prefix: str, slot: int, lock_dir: Path |
 
 def slot_holder(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir: Path | None = None) -> int | None:
     """The pid of the process holding ``slot`` of the scope (Linux ``/proc/locks``), or None."""
-    path = (lock_dir or slot_dir()) / f"{_scope_file(kind, cluster, prefix)}.{slot}.lock"
+    path = _lock_path(kind, cluster, prefix, slot, lock_dir)
     try:
         st = path.stat()
         lines = Path("/proc/locks").read_text().splitlines()
@@ -184,13 +184,15 @@ def slot_holder(kind: str, cluster: str, prefix: str, slot: int, *, lock_dir: Pa
     return None
 
 
+def _lock_path(kind: str, cluster: str, prefix: str, slot: int, lock_dir: Path | None) -> Path:
+    return (lock_dir or slot_dir()) / f"{_scope_file(kind, cluster, prefix)}.{slot}.lock"
+
+
 def _lock_files(kind: str, cluster: str, prefix: str, slots: int, lock_dir: Path | None, *,
                 first: int = 0) -> list[IO[Any]]:
-    base = lock_dir or slot_dir()
-    base.mkdir(parents=True, exist_ok=True)
-    stem = _scope_file(kind, cluster, prefix)
+    (lock_dir or slot_dir()).mkdir(parents=True, exist_ok=True)
     # the one taken stays open until exit; "a+": a note is written at the end of what truncate left
-    return [open(base / f"{stem}.{k}.lock", "a+") for k in range(first, first + slots)]
+    return [open(_lock_path(kind, cluster, prefix, k, lock_dir), "a+") for k in range(first, first + slots)]
 
 
 def _take_one(files: list[IO[Any]]) -> int | None:

@@ -116,11 +116,18 @@ def claim_transactional_id(settings: Settings, *, lock_dir: Path | None = None, 
     two groups on one host apart and lets a Kafka ACL grant a group its ids by prefix.
     In Kubernetes the StatefulSet sets ``TTS_TRANSACTIONAL_ID`` to the prefix and pod name.
     """
-    from streams.identity import claim_slot, host_name
+    from streams.identity import claim_slot
 
     prefix = settings.kafka.effective_transactional_id_prefix
     slot = claim_slot("worker", settings.kafka.bootstrap_servers, prefix, lock_dir=lock_dir, slots=slots)
-    return f"{prefix}-{host_name()}-{slot}"
+    return _host_id(settings, slot)
+
+
+def _host_id(settings: Settings, slot: int) -> str:
+    """``<prefix>-<hostname>-<slot>``: a claimed transactional id, or a serving slot's group member."""
+    from streams.identity import host_name
+
+    return f"{settings.kafka.effective_transactional_id_prefix}-{host_name()}-{slot}"
 
 
 def serving_slot(settings: Settings, *, lock_dir: Path | None = None) -> int | None:
@@ -149,9 +156,7 @@ def take_over_slot(settings: Settings, *, lock_dir: Path | None = None,
 
 def member_id(settings: Settings, slot: int) -> str:
     """The group member (``group.instance.id``) of serving slot ``slot``: ``<prefix>-<hostname>-<slot>``."""
-    from streams.identity import host_name
-
-    return f"{settings.kafka.effective_transactional_id_prefix}-{host_name()}-{slot}"
+    return _host_id(settings, slot)
 
 
 def serve_slot(settings: Settings, slot: int, *, lock_dir: Path | None = None) -> threading.Thread | None:
@@ -184,12 +189,12 @@ def end_open_transaction(settings: Settings, transactional_id: str, *, lock_dir:
 
     from confluent_kafka import Producer
 
-    from streams.identity import host_name, try_slot
+    from streams.identity import try_slot
     from streams.kafka import transactional_config
 
     kafka = settings.kafka
-    head, _, slot = transactional_id.rpartition("-")
-    if head != f"{kafka.effective_transactional_id_prefix}-{host_name()}" or not slot.isdigit():
+    slot = transactional_id.rpartition("-")[2]
+    if not slot.isdigit() or _host_id(settings, int(slot)) != transactional_id:
         _log.warning("event=fence_skipped transactional_id=%s reason=%r", transactional_id, "not an id of this host")
         return False
     held = try_slot("worker", kafka.bootstrap_servers, kafka.effective_transactional_id_prefix, int(slot),
