@@ -220,6 +220,11 @@ class MicroBatcher(Generic[T]):
         ``force`` takes the queue with the earliest due even if it is neither full nor expired (draining);
         ``eager`` (a lane is idle) counts every queue as ready, so the earliest due work starts now.
         """
+        return [(item, wait) for item, wait, _ in self.take_with_due(now, force=force, eager=eager)]
+
+    def take_with_due(self, now: float, *, force: bool = False,
+                      eager: bool = False) -> list[tuple[T, float, float]]:
+        """:meth:`take_with_wait`, each item with its due time too (the fair order's key, on ``clock``)."""
         key = self._ready_key(now, eager)
         if key is None and force and self._queues:
             key = min(self._queues, key=lambda k: self._queues[k].earliest_due())
@@ -230,7 +235,7 @@ class MicroBatcher(Generic[T]):
         if not q.n:
             del self._queues[key]
         self._n -= len(out)
-        return [(e.item, now - e.arrival) for e in out]
+        return [(e.item, now - e.arrival, e.due) for e in out]
 
     def take(self, now: float, *, force: bool = False, eager: bool = False) -> list[T]:
         """One batch from a single (bucket, group) queue; empty if none is ready."""

@@ -81,6 +81,7 @@ class Seg:
     model_s: float = 0.0       # its share of the model call and DSP
     uploaded_at: float = 0.0   # its part was encoded and handed to S3 (its PUT then in flight)
     owed_s: float = 0.0        # how long it waited for a worker to take its partition (Ledger.owed)
+    due: float = 0.0           # its place in the fair order (the batcher's due): the lanes' order too
 
     @property
     def work_id(self) -> str:

@@ -29,9 +29,12 @@ Invariants:
   (``lanes`` calls at once, started in the order taken; one queued behind them so a lane never
   waits for the loop), so the loop keeps polling, answering and committing while it runs: a
   finished request is answered while the next item is synthesized, not after it.
-  DSP and encode follow the model on its thread (on a second thread when ``overlap``: a model
-  on a device works on the next call meanwhile); uploads run on the S3 pool, and nobody on the
-  lane waits for them.
+  DSP and encode follow the model as a task of their own on the same lanes
+  (:class:`~streams.worker.lanes.Lanes`, most urgent first: the fair order's due, then, within a
+  request, its model calls before its parts' DSP, and in a stream each part's DSP before the next
+  segment's call), so a request's later segment starts on the first free lane instead of after an
+  earlier part's DSP; on a second thread when ``overlap`` (a model on a device works on the next
+  call meanwhile). Uploads run on the S3 pool, and nobody on a lane waits for them.
 * **A stream's first segment on an idle worker has the machine to itself.** When a streaming
   request's first segment (``seq`` 0) is submitted while no call is in flight and the engine runs
   a call that starts alone on every core (:mod:`engine.solo`), the calls submitted after it wait
@@ -66,6 +69,7 @@ from storage.cache import AudioCache
 from storage.s3 import AudioStore
 from streams.worker.batcher import MicroBatcher
 from streams.worker.keys import PART_FORMAT
+from streams.worker.lanes import Lanes
 from streams.worker.ledger import Part, PartResult, Seg
 from streams.worker.marks import PartMarks, decode_part_marks, has_marks, part_marks, part_marks_key
 from streams.worker.timings import PartWords, encode_part_words, part_object, part_words, voice_times
@@ -96,7 +100,7 @@ class PartMaker:
         self.batcher = batcher
         self.max_batch = max_batch
         self._lanes = max(1, lanes)
-        self._model = ThreadPoolExecutor(self._lanes, thread_name_prefix="model")
+        self._model = Lanes(self._lanes, thread_name_prefix="model")  # model calls and, on a CPU, the DSP after them
         # voice -> model seconds per character of this worker (EWMA over its calls, all lanes
         # counted): a segment's expected cost, which paces its request in the fair order. Until a
         # voice's first call here, what the engine measured as it loaded: an unknown cost counts one
@@ -206,9 +210,14 @@ class PartMaker:
     def ready(self, now: float) -> bool:
         return len(self._futs) < self._max_calls and self.batcher.ready(now, eager=self.lane_idle())
 
-    def take(self, now: float) -> list[tuple[Seg, float]]:
-        """The next batch :meth:`ready` said there is, with each segment's wait."""
-        return self.batcher.take_with_wait(now, eager=self.lane_idle())
+    def take(self, now: float, *, force: bool = False) -> list[tuple[Seg, float]]:
+        """The next batch :meth:`ready` said there is, with each segment's wait (``force``: whatever is
+        batched first, ready or not); each segment keeps its due, the lanes' order."""
+        out = []
+        for s, wait, due in self.batcher.take_with_due(now, force=force, eager=self.lane_idle()):
+            s.due = due
+            out.append((s, wait))
+        return out
 
     def next_deadline(self) -> float | None:
         """When the next batch can start: the batcher's deadline, or None while the lanes (and the one
@@ -224,7 +233,8 @@ class PartMaker:
         for group in self.engine.plan(prepared):
             done: Future[list[_Made]] = Future()
             alone = threading.Event() if self._runs_alone([segs[i] for i in group]) else None
-            job = self._model.submit(self._call, [segs[i] for i in group], [prepared[i] for i in group],
+            job = self._model.submit(_urgency([segs[i] for i in group], post=False), self._call,
+                                     [segs[i] for i in group], [prepared[i] for i in group],
                                      [waits[i] for i in group], time.perf_counter(), done, alone, self._alone)
             if alone is not None:
                 self._alone = alone
@@ -240,7 +250,7 @@ class PartMaker:
     def synthesize_all(self, now: Callable[[], float]) -> None:
         """Everything batched, now, whatever its deadline (before a forced model swap)."""
         while len(self.batcher):
-            self.synthesize(self.batcher.take_with_wait(now(), force=True))
+            self.synthesize(self.take(now(), force=True))
 
     def _call(self, segs: list[Seg], prepared: list[Prepared], waits: list[float], submitted: float,
               done: Future[list[_Made]], alone: threading.Event | None = None,
@@ -270,8 +280,8 @@ class PartMaker:
             done.set_exception(e)
             return
         args = (segs, prepared, raw, time.perf_counter() - t0, waits)
-        if self._post is None:
-            _run_into(done, self._postprocess_upload, *args)
+        if self._post is None:  # next on a lane, after whatever is more urgent (streams.worker.lanes)
+            self._model.submit(_urgency(segs, post=True), _run_into, done, self._postprocess_upload, *args)
         else:
             self._post.submit(_run_into, done, self._postprocess_upload, *args)
 
@@ -392,9 +402,9 @@ class PartMaker:
     def drop(self) -> None:
         """Forget everything batched and in flight: calls not started are cancelled, the results of
         one still running are ignored (it counts as busy until it ends: no model swap under it)."""
-        for _, _, job in self._futs:
-            if not job.cancel() and not job.done():
-                self._dropped.append(job)
+        for _, done, job in self._futs:
+            if not job.cancel():  # its model call ran or runs: busy until its DSP (queued after it) ends too
+                self._dropped += [f for f in (job, done) if not f.done()]
         if self._alone is not None:  # a lone call cancelled before it ran must not hold the lanes for ever
             self._alone.set()
         self._futs = []
@@ -410,6 +420,15 @@ class PartMaker:
         self._model.shutdown(wait=True, cancel_futures=True)
         if self._post is not None:
             self._post.shutdown(wait=True, cancel_futures=True)
+
+
+def _urgency(segs: list[Seg], *, post: bool) -> tuple[float, int]:
+    """Which lane work goes first: the earliest due (the fair order's), then, within a request, its
+    model calls before its parts' DSP (a request's later segment starts on a free lane while its earlier
+    parts' DSP waits), except in a stream, whose chunks are wanted in order: there a part's DSP goes
+    before the next segment's model call."""
+    s = min(segs, key=lambda x: (x.due, x.seg.seq))
+    return s.due, (2 * s.seg.seq + post) if s.seg.stream else int(post)
 
 
 def _store_part(store: AudioStore, key: str, data: bytes, sha: str, marks: tuple[str, bytes] | None) -> str:
