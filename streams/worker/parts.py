@@ -233,7 +233,9 @@ class PartMaker:
         for group in self.engine.plan(prepared):
             done: Future[list[_Made]] = Future()
             alone = threading.Event() if self._runs_alone([segs[i] for i in group]) else None
-            job = self._model.submit(_urgency([segs[i] for i in group], post=False), self._call,
+            # the call others are held for goes first, whatever its due: a lane holding a held call waits for it
+            key = _FIRST if alone is not None else _urgency([segs[i] for i in group], post=False)
+            job = self._model.submit(key, self._call,
                                      [segs[i] for i in group], [prepared[i] for i in group],
                                      [waits[i] for i in group], time.perf_counter(), done, alone, self._alone)
             if alone is not None:
@@ -420,6 +422,9 @@ class PartMaker:
         self._model.shutdown(wait=True, cancel_futures=True)
         if self._post is not None:
             self._post.shutdown(wait=True, cancel_futures=True)
+
+
+_FIRST = (float("-inf"), -1)  # before every _urgency: the lone call of a stream's first segment
 
 
 def _urgency(segs: list[Seg], *, post: bool) -> tuple[float, int]:

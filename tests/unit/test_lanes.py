@@ -109,3 +109,11 @@ def test_a_request_gets_its_model_calls_before_its_parts_dsp_and_a_stream_its_ch
     keys = [_urgency([s0], post=False), _urgency([s0], post=True), _urgency([s1], post=False),
             _urgency([s1], post=True)]
     assert keys == sorted(keys) and len(set(keys)) == 4
+
+
+def test_the_lone_call_others_are_held_for_goes_before_any_due() -> None:
+    from streams.worker.parts import _FIRST, _urgency
+
+    # a backlog segment's due can be earlier than the lone call's; two such calls taken first by both
+    # lanes would each wait for the lone call behind them
+    assert _FIRST < _urgency([_seg(0, -1e9)], post=False) and _FIRST < _urgency([_seg(0, -1e9)], post=True)
