@@ -26,7 +26,7 @@ Invariants:
   loop (from the ledger, or the join that waits for the PUT), which commits nothing (its
   reaction is the loop's).
 * At most ``lanes + 1`` model calls are in flight. The model runs on threads of its own
-  (``lanes`` calls at once, started in the order taken; one queued behind them so a lane never
+  (``lanes`` calls at once, most urgent first; one queued behind them so a lane never
   waits for the loop), so the loop keeps polling, answering and committing while it runs: a
   finished request is answered while the next item is synthesized, not after it.
   DSP and encode follow the model as a task of their own on the same lanes
