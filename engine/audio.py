@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import math
+import struct
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -58,11 +59,31 @@ def _mono_float(samples: np.ndarray) -> np.ndarray:
     return x
 
 
+def _pcm16(x: np.ndarray) -> bytes:
+    """Float samples -> 16-bit little-endian PCM, as libsndfile (1.2) writes them: clipped to [-1, 1],
+    scaled by 32768 in float32, rounded down, 1.0 kept at 32767. The same bytes without its
+    per-call cost (a request's 10 s: ~2.5 ms through soundfile, ~0.3 ms here)."""
+    y = np.clip(x, -1.0, 1.0)
+    y *= np.float32(32768.0)
+    np.floor(y, out=y)
+    return np.minimum(y, np.float32(32767.0), out=y).astype("<i2").tobytes()
+
+
+def _wav_header(frames: int, sample_rate: int) -> bytes:
+    """The 44-byte header of a 16-bit mono PCM WAV file of ``frames`` samples (libsndfile's, byte for byte)."""
+    data = 2 * frames
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + data, b"WAVE", b"fmt ", 16, 1, 1, sample_rate,
+                       2 * sample_rate, 2, 16, b"data", data)
+
+
 def encode(samples: np.ndarray, sample_rate: int, fmt: str = "wav") -> bytes:
     """Float mono samples -> the bytes of a ``wav``, ``flac`` or ``ogg`` file."""
     import soundfile as sf
 
     f = _check_format(fmt)
+    if f == "wav":
+        x = _mono_float(samples)
+        return _wav_header(len(x), int(sample_rate)) + _pcm16(x)
     x = np.clip(_mono_float(samples), -1.0, 1.0)
     if f == "ogg" and len(x) == 0:
         x = np.zeros(1, np.float32)  # libvorbis cannot write an empty stream
@@ -224,9 +245,15 @@ class JoinWriter:
         self._fade = int(self.sr_in * fade_ms / 1000)
         self._gap_in = int(self.sr_in * gap_ms / 1000)
         self._pos_in = 0  # where the next segment starts in the joined signal at sr_in
-        container, subtype, _ = _FORMATS[self.fmt]
-        self._file: Any = sf.SoundFile(out, "w", samplerate=self.sr_out, channels=1, format=container,
-                                       subtype=subtype)
+        self._out = out
+        self._file: Any = None
+        if self.fmt == "wav":  # written here (libsndfile's bytes at a tenth of its cost); the header at close
+            self._start = out.tell()
+            out.write(_wav_header(0, self.sr_out))
+        else:
+            container, subtype, _ = _FORMATS[self.fmt]
+            self._file = sf.SoundFile(out, "w", samplerate=self.sr_out, channels=1, format=container,
+                                      subtype=subtype)
         self.segments = 0
         self.frames = 0
 
@@ -252,7 +279,10 @@ class JoinWriter:
 
     def _write(self, x: np.ndarray) -> None:
         if len(x) > 0:
-            self._file.write(np.clip(x, -1.0, 1.0))
+            if self._file is None:
+                self._out.write(_pcm16(x))
+            else:
+                self._file.write(np.clip(x, -1.0, 1.0))
             self.frames += len(x)
 
     @property
@@ -263,4 +293,10 @@ class JoinWriter:
         """Finish the file (its header); ``out`` stays open."""
         if self.fmt == "ogg" and self.frames == 0:
             self._write(np.zeros(1, np.float32))  # libvorbis cannot write an empty stream
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
+            return
+        end = self._out.tell()
+        self._out.seek(self._start)
+        self._out.write(_wav_header(self.frames, self.sr_out))
+        self._out.seek(end)

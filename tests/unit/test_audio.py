@@ -34,6 +34,25 @@ def test_round_trip(fmt: str, atol: float | None) -> None:
         assert np.corrcoef(x[:n], y[:n])[0, 1] > 0.98
 
 
+@pytest.mark.parametrize("sr", [8000, 22050, 24000])
+def test_wav_is_byte_for_byte_what_libsndfile_writes(sr: int) -> None:
+    import soundfile as sf
+
+    rng = np.random.default_rng(sr)
+    edges = np.array([1.0, -1.0, 1.5, -2.0, 0.5 / 32767, 1.5 / 32767, -2.5 / 32767, 0.0, -0.0], np.float32)
+    for x in (np.concatenate([rng.uniform(-1.2, 1.2, 5001).astype(np.float32), edges]), np.zeros(0, np.float32)):
+        buf = io.BytesIO()
+        sf.write(buf, np.clip(x, -1.0, 1.0), sr, format="WAV", subtype="PCM_16")
+        assert encode(x, sr, "wav") == buf.getvalue()
+        streamed = io.BytesIO(b"before")  # the writer starts where the file is and leaves it at the end
+        streamed.seek(6)
+        w = JoinWriter(streamed, sr, sr, "wav", fade_ms=0.0)
+        w.add(x[:100])
+        w._write(x[100:])  # the rest straight after, no pause
+        w.close()
+        assert streamed.getvalue() == b"before" + buf.getvalue() and streamed.tell() == len(streamed.getvalue())
+
+
 def test_encode_clips_and_rejects_unknown_formats() -> None:
     y, _ = decode(encode(np.array([2.0, -3.0, 0.25], np.float32), SR, "wav"))
     assert y[0] == pytest.approx(1.0, abs=1e-4) and y[1] == pytest.approx(-1.0, abs=1e-4)
