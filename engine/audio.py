@@ -93,10 +93,28 @@ def encode(samples: np.ndarray, sample_rate: int, fmt: str = "wav") -> bytes:
     return buf.getvalue()
 
 
+def _plain_wav(data: bytes) -> tuple[np.ndarray, int] | None:
+    """A 16-bit mono PCM WAV file laid out as :func:`encode` writes it (44-byte header, the samples,
+    perhaps chunks after them: :func:`with_chunk`) read with numpy, as libsndfile reads it (each
+    sample / 32768); None for any other file."""
+    if len(data) < 44 or data[:4] != b"RIFF" or data[8:16] != b"WAVEfmt " or data[36:40] != b"data":
+        return None
+    size, tag, channels, sr, _rate, _align, bits = struct.unpack_from("<IHHIIHH", data, 16)
+    n = struct.unpack_from("<I", data, 40)[0]
+    if size != 16 or tag != 1 or channels != 1 or bits != 16 or n % 2 or 44 + n > len(data):
+        return None
+    x = np.frombuffer(data, "<i2", n // 2, 44).astype(np.float32)
+    x *= np.float32(1 / 32768)
+    return x, int(sr)
+
+
 def decode(data: bytes) -> tuple[np.ndarray, int]:
     """The bytes of an audio file -> (float32 mono samples, sample rate)."""
     import soundfile as sf
 
+    plain = _plain_wav(data)
+    if plain is not None:  # our own WAV (a part, a join): ~0.02 ms against soundfile's ~0.2 for 3 s
+        return plain
     x, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
     return _mono_float(x), int(sr)
 

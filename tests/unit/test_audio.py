@@ -53,6 +53,23 @@ def test_wav_is_byte_for_byte_what_libsndfile_writes(sr: int) -> None:
         assert streamed.getvalue() == b"before" + buf.getvalue() and streamed.tell() == len(streamed.getvalue())
 
 
+def test_our_wav_reads_back_as_libsndfile_reads_it() -> None:
+    import soundfile as sf
+
+    x = np.random.default_rng(3).uniform(-1.1, 1.1, 4001).astype(np.float32)
+    data = encode(x, 22050, "wav")
+    want, sr = sf.read(io.BytesIO(data), dtype="float32")
+    for got_from in (data, with_chunk(data, b"wrds", b'{"a": 1}')):  # a part object with its words after
+        got, got_sr = decode(got_from)
+        assert got_sr == sr == 22050 and got.dtype == np.float32 and np.array_equal(got, want)
+    stereo = io.BytesIO()
+    sf.write(stereo, np.stack([x, -x], axis=1).clip(-1, 1), 8000, format="WAV", subtype="PCM_16")
+    y, sr = decode(stereo.getvalue())  # not the plain layout: soundfile reads it
+    assert sr == 8000 and len(y) == len(x) and np.max(np.abs(y)) < 1e-4
+    with pytest.raises(sf.LibsndfileError):
+        decode(data[:30])  # a header cut short is soundfile's to refuse
+
+
 def test_encode_clips_and_rejects_unknown_formats() -> None:
     y, _ = decode(encode(np.array([2.0, -3.0, 0.25], np.float32), SR, "wav"))
     assert y[0] == pytest.approx(1.0, abs=1e-4) and y[1] == pytest.approx(-1.0, abs=1e-4)
