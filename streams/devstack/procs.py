@@ -176,6 +176,7 @@ class Proc:
     kills: int = 0
     history: list[tuple[float, str]] = field(default_factory=list)
     unhealthy_since: float | None = None
+    signalled: bool = False  # this start was sent a signal by the supervisor (its exit is not its own)
 
     @property
     def pid(self) -> int | None:
@@ -250,6 +251,7 @@ class Supervisor:
                 proc.argv, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
         proc.starts += 1
+        proc.signalled = False
         proc.history.append((time.monotonic(), f"start pid={proc.popen.pid}"))
 
     # -- readiness -------------------------------------------------------------------
@@ -287,9 +289,10 @@ class Supervisor:
         return time.monotonic() - t0
 
     def check_alive(self) -> None:
-        """Raise :class:`ProcError` if a process this supervisor runs has exited on its own."""
+        """Raise :class:`ProcError` if a process this supervisor runs has exited on its own (not one it
+        signalled: a test that SIGKILLs a worker then polls for the standby's takeover)."""
         for p in self.procs.values():
-            if p.popen is not None and p.popen.poll() is not None:
+            if p.popen is not None and not p.signalled and p.popen.poll() is not None:
                 raise ProcError(f"{p.name} exited with {p.popen.returncode}; {p.log_path}:\n{p.log_tail()}")
 
     def unhealthy(self, *, grace_s: float = 15.0) -> list[Proc]:
@@ -320,6 +323,7 @@ class Supervisor:
         p = self.procs[name]
         if p.popen is None or p.popen.poll() is not None:
             return p.popen.returncode if p.popen else None
+        p.signalled = True
         p.popen.send_signal(sig)
         p.history.append((time.monotonic(), f"signal {sig.name} pid={p.popen.pid}"))
         if sig == signal.SIGKILL:
