@@ -29,7 +29,7 @@ import numpy as np
 from engine.errors import ItemError
 
 __all__ = ["FORMATS", "JoinWriter", "content_type", "decode", "encode", "join", "joined_frames", "part_starts", "read_chunk", "resample",
-           "with_chunk"]
+           "wav_header", "with_chunk"]
 
 # format -> (soundfile format, subtype, MIME type)
 _FORMATS: dict[str, tuple[str, str, str]] = {
@@ -69,10 +69,12 @@ def _pcm16(x: np.ndarray) -> bytes:
     return np.minimum(y, np.float32(32767.0), out=y).astype("<i2").tobytes()
 
 
-def _wav_header(frames: int, sample_rate: int) -> bytes:
-    """The 44-byte header of a 16-bit mono PCM WAV file of ``frames`` samples (libsndfile's, byte for byte)."""
-    data = 2 * frames
-    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + data, b"WAVE", b"fmt ", 16, 1, 1, sample_rate,
+def wav_header(frames: int | None, sample_rate: int) -> bytes:
+    """The 44-byte header of a 16-bit mono PCM WAV file of ``frames`` samples (libsndfile's, byte for
+    byte); ``None``: of a stream whose length is not known yet (both sizes 0xFFFFFFFF, as streaming
+    players expect)."""
+    riff, data = (0xFFFFFFFF, 0xFFFFFFFF) if frames is None else (36 + 2 * frames, 2 * frames)
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", riff, b"WAVE", b"fmt ", 16, 1, 1, sample_rate,
                        2 * sample_rate, 2, 16, b"data", data)
 
 
@@ -83,7 +85,7 @@ def encode(samples: np.ndarray, sample_rate: int, fmt: str = "wav") -> bytes:
     f = _check_format(fmt)
     if f == "wav":
         x = _mono_float(samples)
-        return _wav_header(len(x), int(sample_rate)) + _pcm16(x)
+        return wav_header(len(x), int(sample_rate)) + _pcm16(x)
     x = np.clip(_mono_float(samples), -1.0, 1.0)
     if f == "ogg" and len(x) == 0:
         x = np.zeros(1, np.float32)  # libvorbis cannot write an empty stream
@@ -94,16 +96,16 @@ def encode(samples: np.ndarray, sample_rate: int, fmt: str = "wav") -> bytes:
 
 
 def _plain_wav(data: bytes) -> tuple[np.ndarray, int] | None:
-    """A 16-bit mono PCM WAV file laid out as :func:`encode` writes it (44-byte header, the samples,
-    perhaps chunks after them: :func:`with_chunk`) read with numpy, as libsndfile reads it (each
-    sample / 32768); None for any other file."""
-    if len(data) < 44 or data[:4] != b"RIFF" or data[8:16] != b"WAVEfmt " or data[36:40] != b"data":
+    """A 16-bit mono PCM WAV file (as :func:`encode` writes it, perhaps with chunks after its samples:
+    :func:`with_chunk`) read with numpy, as libsndfile reads it (each sample / 32768); None for any
+    other file."""
+    fmt, pcm = read_chunk(data, b"fmt "), read_chunk(data, b"data")
+    if fmt is None or pcm is None or len(fmt) != 16 or len(pcm) % 2:
         return None
-    size, tag, channels, sr, _rate, _align, bits = struct.unpack_from("<IHHIIHH", data, 16)
-    n = struct.unpack_from("<I", data, 40)[0]
-    if size != 16 or tag != 1 or channels != 1 or bits != 16 or n % 2 or 44 + n > len(data):
+    tag, channels, sr, _rate, _align, bits = struct.unpack("<HHIIHH", fmt)
+    if tag != 1 or channels != 1 or bits != 16:
         return None
-    x = np.frombuffer(data, "<i2", n // 2, 44).astype(np.float32)
+    x = np.frombuffer(pcm, "<i2").astype(np.float32)
     x *= np.float32(1 / 32768)
     return x, int(sr)
 
@@ -267,7 +269,7 @@ class JoinWriter:
         self._file: Any = None
         if self.fmt == "wav":  # written here (libsndfile's bytes at a tenth of its cost); the header at close
             self._start = out.tell()
-            out.write(_wav_header(0, self.sr_out))
+            out.write(wav_header(0, self.sr_out))
         else:
             container, subtype, _ = _FORMATS[self.fmt]
             self._file = sf.SoundFile(out, "w", samplerate=self.sr_out, channels=1, format=container,
@@ -316,5 +318,5 @@ class JoinWriter:
             return
         end = self._out.tell()
         self._out.seek(self._start)
-        self._out.write(_wav_header(self.frames, self.sr_out))
+        self._out.write(wav_header(self.frames, self.sr_out))
         self._out.seek(end)

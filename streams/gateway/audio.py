@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.audio import wav_header
 from streams.gateway.errors import TranscodeError
 
 __all__ = ["CONTENT_TYPES", "RATE", "StreamEncoder", "decode_wav", "encode", "to_rate", "transcode"]
@@ -151,10 +152,7 @@ class StreamEncoder:
             head = b""
             if self._header:
                 self._header = False
-                head = (b"RIFF" + (0xFFFFFFFF).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little")
-                        + (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + RATE.to_bytes(4, "little")
-                        + (RATE * 2).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
-                        + b"data" + (0xFFFFFFFF).to_bytes(4, "little"))
+                head = wav_header(None, RATE)
             return head + samples.astype("<i2").tobytes()
         import av
 

@@ -331,3 +331,18 @@ def test_every_speaking_route_gives_its_concurrency_slot_back_streamed_or_not(tm
     assert "x-ttsflow-streamed" not in answers[3].headers and len(json.loads(answers[3].text)["audio"]) > 0
     assert 'ttsflow_gateway_requests_total{format="pcm",status="200"} 1.0' in m
     assert 'ttsflow_gateway_requests_total{format="invalid",status="400"} 1.0' in m
+
+
+def test_a_streamed_wav_opens_with_a_header_of_unknown_length_then_raw_samples() -> None:
+    import struct
+
+    from streams.gateway.audio import StreamEncoder
+
+    enc = StreamEncoder("wav")
+    x = (np.arange(-5, 5) * 1000).astype(np.int16)
+    first, second = enc.feed(x), enc.feed(x)
+    riff, = struct.unpack_from("<I", first, 4)
+    data_size, = struct.unpack_from("<I", first, 40)
+    assert first[:4] == b"RIFF" and first[8:16] == b"WAVEfmt " and first[36:40] == b"data"
+    assert riff == data_size == 0xFFFFFFFF and struct.unpack_from("<I", first, 24)[0] == RATE
+    assert first[44:] == second == x.astype("<i2").tobytes()
