@@ -354,6 +354,7 @@ class Supervisor:
         running = [p for p in self.procs.values() if p.alive()]
         for p in running:
             assert p.popen is not None
+            p.signalled = True
             p.popen.send_signal(signal.SIGTERM)
             p.history.append((time.monotonic(), f"signal SIGTERM pid={p.popen.pid}"))
         deadline = time.monotonic() + timeout
