@@ -34,6 +34,7 @@ of the model's own durations.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -85,9 +86,10 @@ class WordPlan:
 
     def kept(self, chunks: Sequence[Sequence[str]], keep: Callable[[str], bool]) -> WordPlan:
         """Over units laid out as a pad, each symbol ``keep`` accepts, a pad (hibari, kokoro)."""
+        masks = [np.fromiter(map(keep, ch), bool, len(ch)) for ch in chunks]  # once a chunk, for both arrays
+
         def unit_map(c: int, arr: np.ndarray) -> np.ndarray:
-            mask = np.fromiter((keep(ch) for ch in chunks[c]), bool, len(chunks[c]))
-            return np.concatenate(([-1], np.asarray(arr, np.int64)[mask], [-1]))
+            return np.concatenate(([-1], np.asarray(arr, np.int64)[masks[c]], [-1]))
 
         return self.over_units(unit_map)
 
@@ -168,9 +170,17 @@ def _owners_by_alignment(ref: Sequence[str], ref_owner: Sequence[int], actual: S
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _sound(symbol: str) -> bool:
-    """A phoneme symbol that is heard: not a space, punctuation, symbol or control character."""
+    """A phoneme symbol that is heard: not a space, punctuation, symbol or control character
+    (remembered: a voice has a few dozen symbols, and the word plan asks of every one it reads)."""
     return any(unicodedata.category(ch)[0] not in "PZCS" for ch in symbol)
+
+
+@functools.lru_cache(maxsize=4096)
+def _punct(symbol: str) -> bool:
+    """A symbol that starts with punctuation (it belongs to no word); remembered like :func:`_sound`."""
+    return unicodedata.category(symbol[:1] or " ")[0] == "P"
 
 
 def _tokens(symbols: Sequence[str]) -> list[tuple[int, int]]:
@@ -179,7 +189,7 @@ def _tokens(symbols: Sequence[str]) -> list[tuple[int, int]]:
     start = -1
     for i, x in enumerate((*symbols, " ")):
         if x.isspace():
-            if start >= 0 and any(_sound(y) for y in symbols[start:i]):
+            if start >= 0 and any(map(_sound, symbols[start:i])):
                 out.append((start, i))
             start = -1
         elif start < 0:
@@ -195,18 +205,18 @@ def _owners_by_tokens(per_word: Sequence[Sequence[str]], actual: Sequence[str]) 
     theirs = _tokens(actual)
     if len(mine) != len(theirs):
         return None
-    out = np.full(len(actual), -1, np.int64)
+    out = [-1] * len(actual)  # a list while filled (an array's item assignment costs more)
     last, last_end = -1, 0
     for (k, ref), (a, b) in zip(mine, theirs, strict=True):
         if not set(ref).intersection(actual[a:b]):  # counts agree by chance: not the same words
             return None
         if k == last:  # "42" read "forty-two": the space between its spoken words is its too
-            out[last_end:a] = k
+            out[last_end:a] = [k] * (a - last_end)
         for j in range(a, b):
-            if unicodedata.category(actual[j][:1] or " ")[0] != "P":
+            if not _punct(actual[j]):
                 out[j] = k
         last, last_end = k, b
-    return out
+    return np.asarray(out, np.int64)
 
 
 def plan_words(text: str, chunks: Sequence[Sequence[str]], phonemize: Callable[[str], Sequence[str]]) -> WordPlan:
