@@ -40,6 +40,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 __all__ = ["Word", "WordPhonemes", "WordPlan", "in_request", "plan_words", "segment_sources", "source_offsets",
@@ -50,9 +51,9 @@ _TOKEN = re.compile(r"\S+")
 _KEEP_AT_EDGES = frozenset("%‰#&@°'")  # punctuation that is read aloud; kept in a word's span
 
 
-@dataclass(frozen=True, slots=True)
-class Word:
-    """One written word: ``text[start:end]`` is spoken from ``start_s`` to ``end_s`` (seconds)."""
+class Word(msgspec.Struct, frozen=True):
+    """One written word: ``text[start:end]`` is spoken from ``start_s`` to ``end_s`` (seconds).
+    (A frozen Struct, not a frozen dataclass: made ~40 times a segment, at 0.1 us against 0.7.)"""
 
     text: str
     start: int
@@ -302,12 +303,14 @@ def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: 
                 char_spans[(int(w), int(ci))] = (min(a0, int(starts[cs].min())), max(b0, int(ends[cs].max())))
     out: list[Word] = []
     prev_start = prev_end = 0
-    for k, (s, e) in enumerate(plan.words):
-        a, b = (prev_end, prev_end) if last[k] < 0 else (int(first[k]), int(last[k]))
+    with_chars = {w for w, _ in char_spans}
+    text = plan.text
+    for k, ((s, e), f, la) in enumerate(zip(plan.words, first.tolist(), last.tolist(), strict=True)):
+        a, b = (prev_end, prev_end) if la < 0 else (f, la)
         a = min(max(a, prev_start), total_samples)  # starts never decrease
         b = min(max(b, a), total_samples)
-        out.append(Word(plan.text[s:e], s, e, round(a / sample_rate, 4), round(b / sample_rate, 4),
-                        _chars_of(plan.text, s, e, k, a, b, char_spans, sample_rate)))
+        out.append(Word(text[s:e], s, e, round(a / sample_rate, 4), round(b / sample_rate, 4),
+                        _chars_of(text, s, e, k, a, b, char_spans, sample_rate) if k in with_chars else ()))
         prev_start, prev_end = a, max(prev_end, b)
     return tuple(out)
 
@@ -316,8 +319,6 @@ def _chars_of(text: str, s: int, e: int, k: int, a: int, b: int, spans: dict[tup
               sample_rate: int) -> tuple[Word, ...]:
     """Each character of word ``k`` (``text[s:e]``, spoken in samples ``a..b``) with its span: its
     own phonemes' where it has them, else the empty span where the previous character ended."""
-    if not any(key[0] == k for key in spans):
-        return ()
     out: list[Word] = []
     at = prev_start = a
     for i in range(e - s):
