@@ -49,6 +49,7 @@ __all__ = ["Word", "WordPhonemes", "WordPlan", "in_request", "plan_words", "segm
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _TOKEN = re.compile(r"\S+")
 _KEEP_AT_EDGES = frozenset("%‰#&@°'")  # punctuation that is read aloud; kept in a word's span
+_NEVER = 2**62  # a word's first sample before any unit of it is seen
 
 
 class Word(msgspec.Struct, frozen=True):
@@ -282,19 +283,33 @@ def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: 
     backends), subtracted from every time in that chunk.
     """
     n = len(plan.words)
-    first = np.full(n, np.iinfo(np.int64).max, np.int64)
-    last = np.full(n, -1, np.int64)
+    first = [_NEVER] * n
+    last = [-1] * n
     char_spans: dict[tuple[int, int], tuple[int, int]] = {}
     for c, (own, dur, base) in enumerate(zip(unit_owners, unit_samples, chunk_starts, strict=True)):
         own = np.asarray(own, np.int64)
+        dur = np.asarray(dur, np.int64)
+        base = int(base)
+        # each word's first and last unit, in one pass over Python ints: a segment has ~100 units,
+        # and a dozen numpy calls on arrays that small cost more than the loop (most of all on
+        # caches the model call just went through)
+        at = base - lead_samples
+        for o, d in zip(own.tolist(), dur.tolist(), strict=True):
+            at += d
+            if o < 0:
+                continue
+            e = at if at > base else base
+            a = e - d if e - d > base else base
+            if a < first[o]:
+                first[o] = a
+            if e > last[o]:
+                last[o] = e
         sub = plan.chars[c] if c < len(plan.chars) and len(plan.chars[c]) == len(own) else None
-        ends = np.maximum(base, base + np.cumsum(np.asarray(dur, np.int64)) - lead_samples)
-        starts = np.maximum(base, ends - np.asarray(dur, np.int64))
-        valid = own >= 0
-        np.minimum.at(first, own[valid], starts[valid])  # each word's first and last unit, at once
-        np.maximum.at(last, own[valid], ends[valid])
         if sub is None or not (sub >= 0).any():
             continue
+        ends = np.maximum(base, base + np.cumsum(dur) - lead_samples)
+        starts = np.maximum(base, ends - dur)
+        valid = own >= 0
         for w in np.unique(own[valid & (sub >= 0)]):  # a Mandarin word's characters
             sel = own == w
             for ci in np.unique(sub[sel & (sub >= 0)]):
@@ -305,7 +320,7 @@ def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: 
     prev_start = prev_end = 0
     with_chars = {w for w, _ in char_spans}
     text = plan.text
-    for k, ((s, e), f, la) in enumerate(zip(plan.words, first.tolist(), last.tolist(), strict=True)):
+    for k, ((s, e), f, la) in enumerate(zip(plan.words, first, last, strict=True)):
         a, b = (prev_end, prev_end) if la < 0 else (f, la)
         a = min(max(a, prev_start), total_samples)  # starts never decrease
         b = min(max(b, a), total_samples)
