@@ -15,6 +15,7 @@ given text and speed: the DSP's noise generator is seeded from the phoneme ids.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -233,7 +234,7 @@ class HibariBackend(Backend):
         hop = 2 * self._dsp.HOP
         units = [step[6] * hop for step in raw]
         if not starts:  # chunks back to back (a span item's come from its join: its pauses)
-            starts = np.concatenate([[0], np.cumsum([int(u.sum()) for u in units])[:-1]]).astype(int).tolist()
+            starts = list(itertools.accumulate((int(u.sum()) for u in units[:-1]), initial=0))
         return word_times(prepared.words, prepared.words.owners, units, starts, self.sample_rate, samples,
                           lead_samples=_LEAD_UNITS * hop)
 

@@ -131,10 +131,13 @@ def voice_times(voice: str, engine_times: bool) -> bool:
 def _moved(w: WordSpan, source: SegmentSource | None, seconds: float) -> WordSpan:
     if source is None:
         s, e = w.start, w.end
+    elif not source.map:  # the segment is its text's stretch from source.start, character for character
+        s, e = source.start + w.start, source.start + w.end
     else:
         s, e = source.offset(w.start), source.offset(max(w.start, w.end - 1)) + (1 if w.end > w.start else 0)
-    return WordSpan(word=w.word, start=s, end=e, start_s=round(w.start_s + seconds, 4),
-                    end_s=round(w.end_s + seconds, 4),
+    return WordSpan(word=w.word, start=s, end=e,
+                    start_s=round(w.start_s + seconds, 4) if seconds else w.start_s,
+                    end_s=round(w.end_s + seconds, 4) if seconds else w.end_s,
                     chars=None if w.chars is None else [_moved(c, source, seconds) for c in w.chars])
 
 
