@@ -33,6 +33,7 @@ of the model's own durations.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import functools
 import re
@@ -73,7 +74,8 @@ class Word(msgspec.Struct, frozen=True):
 @dataclass(frozen=True, slots=True)
 class WordPlan:
     """Which word each phoneme of each model chunk belongs to (``owners``, ``-1``: none) and, in a
-    word of several Han characters, which of its characters (``chars``, ``-1``: none)."""
+    word of several Han characters, which of its characters (``chars``, ``-1``: none; empty when
+    the text has no such word)."""
 
     words: tuple[tuple[int, int], ...]
     text: str
@@ -253,6 +255,7 @@ def plan_words(text: str, chunks: Sequence[Sequence[str]], phonemize: Callable[[
             ref_owner += [k] * len(ps)
         own = _owners_by_alignment(ref, ref_owner, actual)
     chars = np.full(len(actual), -1, np.int64)
+    timed_chars = False  # no Mandarin word: no characters to time (``chars`` empty)
     for k, (s, e) in enumerate(words):
         if e - s > 1 and all(_HAN.match(c) for c in text[s:e]):  # a Mandarin word: where each character is
             idx = np.nonzero(own == k)[0]
@@ -267,8 +270,9 @@ def plan_words(text: str, chunks: Sequence[Sequence[str]], phonemize: Callable[[
                 char_owner += [i] * len(ps)
             if len(idx) and char_ref:
                 chars[idx] = _owners_by_alignment(char_ref, char_owner, [actual[i] for i in idx])
+                timed_chars = True
     return WordPlan(tuple(words), text, tuple(own[a:b].copy() for a, b in bounds),
-                    tuple(chars[a:b].copy() for a, b in bounds))
+                    tuple(chars[a:b].copy() for a, b in bounds) if timed_chars else ())
 
 
 def word_times(plan: WordPlan, unit_owners: Sequence[np.ndarray], unit_samples: Sequence[np.ndarray],
@@ -361,13 +365,16 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
     x = np.asarray(samples[: n * hop], np.float32).reshape(n, hop)
     power = np.einsum("ij,ij->i", x, x)  # frame energy (a dB threshold: no root, no log; float32: 4x faster)
     top = float(power.max())
-    loud = power > top * 10 ** (floor_db / 10) if top > 0 else np.ones(n, bool)
-    # sound_to[j]: the frame just past the last loud one at or before frame j (0: none yet)
-    sound_to = np.maximum.accumulate(np.where(loud, np.arange(1, n + 1), 0)).tolist()
+    # the loud frames, in order (a few numpy calls: each costs more than the search below)
+    loud = np.flatnonzero(power > top * 10 ** (floor_db / 10)).tolist() if top > 0 else None
     out = []
     for w in words:
         a, b = int(w.start_s * sample_rate) // hop, min(n, -(-round(w.end_s * sample_rate) // hop))
-        k = max(a, sound_to[b - 1]) if b > a else b  # back over the silent frames that end the word's span
+        if b <= a:
+            k = b
+        else:  # back over the silent frames that end the word's span: just past its last loud frame
+            i = bisect.bisect_left(loud, b) if loud is not None else 0
+            k = max(a, loud[i - 1] + 1 if i else 0) if loud is not None else b
         end_s = w.end_s if k == b else max(w.start_s, round(k * hop / sample_rate, 4))
         if end_s == w.end_s:
             out.append(w)
