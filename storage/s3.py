@@ -194,12 +194,18 @@ class AudioStore:
         request's words and captions wait about one round trip, not one each, with no thread to hand
         them to: the CPU of three PUTs one after the other). Returns their SHA-256 hex digests in order
         once S3 acknowledged all of them; the first error is raised after all ended."""
+        return self.start_many(objects).wait()
+
+    def start_many(self, objects: Sequence[tuple[str, bytes, str]]) -> PendingPuts:
+        """:meth:`put_many`'s requests sent now, their answers read by the returned
+        :meth:`PendingPuts.wait` (which the caller must call, also on its own error path: it ends
+        the connections): the thread does other work (a join) while S3 stores them."""
         digests = [hashlib.sha256(data).hexdigest() for _, data, _ in objects]
         if self._put.fallback is not None or len(objects) <= 1:  # through a proxy: the client's, one at a time
-            return [self.put(key, data, ctype, sha256=d) for (key, data, ctype), d in zip(objects, digests, strict=True)]
-        self._put.many([(key, data, ctype, {"sha256": d}, d) for (key, data, ctype), d in zip(objects, digests,
-                                                                                             strict=True)])
-        return digests
+            return PendingPuts([self.put(key, data, ctype, sha256=d)
+                                for (key, data, ctype), d in zip(objects, digests, strict=True)])
+        puts = [(key, data, ctype, {"sha256": d}, d) for (key, data, ctype), d in zip(objects, digests, strict=True)]
+        return PendingPuts(digests, self._put, puts, self._put.send_all(puts))
 
     def _client_put(self, key: str, data: bytes, content_type: str, metadata: dict[str, str], _digest: str) -> None:
         self._call("put_object", Bucket=self.bucket, Key=key, Body=data, ContentType=content_type, Metadata=metadata)
@@ -362,10 +368,9 @@ class _SignedPut:
         if status >= 300:
             raise _classified(f"s3 put_object {key}", status, body)
 
-    def many(self, puts: Sequence[tuple[str, bytes, str, dict[str, str], str]]) -> None:
-        """Each PUT of ``puts`` (what :meth:`__call__` takes) sent, each on a connection of its own, before
-        any answer is read. One that could not be sent or read, or got an answer worth retrying, is done
-        again alone (:meth:`__call__`, with its retries); the first error is raised after all ended."""
+    def send_all(self, puts: Sequence[tuple[str, bytes, str, dict[str, str], str]]) -> list[Http1 | None]:
+        """Each PUT of ``puts`` (what :meth:`__call__` takes) sent, each on a connection of its own, no
+        answer read (:meth:`finish` reads them); None where one could not be sent."""
         sent: list[Http1 | None] = []
         for key, data, ctype, metadata, digest in puts:
             path = self._path(key)
@@ -378,6 +383,12 @@ class _SignedPut:
                     conn.close()
                 conn = None
             sent.append(conn)
+        return sent
+
+    def finish(self, puts: Sequence[tuple[str, bytes, str, dict[str, str], str]], sent: Sequence[Http1 | None]) -> None:
+        """The answers to :meth:`send_all`'s PUTs. One that could not be sent or read, or got an answer
+        worth retrying, is done again alone (:meth:`__call__`, with its retries); the first error is
+        raised after all ended."""
         error: StorageError | None = None
         for put, conn in zip(puts, sent, strict=True):
             try:
@@ -490,6 +501,23 @@ class _SignedPut:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+class PendingPuts:
+    """PUTs sent by :meth:`AudioStore.start_many`, their answers not read yet."""
+
+    def __init__(self, digests: list[str], put: _SignedPut | None = None,
+                 puts: Sequence[tuple[str, bytes, str, dict[str, str], str]] = (),
+                 sent: Sequence[Http1 | None] = ()) -> None:
+        self._digests, self._put, self._puts, self._sent = digests, put, puts, sent
+
+    def wait(self) -> list[str]:
+        """The objects' SHA-256 hex digests, in order, once S3 acknowledged every one; the first
+        error is raised after all ended. Once only."""
+        put, self._put = self._put, None
+        if put is not None:
+            put.finish(self._puts, self._sent)
+        return self._digests
 
 
 def _put_headers(content_type: str, metadata: dict[str, str], digest: str) -> dict[str, str]:

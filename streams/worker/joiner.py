@@ -45,6 +45,7 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import time
@@ -71,9 +72,9 @@ from streams.worker.timings import (
     no_words_reason,
     part_words,
     part_words_key,
+    start_timing_objects,
     store_request_timings,
     timing_objects,
-    upload_timing_objects,
     voice_times,
 )
 from streams.worker.turns import UserTurns
@@ -215,7 +216,6 @@ class Joiner:
         self.max_audio_s = max_audio_s
         self.engine_times = engine_times  # the engine's word on timing voices the registry does not know
         self._futs: list[tuple[Request, Future[tuple[AudioRef | ErrorInfo, RequestTimings | None]]]] = []
-        self._uploads: ThreadPoolExecutor | None = None  # a timed request's caption PUTs, beside its join
         # HEADs of joins from memory, beside their encode (a pool of their own: a join waits for its HEAD)
         self._heads = ThreadPoolExecutor(max(1, joins), thread_name_prefix="s3-head")
 
@@ -259,17 +259,23 @@ class Joiner:
         found: dict[int, PartWords] = {}  # words of the part objects the join read from S3
         wants = last.timestamps and voice_times(last.voice, self.engine_times)
         early = self._early_timings(spec, hashes, parts, last) if wants else None
-        audio = self._join(spec, hashes, parts, identities, last.timestamps, found if wants else None)
+        try:
+            audio = self._join(spec, hashes, parts, identities, last.timestamps, found if wants else None)
+        except BaseException:
+            if early is not None:  # its PUTs' answers read, their connections ended; the join's error is raised
+                with contextlib.suppress(Exception):
+                    early[1]()
+            raise
         timings: RequestTimings | None = None
-        if early is not None:  # the caption objects' PUTs ran beside the join: wait for them (S3 errors raise)
-            duration_s, fut = early
+        if early is not None:  # the caption objects' PUTs ran beside the join: their answers now (S3 errors raise)
+            duration_s, wait = early
             if isinstance(audio, ErrorInfo):  # the request fails as it would have: its captions are moot
                 try:
-                    fut.result()
+                    wait()
                 except Exception:  # orphaned content-addressed objects, like a failed request's parts
                     pass
                 return audio, None
-            got = fut.result()
+            got = wait()
             if audio.duration_s == duration_s:
                 timings = got
             else:  # the stored object says another length: time them again
@@ -285,11 +291,12 @@ class Joiner:
         return audio, timings
 
     def _early_timings(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part],
-                       last: Segment) -> tuple[float, Future[RequestTimings]] | None:
+                       last: Segment) -> tuple[float, Callable[[], RequestTimings]] | None:
         """A timed request whose every part (audio and words) is in memory: its length known before
         the join (:func:`engine.audio.joined_frames`), its word-timing object and captions built now
-        and their PUTs started on the uploads pool, so they run beside the join and its audio's PUT
-        instead of after them (one round trip to S3 per request, not two). None where that is not
+        and their PUTs sent from this thread (read after the join), so S3 stores them while the join
+        runs and its audio's PUT waits (one round trip to S3 per request, not two; no hand-off to
+        another thread). None where that is not
         known here (a part only in S3, no sources, past the limit): the join times them after."""
         sources = _sources(last, len(hashes))
         if sources is None or any(x is None for x in sources):
@@ -307,9 +314,7 @@ class Joiner:
         if frames / spec.sr_out > spec.max_audio_s:
             return None
         objects, count = timing_objects(self.store, words, sources, duration_s)
-        if self._uploads is None:
-            self._uploads = ThreadPoolExecutor(max(1, self.joins), thread_name_prefix="s3-timings")
-        return duration_s, self._uploads.submit(upload_timing_objects, self.store, objects, count)
+        return duration_s, start_timing_objects(self.store, objects, count)
 
     def _marks(self, hashes: list[str], parts: dict[int, Part], identities: list[str], marked: list[int],
                timed: bool = False) -> list[MarkTime]:

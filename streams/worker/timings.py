@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,11 +41,12 @@ from engine.audio import part_starts, read_chunk, with_chunk
 from engine.captions import cues, to_srt, to_vtt
 from engine.timing import Word
 from schemas import MarkTime, ObjectRef, SegmentSource, WordSpan, WordTimings, encode
+from storage.errors import StorageError
 
 __all__ = ["GAP_MS", "NO_SOURCE_REASON", "WORDS_CHUNK", "PartWords", "RequestTimings", "chunk_offset", "chunk_words",
            "decode_part_words", "encode_part_words", "no_words_reason", "part_object", "part_words", "part_words_key",
-           "placed_words", "request_timings", "shown_text", "store_request_timings", "timing_objects",
-           "upload_timing_objects", "voice_times"]
+           "placed_words", "request_timings", "shown_text", "start_timing_objects", "store_request_timings",
+           "timing_objects", "upload_timing_objects", "voice_times"]
 
 GAP_MS = 150.0  # the pause the join puts between two parts (engine.audio.join's default)
 # why a timed request's segments carry no source: a stage before 2026-12-02 (session 10) mapped plain
@@ -280,10 +281,34 @@ def timing_objects(store: Any, parts: Sequence[PartWords], sources: Sequence[Seg
 def upload_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, str]], count: int) -> RequestTimings:
     """PUT the objects of :func:`timing_objects` (at once where the store can) and name them; returns
     once S3 acknowledged every one. S3 errors are raised."""
+    return start_timing_objects(store, objects, count)()
+
+
+def start_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, str]],
+                         count: int) -> Callable[[], RequestTimings]:
+    """The PUTs of :func:`timing_objects` sent now (``storage.s3.AudioStore.start_many``; a store that
+    cannot start them makes them now, one after the other); the returned call waits for S3's
+    acknowledgements and names the objects. S3 errors are raised by that call, which the caller
+    must make, also on its own error path (it ends the connections)."""
+    start = getattr(store, "start_many", None)
+    if start is not None:
+        pending = start([(key, data, ctype) for _, data, ctype, key in objects])
+        return lambda: _named(store, objects, pending.wait(), count)
+    try:
+        digests = [store.put(key, data, ctype) for _, data, ctype, key in objects]
+    except StorageError as e:
+        failed = e
+
+        def fail() -> RequestTimings:
+            raise failed
+
+        return fail
+    return lambda: _named(store, objects, digests, count)
+
+
+def _named(store: Any, objects: Sequence[tuple[str, bytes, str, str]], digests: Sequence[str],
+           count: int) -> RequestTimings:
     refs: dict[str, ObjectRef] = {}
-    many = getattr(store, "put_many", None)  # the three at once (storage.s3), else one after the other
-    digests = many([(key, data, ctype) for _, data, ctype, key in objects]) if many is not None else \
-        [store.put(key, data, ctype) for _, data, ctype, key in objects]
     for (name, data, ctype, key), sha in zip(objects, digests, strict=True):
         url = store.presigned_url(key) if getattr(store, "presign_ttl_s", 0) else None
         refs[name] = ObjectRef(uri=store.uri(key), bucket=store.bucket, key=key, content_type=ctype,

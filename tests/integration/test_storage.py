@@ -162,6 +162,21 @@ def test_put_many_redoes_alone_what_a_kept_alive_connection_the_server_dropped_c
         store.close()
 
 
+def test_start_many_sends_now_and_its_wait_reads_the_answers_after_other_work(stack_settings: Settings) -> None:
+    store = _store(stack_settings)
+    try:
+        objs = [(store.key("captions", uuid.uuid4().hex * 2, "vtt"), uuid.uuid4().bytes * k, "text/vtt") for k in (1, 2, 3)]
+        pending = store.start_many(objs)
+        assert store._put._idle == []  # the three connections wait for their answers
+        other = store.key("words", uuid.uuid4().hex * 2, "json")
+        store.put(other, b"{}", "application/json")  # the thread's other work meanwhile, on a connection of its own
+        assert pending.wait() == [hashlib.sha256(d).hexdigest() for _, d, _ in objs]
+        assert len(store._put._idle) == 4  # every answer read: each connection kept for the next request
+        assert [store.get(k) for k, _, _ in objs] + [store.get(other)] == [d for _, d, _ in objs] + [b"{}"]
+    finally:
+        store.close()
+
+
 def test_unreachable_s3_is_retriable(stack_settings: Settings) -> None:
     store = _store(stack_settings, endpoint=f"http://127.0.0.1:{_closed_port()}")
     try:
