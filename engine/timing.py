@@ -367,20 +367,26 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
     top = float(power.max())
     # the loud frames, in order (a few numpy calls: each costs more than the search below)
     loud = np.flatnonzero(power > top * 10 ** (floor_db / 10)).tolist() if top > 0 else None
+    if loud is None:  # silence throughout: nothing to trim
+        return tuple(words)
     out = []
+    find = bisect.bisect_left
     for w in words:
         a, b = int(w.start_s * sample_rate) // hop, min(n, -(-round(w.end_s * sample_rate) // hop))
         if b <= a:
-            k = b
-        else:  # back over the silent frames that end the word's span: just past its last loud frame
-            i = bisect.bisect_left(loud, b) if loud is not None else 0
-            k = max(a, loud[i - 1] + 1 if i else 0) if loud is not None else b
-        end_s = w.end_s if k == b else max(w.start_s, round(k * hop / sample_rate, 4))
+            out.append(w)
+            continue
+        i = find(loud, b)  # back over the silent frames that end the word's span: just past its last loud frame
+        k = loud[i - 1] + 1 if i else 0
+        if k >= b:
+            out.append(w)
+            continue
+        end_s = max(w.start_s, round(max(a, k) * hop / sample_rate, 4))
         if end_s == w.end_s:
             out.append(w)
             continue
         chars = tuple(c if c.end_s <= end_s else Word(c.text, c.start, c.end, min(c.start_s, end_s), end_s)
-                      for c in w.chars)
+                      for c in w.chars) if w.chars else ()
         out.append(Word(w.text, w.start, w.end, w.start_s, end_s, chars))
     return tuple(out)
 

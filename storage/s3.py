@@ -196,11 +196,12 @@ class AudioStore:
         once S3 acknowledged all of them; the first error is raised after all ended."""
         return self.start_many(objects).wait()
 
-    def start_many(self, objects: Sequence[tuple[str, bytes, str]]) -> PendingPuts:
+    def start_many(self, objects: Sequence[tuple[str, bytes, str]], digests: Sequence[str] | None = None) -> PendingPuts:
         """:meth:`put_many`'s requests sent now, their answers read by the returned
         :meth:`PendingPuts.wait` (which the caller must call, also on its own error path: it ends
-        the connections): the thread does other work (a join) while S3 stores them."""
-        digests = [hashlib.sha256(data).hexdigest() for _, data, _ in objects]
+        the connections): the thread does other work (a join) while S3 stores them. ``digests``:
+        the objects' SHA-256 hex digests where the caller has them already."""
+        digests = list(digests) if digests is not None else [hashlib.sha256(data).hexdigest() for _, data, _ in objects]
         if self._put.fallback is not None or len(objects) <= 1:  # through a proxy: the client's, one at a time
             return PendingPuts([self.put(key, data, ctype, sha256=d)
                                 for (key, data, ctype), d in zip(objects, digests, strict=True)])
@@ -359,6 +360,7 @@ class _SignedPut:
         self._attempts = max(1, attempts)
         self._ca_bundle = ca_bundle
         self._ssl: Any = None
+        self._day_key: tuple[str, bytes] = ("", b"")  # (day, its signing key): _signing_key
         self._idle: list[Http1] = []
         self._lock = threading.Lock()
         self.fallback = fallback if get_environ_proxies(endpoint) else None
@@ -488,13 +490,20 @@ class _SignedPut:
                                signed, headers["x-amz-content-sha256"]])
         scope = f"{day}/{self._region}/s3/aws4_request"
         to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        k = ("AWS4" + self._secret).encode()
-        for part in (day, self._region, "s3", "aws4_request"):
-            k = hmac.new(k, part.encode(), hashlib.sha256).digest()
-        signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+        signature = hmac.new(self._signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
         headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={self._access_key}/{scope}, "
                                     f"SignedHeaders={signed}, Signature={signature}")
         return headers
+
+    def _signing_key(self, day: str) -> bytes:
+        """SigV4's key for ``day`` (four HMACs of the secret), derived once a day."""
+        got = self._day_key
+        if got[0] != day:
+            k = ("AWS4" + self._secret).encode()
+            for part in (day, self._region, "s3", "aws4_request"):
+                k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+            got = self._day_key = (day, k)
+        return got[1]
 
     def close(self) -> None:
         with self._lock:

@@ -267,24 +267,26 @@ def request_timings(parts: Sequence[PartWords], sources: Sequence[SegmentSource 
 
 
 def timing_objects(store: Any, parts: Sequence[PartWords], sources: Sequence[SegmentSource | None],
-                   duration_s: float) -> tuple[list[tuple[str, bytes, str, str]], int]:
+                   duration_s: float) -> tuple[list[tuple[str, bytes, str, str, str]], int]:
     """A request's word-timing object and captions, built (no S3 call): ``(name, data, content type,
-    key)`` of each (content-addressed: a key is its bytes' SHA-256) and the number of words."""
+    key, SHA-256)`` of each (content-addressed: a key is its bytes' SHA-256) and the number of words."""
     doc, vtt, srt = request_timings(parts, sources, duration_s)
-    objects = [(name, data, ctype, store.key("words" if name == "words" else "captions",
-                                             hashlib.sha256(data).hexdigest(), "json" if name == "words" else name))
-               for name, data, ctype in (("words", encode(doc), _JSON), ("vtt", vtt.encode(), "text/vtt; charset=utf-8"),
-                                         ("srt", srt.encode(), "application/x-subrip; charset=utf-8"))]
+    objects = []
+    for name, data, ctype in (("words", encode(doc), _JSON), ("vtt", vtt.encode(), "text/vtt; charset=utf-8"),
+                              ("srt", srt.encode(), "application/x-subrip; charset=utf-8")):
+        sha = hashlib.sha256(data).hexdigest()
+        objects.append((name, data, ctype, store.key("words" if name == "words" else "captions", sha,
+                                                     "json" if name == "words" else name), sha))
     return objects, len(doc.words)
 
 
-def upload_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, str]], count: int) -> RequestTimings:
+def upload_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, str, str]], count: int) -> RequestTimings:
     """PUT the objects of :func:`timing_objects` (at once where the store can) and name them; returns
     once S3 acknowledged every one. S3 errors are raised."""
     return start_timing_objects(store, objects, count)()
 
 
-def start_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, str]],
+def start_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, str, str]],
                          count: int) -> Callable[[], RequestTimings]:
     """The PUTs of :func:`timing_objects` sent now (``storage.s3.AudioStore.start_many``; a store that
     cannot start them makes them now, one after the other); the returned call waits for S3's
@@ -292,10 +294,10 @@ def start_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, st
     must make, also on its own error path (it ends the connections)."""
     start = getattr(store, "start_many", None)
     if start is not None:
-        pending = start([(key, data, ctype) for _, data, ctype, key in objects])
+        pending = start([(key, data, ctype) for _, data, ctype, key, _ in objects], [sha for *_, sha in objects])
         return lambda: _named(store, objects, pending.wait(), count)
     try:
-        digests = [store.put(key, data, ctype) for _, data, ctype, key in objects]
+        digests = [store.put(key, data, ctype) for _, data, ctype, key, _ in objects]
     except StorageError as e:
         failed = e
 
@@ -306,10 +308,10 @@ def start_timing_objects(store: Any, objects: Sequence[tuple[str, bytes, str, st
     return lambda: _named(store, objects, digests, count)
 
 
-def _named(store: Any, objects: Sequence[tuple[str, bytes, str, str]], digests: Sequence[str],
+def _named(store: Any, objects: Sequence[tuple[str, bytes, str, str, str]], digests: Sequence[str],
            count: int) -> RequestTimings:
     refs: dict[str, ObjectRef] = {}
-    for (name, data, ctype, key), sha in zip(objects, digests, strict=True):
+    for (name, data, ctype, key, _), sha in zip(objects, digests, strict=True):
         url = store.presigned_url(key) if getattr(store, "presign_ttl_s", 0) else None
         refs[name] = ObjectRef(uri=store.uri(key), bucket=store.bucket, key=key, content_type=ctype,
                                bytes=len(data), sha256=sha, url=url)

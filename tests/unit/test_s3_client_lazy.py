@@ -47,3 +47,21 @@ def test_close_without_use_makes_no_client() -> None:
     store = _store()
     store.close()
     assert store._client_made is None
+
+
+def test_the_signed_puts_key_is_derived_once_a_day_and_is_sigv4s() -> None:
+    import hashlib
+    import hmac
+
+    def derived(day: str) -> bytes:  # AWS's published derivation, spelled out
+        k = b"AWS4secret"
+        for part in (day, "us-east-1", "s3", "aws4_request"):
+            k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+        return k
+
+    store = _store()
+    put = store._put
+    assert put._signing_key("20261206") == derived("20261206")
+    assert put._day_key[0] == "20261206"
+    assert put._signing_key("20261207") == derived("20261207") != derived("20261206")  # a new day, a new key
+    store.close()
