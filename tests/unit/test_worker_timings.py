@@ -307,3 +307,34 @@ def test_a_failed_join_answers_its_error_and_no_words_though_its_captions_were_p
         audio, t = joiner._join_all(spec, hashes, parts, ["id"], _last("heart", 2))
     assert isinstance(audio, ErrorInfo) and audio.code == "unsupported_format" and t is None
     assert any(k.startswith("words/") for k in store.objects)  # orphans, content-addressed, harmless
+
+
+def test_a_join_that_raises_still_reads_its_started_caption_puts_and_raises_its_own_error() -> None:
+    from storage.errors import S3Unavailable, StorageConfigError
+    from streams.worker.joiner import JoinSpec
+
+    waited: list[int] = []
+
+    class Pending:
+        def __init__(self, digests: list[str]) -> None:
+            self.digests = digests
+
+        def wait(self) -> list[str]:
+            waited.append(len(self.digests))
+            raise S3Unavailable("the captions' answers: the same outage")
+
+    class Starting(MemStore):
+        def start_many(self, objects: list[tuple[str, bytes, str]], digests: list[str] | None = None) -> Pending:
+            return Pending(list(digests or []))
+
+        def put_file(self, *_a: Any, **_k: Any) -> tuple[str, int]:
+            raise StorageConfigError("s3 put_object: AccessDenied")
+
+    hashes, parts = _in_memory_parts()
+    store = Starting()
+    spec = JoinSpec(key=content_key("", "req", "a" * 64, "wav"), fmt="wav", sr_in=SR, sr_out=SR, max_audio_s=60)
+    with ThreadPoolExecutor(1) as io:
+        joiner = Joiner(store, io, sample_rate=SR, max_audio_s=60)  # type: ignore[arg-type]
+        with pytest.raises(StorageConfigError, match="AccessDenied"):  # the join's error, not the captions'
+            joiner._join_all(spec, hashes, parts, ["id"], _last("heart", 2))
+    assert waited == [3]  # the three caption PUTs were started, and their answers read on the way out
