@@ -201,11 +201,17 @@ def _tokens(symbols: Sequence[str]) -> list[tuple[int, int]]:
     return out
 
 
+@functools.lru_cache(maxsize=16384)
+def _word_tokens(symbols: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """The spoken tokens of a word read alone (:func:`_tokens`), remembered: words repeat."""
+    return tuple(symbols[a:b] for a, b in _tokens(symbols))
+
+
 def _owners_by_tokens(per_word: Sequence[Sequence[str]], actual: Sequence[str]) -> np.ndarray | None:
     """The owners of ``actual``'s symbols when its spoken tokens pair off, in order, with those of
     the words read alone (``per_word[k]``: word ``k``'s symbols), each pair sharing a symbol;
     None when they do not (then the alignment decides). Punctuation symbols belong to no word."""
-    mine = [(k, ps[a:b]) for k, ps in enumerate(per_word) for a, b in _tokens(ps)]
+    mine = [(k, tok) for k, ps in enumerate(per_word) for tok in _word_tokens(tuple(ps))]
     theirs = _tokens(actual)
     if len(mine) != len(theirs):
         return None
@@ -230,12 +236,12 @@ def plan_words(text: str, chunks: Sequence[Sequence[str]], phonemize: Callable[[
     the phoneme symbols (a string is a sequence of one-character symbols).
     """
     words = words_of(text)
-    per_word: list[list[str]] = []
+    per_word: list[Sequence[str]] = []
     for s, e in words:
         try:
-            per_word.append(list(phonemize(text[s:e])))
+            per_word.append(tuple(phonemize(text[s:e])))
         except Exception:  # a word its front end cannot read alone gets the empty span
-            per_word.append([])
+            per_word.append(())
     actual: list[str] = []
     bounds: list[tuple[int, int]] = []
     for ch in chunks:
