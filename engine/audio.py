@@ -126,10 +126,11 @@ def with_chunk(wav: bytes, chunk_id: bytes, payload: bytes) -> bytes:
     last chunk (padded to an even length, the RIFF size updated)."""
     if len(chunk_id) != 4 or wav[:4] != b"RIFF" or wav[8:12] != b"WAVE":
         raise ValueError("with_chunk needs a RIFF/WAVE file and a 4-byte chunk id")
-    body = wav + b"\0" if len(wav) % 2 else wav  # chunks start at even offsets (a pad byte after an odd one)
+    pad = b"\0" if len(wav) % 2 else b""  # chunks start at even offsets (a pad byte after an odd one)
     chunk = chunk_id + len(payload).to_bytes(4, "little") + payload + (b"\0" if len(payload) % 2 else b"")
-    out = body + chunk
-    return out[:4] + (len(out) - 8).to_bytes(4, "little") + out[8:]
+    size = len(wav) + len(pad) + len(chunk) - 8
+    # one copy of the samples (a part's are ~150 kB), not three
+    return b"".join((wav[:4], size.to_bytes(4, "little"), memoryview(wav)[8:], pad, chunk))
 
 
 def read_chunk(wav: bytes, chunk_id: bytes) -> bytes | None:
