@@ -371,10 +371,10 @@ def trim_silent_ends(words: Sequence[Word], samples: np.ndarray, sample_rate: in
     x = np.asarray(samples[: n * hop], np.float32).reshape(n, hop)
     power = np.einsum("ij,ij->i", x, x)  # frame energy (a dB threshold: no root, no log; float32: 4x faster)
     top = float(power.max())
-    # the loud frames, in order (a few numpy calls: each costs more than the search below)
-    loud = np.flatnonzero(power > top * 10 ** (floor_db / 10)).tolist() if top > 0 else None
-    if loud is None:  # silence throughout: nothing to trim
+    if top <= 0:  # silence throughout: nothing to trim
         return tuple(words)
+    # the loud frames, in order (a few numpy calls: each costs more than the search below)
+    loud = np.flatnonzero(power > top * 10 ** (floor_db / 10)).tolist()
     out = []
     find = bisect.bisect_left
     for w in words:

@@ -170,6 +170,8 @@ class SegmentSource(_Event, frozen=True, kw_only=True):
 
     def offset(self, k: int) -> int:
         """The request-text offset of segment character ``k``."""
+        if not self.map:  # copied verbatim (most segments): no breakpoint to look for
+            return self.start + k
         i, d = 0, 0
         for bi, bd in self.map or ():
             if bi > k:

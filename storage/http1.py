@@ -45,7 +45,6 @@ class Http1:
 
     def __init__(self, host: str, port: int, *, connect_timeout_s: float, read_timeout_s: float,
                  tls: ssl.SSLContext | None = None, max_body: int = 1 << 20) -> None:
-        self.host = host
         self._max_body = max_body
         sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         try:

@@ -24,9 +24,10 @@ response parsing: 2-3 ms of CPU a call, more than a second of hibari's audio cos
 synthesize): it is signed here (SigV4, the payload signed by the SHA-256 computed anyway)
 and sent on a kept-alive connection of :mod:`storage.http1`, headers and body in one write
 (~0.12 ms of CPU for a small object, 0.32 through ``http.client``), verified against the same
-CA bundle, retried like the client retries, its errors classified the same way. A HEAD (one per join, one per cached part) is signed and sent
-the same way (0.1-0.2 ms of CPU against the client's 1.3 ms here). An endpoint reached through
-an environment proxy keeps the client's PUT and HEAD.
+CA bundle, retried like the client retries, its errors classified the same way. A HEAD (one per
+join, one per cached part) is signed and sent the same way (0.1-0.2 ms of CPU against the
+client's 1.3 ms here). An endpoint reached through an environment proxy keeps the client's PUT
+and HEAD.
 """
 
 from __future__ import annotations

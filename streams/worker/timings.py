@@ -132,8 +132,6 @@ def voice_times(voice: str, engine_times: bool) -> bool:
 def _moved(w: WordSpan, source: SegmentSource | None, seconds: float) -> WordSpan:
     if source is None:
         s, e = w.start, w.end
-    elif not source.map:  # the segment is its text's stretch from source.start, character for character
-        s, e = source.start + w.start, source.start + w.end
     else:
         s, e = source.offset(w.start), source.offset(max(w.start, w.end - 1)) + (1 if w.end > w.start else 0)
     return WordSpan(word=w.word, start=s, end=e,
