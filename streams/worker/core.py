@@ -95,6 +95,19 @@ class WorkerCore:
         """One consumed record into the ledger; the work to synthesize, if any."""
         return admit_record(msg, self.ledger, self.metrics, identity=self.models.identity, now=now)
 
+    def read_whole(self, fresh: Iterable[Seg]) -> list[JoinJob]:
+        """The requests whose last segment is among ``fresh`` and lists their parts: what their join
+        will need is known now (the joiner asks S3 about their object while their parts are made)."""
+        jobs = []
+        for s in fresh:
+            req = self.ledger.requests.get((s.partition, s.seg.request_id))
+            if req is None or req.last is not s.seg or req.finalizing:
+                continue
+            hashes = self.ledger.part_hashes(req)
+            if hashes:
+                jobs.append(JoinJob(req, hashes, [self.models.identity, *self.models.old_identities]))
+        return jobs
+
     # -- 4), 6) parts -------------------------------------------------------------------------
     def parts_failed(self, failures: Iterable[tuple[str, Failure]]) -> None:
         for pid, failure in failures:

@@ -10,9 +10,12 @@ Guarantees (docs/concepts/exactly-once.md; one huge request):
 * Content addressing: the object's key comes from the part hashes (the caller's); an object
   already stored there with its sha256 and duration in its metadata is answered without
   joining again (a request redone after a rewind or a restart costs one HEAD); one without
-  them (an older worker's) keeps its bytes and sha256 (Ogg differs run to run). When every part
-  is in memory the HEAD runs beside the encode (``heads``), which it discards if the object is
-  there; a join that reads parts from S3 asks first, so a redone long request reads nothing.
+  them (an older worker's) keeps its bytes and sha256 (Ogg differs run to run). The HEAD is
+  asked as soon as the request's last segment is read (:meth:`Joiner.ask`), so by its join the
+  answer is there and the encode goes straight to the PUT; an answer older than a second, or one
+  that failed, is asked again at the join. Asked there, it runs beside the encode when every part
+  is in memory (``heads``), which it discards if the object is there; a join that reads parts
+  from S3 asks first, so a redone long request reads nothing.
 * Limits: a request whose audio passes ``max_audio_s`` fails with ``audio_too_long`` as soon
   as the join passes it.
 * Word timings (a request that asked for timestamps): the parts' words (from memory, else from
@@ -49,6 +52,7 @@ import contextlib
 import logging
 import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -86,6 +90,10 @@ _log = logging.getLogger("ttsflow.joiner")
 _SPOOL_RAM = 8 * 1024 * 1024  # encoded audio up to this stays in memory; longer goes to a temp file
 _ATTEMPTS = 3
 _BACKOFF_S = 0.5
+# an early HEAD (Joiner.ask) answers for the join this long after it was asked; an older answer could miss
+# an object another worker stored since (a request queued behind a long one), so the join asks again
+_EARLY_HEAD_S = 1.0
+_EARLY_HEADS_KEPT = 256
 
 T = TypeVar("T")
 
@@ -108,10 +116,13 @@ class _ObjectFailed(TtsflowError):
 
 def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable[[int], np.ndarray | None], *,
                 attempts: int = _ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
-                heads: Executor | None = None) -> AudioRef | ErrorInfo:
+                heads: Executor | None = None, asked: Future[dict[str, Any] | None] | None = None
+                ) -> AudioRef | ErrorInfo:
     """Join parts ``0..n_parts-1`` (``part_samples(seq)``: float mono at ``spec.sr_in``, None if the
     part is gone) into the object at ``spec.key``; its :class:`AudioRef`, or the request's error.
-    ``heads``: ask whether the object exists on that pool beside the encode, not before it."""
+    ``heads``: ask whether the object exists on that pool beside the encode, not before it.
+    ``asked``: that question asked already (a HEAD started when the request's last segment was read);
+    if it failed, it is asked again here."""
     t0 = time.perf_counter()
 
     def retrying(what: str, fn: Callable[[], T]) -> T:
@@ -138,13 +149,22 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
             return _ref(store, spec, str(head["sha256"]), int(head["bytes"]), float(meta["duration_s"]))
         return None
 
+    def answer(fut: Future[dict[str, Any] | None], early: bool) -> dict[str, Any] | None:
+        try:
+            return fut.result()
+        except StorageError:
+            if not early:  # its own retries are spent
+                raise
+        return retrying("head", lambda: store.head(spec.key))  # the early HEAD failed: as if never asked
+
     try:
-        asked: Future[dict[str, Any] | None] | None = None
+        early = asked is not None
         head: dict[str, Any] | None = None
-        if heads is not None:
+        if asked is None and heads is not None:
             asked = heads.submit(retrying, "head", lambda: store.head(spec.key))
-        else:
-            head = retrying("head", lambda: store.head(spec.key))
+        elif heads is None:
+            head = answer(asked, early) if asked is not None else retrying("head", lambda: store.head(spec.key))
+            asked = None
             if (done := stored(head)) is not None:
                 return done
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_RAM, prefix="ttsflow-join-") as spool:
@@ -170,7 +190,7 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
                 writer.close()
             duration_s = round(writer.frames / spec.sr_out, 4)
             if asked is not None:
-                head = asked.result()
+                head = answer(asked, early)
                 if (done := stored(head)) is not None:
                     return done
             if head is not None and head.get("sha256"):  # stored by an older worker: keep its bytes
@@ -218,6 +238,34 @@ class Joiner:
         self._futs: list[tuple[Request, Future[tuple[AudioRef | ErrorInfo, RequestTimings | None]]]] = []
         # HEADs of joins from memory, beside their encode (a pool of their own: a join waits for its HEAD)
         self._heads = ThreadPoolExecutor(max(1, joins), thread_name_prefix="s3-head")
+        # HEADs asked when a request's last segment was read, by object key: (when, its answer to come)
+        self._early: OrderedDict[str, tuple[float, Future[dict[str, Any] | None]]] = OrderedDict()
+
+    def _spec(self, req: Request, hashes: list[str], identities: list[str]) -> JoinSpec:
+        last = req.last
+        assert last is not None
+        out_sr = last.sample_rate or self.sample_rate
+        key = self.store.key("req", request_digest(hashes, last.format, identities[0], out_sr), last.format)
+        return JoinSpec(key=key, fmt=last.format, sr_in=self.sample_rate, sr_out=out_sr,
+                        max_audio_s=self.max_audio_s, request_id=req.request_id)
+
+    def ask(self, req: Request, hashes: list[str], identities: list[str]) -> None:
+        """Ask S3 now whether ``req``'s object exists (its last segment was just read, so its key is
+        known): its join, tens of milliseconds later, then goes straight from the encode to the PUT.
+        Skipped while ``joins`` such HEADs are in flight (a flood's would queue ahead of the joins' own);
+        an answer older than :data:`_EARLY_HEAD_S` at the join is asked again there."""
+        key = self._spec(req, hashes, identities).key
+        if key in self._early or sum(1 for _, f in self._early.values() if not f.done()) >= self.joins:
+            return
+        self._early[key] = (time.monotonic(), self._heads.submit(self.store.head, key))
+        while len(self._early) > _EARLY_HEADS_KEPT:  # requests that failed or were dropped before their join
+            self._early.popitem(last=False)
+
+    def _asked(self, key: str) -> Future[dict[str, Any] | None] | None:
+        got = self._early.pop(key, None)
+        if got is None or time.monotonic() - got[0] > _EARLY_HEAD_S:
+            return None
+        return got[1]
 
     def submit(self, req: Request, hashes: list[str], identities: list[str]) -> None:
         """Join ``req``'s parts (in memory, else from S3) into its object; ``identities``: the serving
@@ -225,11 +273,7 @@ class Joiner:
         parts = {seq: req.parts[seq] for seq in req.parts}
         last = req.last
         assert last is not None
-        out_sr = last.sample_rate or self.sample_rate
-        key = self.store.key("req", request_digest(hashes, last.format, identities[0], out_sr), last.format)
-        spec = JoinSpec(key=key, fmt=last.format, sr_in=self.sample_rate, sr_out=out_sr,
-                        max_audio_s=self.max_audio_s, request_id=req.request_id)
-        self._waiting.add(req.user_id, (req, spec, hashes, parts, identities, last))
+        self._waiting.add(req.user_id, (req, self._spec(req, hashes, identities), hashes, parts, identities, last))
         self._start()
 
     def _start(self) -> None:
@@ -238,29 +282,32 @@ class Joiner:
             job = self._waiting.pop()
             assert job is not None
             req, spec, hashes, parts, identities, last = job
-            self._futs.append((req, self._io.submit(self._join_all, spec, hashes, parts, identities, last)))
+            self._futs.append((req, self._io.submit(self._join_all, spec, hashes, parts, identities, last,
+                                                    self._asked(spec.key))))
 
     def _join_all(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
-                  last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
+                  last: Segment, asked: Future[dict[str, Any] | None] | None = None
+                  ) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
         """Pool thread: the request's audio, then (if it asked for them) its word timings, and its marks;
         returned once every part's PUT ended."""
         for part in parts.values():
             if part.stored is not None and part.audio is None:  # read back from S3 below: there first
                 part.stored.result()
         try:
-            return self._join_parts(spec, hashes, parts, identities, last)
+            return self._join_parts(spec, hashes, parts, identities, last, asked)
         finally:
             for part in parts.values():  # a PUT's error is raised (S3Unavailable: the loop's outage)
                 if part.stored is not None:
                     part.stored.result()
 
     def _join_parts(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
-                    last: Segment) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
+                    last: Segment, asked: Future[dict[str, Any] | None] | None = None
+                    ) -> tuple[AudioRef | ErrorInfo, RequestTimings | None]:
         found: dict[int, PartWords] = {}  # words of the part objects the join read from S3
         wants = last.timestamps and voice_times(last.voice, self.engine_times)
         early = self._early_timings(spec, hashes, parts, last) if wants else None
         try:
-            audio = self._join(spec, hashes, parts, identities, last.timestamps, found if wants else None)
+            audio = self._join(spec, hashes, parts, identities, last.timestamps, found if wants else None, asked)
         except BaseException:
             if early is not None:  # its PUTs' answers read, their connections ended; the join's error is raised
                 with contextlib.suppress(Exception):
@@ -405,7 +452,8 @@ class Joiner:
             return None
 
     def _join(self, spec: JoinSpec, hashes: list[str], parts: dict[int, Part], identities: list[str],
-              timed: bool = False, found: dict[int, PartWords] | None = None) -> AudioRef | ErrorInfo:
+              timed: bool = False, found: dict[int, PartWords] | None = None,
+              asked: Future[dict[str, Any] | None] | None = None) -> AudioRef | ErrorInfo:
         """Pool thread: stream the parts in order (memory, else S3) into the request's object; the
         words of a timed request's parts read from S3 go to ``found`` (words only: the bytes are
         let go part by part)."""
@@ -426,7 +474,8 @@ class Joiner:
             return x if psr == sr else audio_codec.resample(x, psr, sr)
 
         in_memory = all(seq in parts and parts[seq].audio is not None for seq in range(len(hashes)))
-        return join_upload(self.store, spec, len(hashes), samples, heads=self._heads if in_memory else None)
+        return join_upload(self.store, spec, len(hashes), samples, heads=self._heads if in_memory else None,
+                           asked=asked)
 
     def _fetch_part(self, key: str | None, segment_hash: str, identities: list[str],
                     timed: bool = False) -> tuple[str, bytes] | None:
@@ -470,4 +519,5 @@ class Joiner:
     def drop(self) -> None:
         self._futs = []
         self._waiting.clear()
+        self._early.clear()
 

@@ -100,6 +100,11 @@ __all__ = ["Worker"]
 
 _log = logging.getLogger("ttsflow.worker")
 
+# While a lane is idle and work is in flight, the loop waits in consume() (librdkafka cannot be woken
+# from Python), so a part or join that finishes meanwhile is taken in at the next turn: a request's
+# answer waits for two such turns (its last part, its join): 1 ms (5 before), a turn's CPU spent only
+# while a lane has nothing to do (docs/concepts/latency.md measures both).
+_BUSY_POLL_S = 0.001
 _SETTLE_TIMEOUT_S = 30.0    # a forced reload waits this long for the calls and joins in flight
 _RELOAD_MAX_WAIT_S = 30.0   # a pending reload waits this long for the work in flight to drain
 # librdkafka prefetches up to 1 MB per partition into one queue that consume() reads in order: a
@@ -298,7 +303,7 @@ class Worker:
             timeout = min(timeout, max(0.0, deadline - now))
         busy = self.parts.busy() or self.joiner.busy() or self.checkpoint.in_flight or bool(self.ledger.answers)
         if busy:
-            timeout = min(timeout, 0.005)
+            timeout = min(timeout, _BUSY_POLL_S)
         assigned = len(self.consumer.assigned)
         want = max(1, min(500, self._cap - self.parts.backlog()), self._cap // max(1, assigned))
         if busy and not self.parts.lane_idle():
@@ -321,6 +326,9 @@ class Worker:
             s = self.core.admit(msg, self.clock())
             if s is not None:
                 fresh.append(s)
+
+        for job in self.core.read_whole(fresh):  # S3 asked about its object now, not at its join
+            self.joiner.ask(job.req, job.hashes, job.identities)
 
         # 3) cache lookup (a part being made already is waited for); 4) batch the misses
         misses: list[Seg] = []

@@ -135,6 +135,56 @@ def test_a_join_from_memory_asks_for_the_object_beside_its_encode_and_answers_th
         assert down.uploads == 0
 
 
+def test_a_head_asked_early_stands_for_the_join_and_one_that_failed_is_asked_again() -> None:
+    """``asked``: the HEAD started when the request's last segment was read. Its answer decides as the
+    join's own would (a stored object wins, from memory or from S3; a miss uploads); one that raised is
+    asked again with the join's retries (S3 down then: raised, nothing uploaded)."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    def answered(value: Any = None, error: BaseException | None = None) -> Future[Any]:
+        f: Future[Any] = Future()
+        if error is not None:
+            f.set_exception(error)
+        else:
+            f.set_result(value)
+        return f
+
+    def never(seq: int) -> np.ndarray:
+        raise AssertionError("joined again")
+
+    parts = _parts()
+    with ThreadPoolExecutor(1) as heads:
+        store = Store()
+        first = join_upload(store, _spec(), len(parts), lambda i: parts[i], heads=heads, asked=answered(None))
+        assert isinstance(first, AudioRef) and store.uploads == 1
+        stored = store.head(KEY)
+        for pool in (heads, None):  # from memory (beside the encode) and from S3 (before reading a part)
+            read: list[int] = []
+
+            def reading(i: int, read: list[int] = read) -> np.ndarray:
+                read.append(i)
+                return parts[i]
+
+            ref = join_upload(store, _spec(), len(parts), reading, heads=pool, asked=answered(stored))
+            assert ref == first and store.uploads == 1 and (pool is not None or read == [])
+        # the early answer said "not there" although it is: the join trusts it and uploads the same bytes
+        again = join_upload(store, _spec(), len(parts), lambda i: parts[i], heads=heads, asked=answered(None))
+        assert isinstance(again, AudioRef) and again.sha256 == first.sha256 and store.uploads == 2
+        # an early HEAD that failed: asked again (the object is there: from S3, nothing read; from memory,
+        # the encode beside it thrown away)
+        for pool, samples in ((heads, lambda i: parts[i]), (None, never)):
+            ref = join_upload(store, _spec(), len(parts), samples, heads=pool,
+                              asked=answered(error=S3Unavailable("reset by peer")))
+            assert ref == first and store.uploads == 2
+        down = Store()
+        down.ping_ok = False
+        down.head = lambda key: (_ for _ in ()).throw(S3Unavailable("connection refused"))  # type: ignore[method-assign]
+        with pytest.raises(S3Unavailable):
+            join_upload(down, _spec(), len(parts), lambda i: parts[i], heads=heads, sleep=_no_sleep,
+                        asked=answered(error=S3Unavailable("connection refused")))
+        assert down.uploads == 0
+
+
 def test_an_upload_that_keeps_failing_while_s3_answers_fails_this_request_only() -> None:
     parts, store = _parts(), Store()
     store.fail_upload = S3Unavailable("s3 upload_part: 500")  # e.g. the server out of memory on this object

@@ -89,6 +89,20 @@ def test_a_request_is_handed_to_the_joiner_once_when_all_its_parts_are_in_s3() -
     assert c.to_join() == []  # handed out once, whatever the join takes
 
 
+def test_a_request_is_known_whole_once_its_last_segment_is_read_with_what_its_join_will_need() -> None:
+    """``read_whole``: the joiner may ask S3 about the object while the parts are made; the request and
+    hashes are the join's own (the same job ``to_join`` hands out later)."""
+    c = core()
+    segs = admit(c, 0, "r", 3)
+    assert c.read_whole(segs[:2]) == []  # not its last segment
+    (early,) = c.read_whole(segs)
+    for s in segs:
+        c.parts_done([made(s)])
+    (job,) = c.to_join()
+    assert (early.req, early.hashes, early.identities) == (job.req, job.hashes, job.identities)
+    assert c.read_whole(segs) == []  # being joined already
+
+
 def test_a_failed_part_fails_its_request_once_with_its_code_and_it_commits_with_its_offsets() -> None:
     c = core()
     segs = admit(c, 0, "bad", 2)
