@@ -10,8 +10,9 @@ request streaming, as in ``bench latency``). Every run asks for a speed of its o
 0.0001, k counting runs: the audio is the same to a hundredth of a percent), so no run is
 answered from another's parts in the cache.
 
-The JSON has, per rate and arm, the median over the pairs of each phase's p50 and p99 and of
-the median request's parts (``stage``, ``read``, ... ``txn_read``: the phase's own ``breakdown``),
+The JSON has, per rate and arm, the median over the pairs of each phase's p50 and p99, of
+the median request's parts (``stage``, ``read``, ... ``txn_read``: the phase's own ``breakdown``)
+and of the CPU its stage and worker processes used per request sent in the phase (``cpu_ms_per_request``),
 and the per-pair p50 and p99 ratios B / A with their median. One pair's runs follow each other,
 so a drift of the machine's load falls on both arms; the pairs alternate which arm runs first.
 
@@ -76,10 +77,14 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
         _phase(tf, "warmburst", [next(pool) for _ in range(24)], None, answer_timeout=300, prefix="pr")
         for k, rate in enumerate(rates):
             n = max(6, int(rate * seconds))
+            before = _cpu_s(sup)
             ph = _phase(tf, f"r{k}", [next(pool) for _ in range(n)], schedule(unit_gaps(rng, n), n, rate),
                         answer_timeout=max(60.0, 3 * seconds), prefix="pr")
+            after = _cpu_s(sup)
             out["rates"][str(rate)] = {"p50_ms": ph.get("p50_ms"), "p99_ms": ph.get("p99_ms"),
-                                       "lost": ph.get("lost"), "median_ms": ph["breakdown"].get("median_ms")}
+                                       "lost": ph.get("lost"), "median_ms": ph["breakdown"].get("median_ms"),
+                                       "cpu_ms_per_request": {name: round((after[name] - before[name]) * 1000 / n, 2)
+                                                              for name in after if name in before}}
             _say(f"{rate}/s: p50 {ph.get('p50_ms')} p99 {ph.get('p99_ms')} ms")
     finally:
         with contextlib.suppress(Exception):
@@ -87,6 +92,17 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
         sup.stop_all()
         # a checkout from before 2026-12-05's cleanup_run deletes its topics only
         getattr(harness, "cleanup_run", harness.cleanup_run_topics)(s, _say)
+    return out
+
+
+def _cpu_s(sup: Any) -> dict[str, float]:
+    """CPU seconds (user + system) each running process of ``sup`` has used so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for name, proc in sup.procs.items():
+        with contextlib.suppress(OSError, TypeError, ValueError, IndexError):
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15)
     return out
 
 
@@ -105,7 +121,9 @@ def summarize(runs: list[dict[str, Any]], rates: list[float]) -> dict[str, Any]:
             row[arm] = {"p50_ms": _median([p["p50_ms"] for p in phases]),
                         "p99_ms": _median([p["p99_ms"] for p in phases]),
                         "median_request_ms": {k: _median([(p["median_ms"] or {}).get(k) for p in phases])
-                                              for k in _PARTS}}
+                                              for k in _PARTS},
+                        "cpu_ms_per_request": {k: _median([(p.get("cpu_ms_per_request") or {}).get(k) for p in phases])
+                                               for k in sorted({k for p in phases for k in p.get("cpu_ms_per_request") or {}})}}
         for q in ("p50_ms", "p99_ms"):
             ratios = [r["b"]["rates"][rate][q] / r["a"]["rates"][rate][q] for r in runs
                       if r["a"]["rates"][rate][q] and r["b"]["rates"][rate][q]]

@@ -63,3 +63,15 @@ def test_pin_threads_moves_every_thread_of_a_process_and_back() -> None:
         assert pin_threads(os.getpid(), everywhere)
     assert os.sched_getaffinity(0) == everywhere
     assert not pin_threads(None, one)
+
+
+def test_paired_cpu_counts_a_process_cpu_and_skips_one_that_is_gone() -> None:
+    """``bench paired``'s CPU per request: /proc's user + system time of each supervised process."""
+    from types import SimpleNamespace
+
+    from streams.bench.paired import _cpu_s
+
+    sup = SimpleNamespace(procs={"me": SimpleNamespace(pid=os.getpid()), "gone": SimpleNamespace(pid=None)})
+    got = _cpu_s(sup)
+    assert set(got) == {"me"}
+    assert got["me"] > 0 and got["me"] == pytest.approx(sum(os.times()[:2]), abs=0.05)
