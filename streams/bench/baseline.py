@@ -129,7 +129,9 @@ class _Ttsflow:
         for p in list(self.sup.procs.values()):
             if p.name.startswith("tf-"):
                 self.sup.wait_ready(p, timeout=timeout)
-        self.pub = Publisher(self.s.kafka)
+        # sent at once, as the Celery peer's client sends its task (and as ttsflow's own client does):
+        # the Publisher's 2 ms linger, a batching choice of the caller's, is no part of either system
+        self.pub = Publisher(self.s.kafka, **{"linger.ms": 0})
         self.reader = TopicReader(self.s.kafka, self.s.kafka.topic_completed, start="end")
 
     def _logged(self, pattern: str) -> tuple[str, ...] | None:

@@ -89,7 +89,9 @@ class TTSClient:
         self.kafka, self.s3 = self.settings.kafka, self.settings.s3  # all a client uses
         self.connect_timeout = connect_timeout
         probe_kafka(self.kafka, connect_timeout)
-        self._producer = Producer(producer_config(self.kafka, logger=librdkafka_logger()))
+        # linger 0: a caller waits for this answer, so its request goes out at once (5 ms of librdkafka's
+        # linger was part of every gateway answer); a burst still shares produce requests while one is in flight
+        self._producer = Producer(producer_config(self.kafka, logger=librdkafka_logger(), **{"linger.ms": 0}))
         self._lock = threading.Lock()
         self._waiters: dict[str, list[concurrent.futures.Future[Completion]]] = {}
         self._expected: set[str] = set()  # submitted here and not yet taken by wait()

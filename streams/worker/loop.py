@@ -101,10 +101,10 @@ __all__ = ["Worker"]
 _log = logging.getLogger("ttsflow.worker")
 
 # While a lane is idle and work is in flight, the loop waits in consume() (librdkafka cannot be woken
-# from Python), so a part or join that finishes meanwhile is taken in at the next turn: a request's
-# answer waits for two such turns (its last part, its join): 1 ms (5 before), a turn's CPU spent only
-# while a lane has nothing to do (docs/concepts/latency.md measures both).
-_BUSY_POLL_S = 0.001
+# from Python), so a part or join that finishes meanwhile is taken in at the next turn. 1 ms took the
+# median request's `collect` from 3.5 to 2.1 ms but cost the worker ~45 us of CPU a turn, 5-10% more CPU
+# a request at 3-7 requests/s, and no answer came sooner (bench paired, docs/concepts/latency.md).
+_BUSY_POLL_S = 0.005
 _SETTLE_TIMEOUT_S = 30.0    # a forced reload waits this long for the calls and joins in flight
 _RELOAD_MAX_WAIT_S = 30.0   # a pending reload waits this long for the work in flight to drain
 # librdkafka prefetches up to 1 MB per partition into one queue that consume() reads in order: a
