@@ -295,3 +295,49 @@ def test_a_join_from_memory_runs_beside_its_parts_puts_and_answers_only_once_the
             _until(lambda: all(f.done() for f in joiner.futures()), "the join returned")
             with pytest.raises(S3Unavailable):
                 joiner.collect()
+
+
+def test_the_joiner_asks_early_at_most_joins_at_once_and_forgets_an_old_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Joiner.ask``: one HEAD per object key, no more than ``joins`` in flight (a backlog's would queue
+    ahead of the joins' own), and an answer older than a second is not used (the join asks again)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from schemas import Segment
+    from streams.worker import joiner as joiner_mod
+    from streams.worker.joiner import Joiner
+    from streams.worker.ledger import Request
+
+    release = threading.Event()
+
+    class Slow(Store):
+        def key(self, kind: str, digest: str, fmt: str) -> str:
+            return f"{kind}/{digest}.{fmt}"
+
+        def head(self, key: str) -> dict[str, Any] | None:
+            release.wait(5)
+            return None
+
+    def request(n: int) -> tuple[Request, list[str]]:
+        hashes = [f"{n:02d}" * 32]
+        seg = Segment(request_id=f"r{n}", user_id="u", seq=0, total=1, text="hi", hash=hashes[0],
+                      request_hash="0" * 64, voice="heart", parts=hashes)
+        return Request(partition=0, gen=1, request_id=f"r{n}", user_id="u", total=1, first=seg, last=seg), hashes
+
+    clock = [100.0]
+    monkeypatch.setattr(joiner_mod.time, "monotonic", lambda: clock[0])
+    with ThreadPoolExecutor(1) as io:
+        j = Joiner(Slow(), io, sample_rate=SR, max_audio_s=60.0, joins=2)  # type: ignore[arg-type]
+        reqs = [request(n) for n in range(4)]
+        for req, hashes in (*reqs, reqs[0]):
+            j.ask(req, hashes, ["m:1"])
+        assert len(j._early) == 2  # two in flight: the others not asked; the first not asked twice
+        release.set()
+        keys = [j._spec(req, hashes, ["m:1"]).key for req, hashes in reqs]
+        first = j._asked(keys[0])
+        assert first is not None and first.result(5) is None
+        assert j._asked(keys[0]) is None  # taken by its join
+        assert j._asked(keys[2]) is None  # never asked
+        clock[0] += 1.5
+        assert j._asked(keys[1]) is None  # asked 1.5 s ago: the join asks again
+        j._heads.shutdown()
