@@ -51,9 +51,24 @@ def test_the_capacity_is_the_highest_rate_sustained_on_the_ramp() -> None:
 def test_a_rate_is_sustained_only_when_answers_keep_up_with_arrivals_and_latency_stays_flat() -> None:
     from streams.bench.baseline import sustained
 
-    # 15 s at 10/s: the last answer 0.3 s after the last send keeps up; 1.5 s of backlog does not
+    # 15 s at 10/s: answers trailing the sends by 0.3 s at the end keep up; 1.5 s of backlog does not
     assert sustained(10.0, 150 / 15.3, 0, 0.2, 0.25)
     assert not sustained(10.0, 150 / 16.5, 0, 0.2, 0.25)
     assert not sustained(10.0, 10.0, 1, 0.2, 0.25)  # a request never answered
     assert not sustained(10.0, 10.0, 0, 0.2, 1.2)  # the last third waited 1.2 s, the first 0.2
     assert not sustained(10.0, 10.0, 0, None, 0.2)
+
+
+def test_one_slow_last_answer_does_not_fail_a_step_a_backlog_does() -> None:
+    """Celery's 80% step of latency-20261206-2230 (127 requests sent over 15 s, median wait 158 ms, the
+    last third's 186 ms, the last answer ~0.7 s late) read 96.9% of its arrivals answered per second
+    over send-to-last-answer and failed; counted to the last third's median wait it keeps up, while a
+    run whose last third waits 1.3 s (a backlog) still fails."""
+    from streams.bench.baseline import keep_up_rps, sustained
+
+    offered = 127 / 15.0
+    assert not sustained(offered, 127 / 15.7, 0, 0.15, 0.186)  # the old span: to the last answer
+    assert sustained(offered, keep_up_rps(127, 15.0, 0.186), 0, 0.15, 0.186)
+    assert not sustained(offered, keep_up_rps(127, 15.0, 1.3), 0, 0.9, 1.3)
+    assert keep_up_rps(0, 15.0, None) == 0.0
+
