@@ -22,6 +22,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from streams.bench.plain import Publisher, Record, TopicReader
@@ -40,6 +41,7 @@ __all__ = [
     "paired_ratio",
     "percentile",
     "pin_threads",
+    "process_cpu_s",
     "redis_db_url",
     "require_stack_up",
     "s3_client",
@@ -77,6 +79,18 @@ def redis_db_url(url: str, db: int) -> str:
     if not base.startswith(("redis://", "rediss://")) or not (tail == "" or tail.isdigit()):
         base = url.rstrip("/")
     return f"{base}/{db}"
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds process ``pid`` has used so far, all its threads (Linux /proc); None if
+    it is unknown or gone."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

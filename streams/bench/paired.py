@@ -97,13 +97,10 @@ def run_one(rates: list[float], seconds: float, seed: int, speed: float) -> dict
 
 def _cpu_s(sup: Any) -> dict[str, float]:
     """CPU seconds (user + system) each running process of ``sup`` has used so far (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for name, proc in sup.procs.items():
-        with contextlib.suppress(OSError, TypeError, ValueError, IndexError):
-            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15)
-    return out
+    from streams.bench.harness import process_cpu_s
+
+    cpu = {name: process_cpu_s(proc.pid) for name, proc in sup.procs.items()}
+    return {name: s for name, s in cpu.items() if s is not None}
 
 
 def _median(xs: list[float | None]) -> float | None:

@@ -304,13 +304,9 @@ def _pipeline_pids(s: Any, sup: Any) -> dict[str, int | None]:
 
 def _cpu_s(pid: int | None) -> float:
     """User + system CPU seconds of process ``pid`` so far (all its threads; 0 if unknown)."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    from streams.bench.harness import process_cpu_s
+
+    return process_cpu_s(pid) or 0.0
 
 
 def run_timestamps_cost(*, rounds: int = 8, per_round: int = 40, long_chars: int = 100_000, seed: int | None = None,

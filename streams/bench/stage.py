@@ -461,11 +461,9 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
 
 def _cpu_seconds(pid: int | None) -> float:
     """User + system CPU seconds of a process (Linux /proc), 0 if unknown."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
+    from streams.bench.harness import process_cpu_s
+
+    return process_cpu_s(pid) or 0.0
 
 
 def _r(x: float | None) -> float | None:

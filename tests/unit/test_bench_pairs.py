@@ -75,3 +75,13 @@ def test_paired_cpu_counts_a_process_cpu_and_skips_one_that_is_gone() -> None:
     got = _cpu_s(sup)
     assert set(got) == {"me"}
     assert got["me"] > 0 and got["me"] == pytest.approx(sum(os.times()[:2]), abs=0.05)
+
+
+def test_process_cpu_is_this_process_cpu_and_none_for_an_unknown_one() -> None:
+    """The one /proc reader of the benchmarks (paired, pipeline, stage)."""
+    from streams.bench.harness import process_cpu_s
+
+    got = process_cpu_s(os.getpid())
+    assert got is not None and got == pytest.approx(sum(os.times()[:2]), abs=0.05)
+    assert process_cpu_s(None) is None
+    assert process_cpu_s(2**22 + 12345) is None  # above Linux's pid_max: no such process
