@@ -105,8 +105,13 @@ class WorkerCore:
                 continue
             hashes = self.ledger.part_hashes(req)
             if hashes:
-                jobs.append(JoinJob(req, hashes, [self.models.identity, *self.models.old_identities]))
+                jobs.append(self._job(req, hashes))
         return jobs
+
+    def _job(self, req: Request, hashes: list[str]) -> JoinJob:
+        """Join ``req`` by these part hashes, its parts under the serving model's identity or, after a hot
+        reload, those served before it."""
+        return JoinJob(req, hashes, [self.models.identity, *self.models.old_identities])
 
     # -- 4), 6) parts -------------------------------------------------------------------------
     def parts_failed(self, failures: Iterable[tuple[str, Failure]]) -> None:
@@ -138,8 +143,7 @@ class WorkerCore:
                     code="parts_unknown", message="the last segment carries no part list and earlier parts are gone"))
             else:
                 req.finalizing = True
-                jobs.append(JoinJob(req, self.ledger.part_hashes(req) or [],
-                                    [self.models.identity, *self.models.old_identities]))
+                jobs.append(self._job(req, self.ledger.part_hashes(req) or []))
         return jobs
 
     def joined(self, results: Iterable[tuple[Request, AudioRef | ErrorInfo, RequestTimings | None]]) -> None:

@@ -149,24 +149,27 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
             return _ref(store, spec, str(head["sha256"]), int(head["bytes"]), float(meta["duration_s"]))
         return None
 
-    def answer(fut: Future[dict[str, Any] | None], early: bool) -> dict[str, Any] | None:
+    def ask() -> dict[str, Any] | None:
+        return retrying("head", lambda: store.head(spec.key))
+
+    def answer(fut: Future[dict[str, Any] | None]) -> dict[str, Any] | None:
+        """A HEAD's answer; the early one (``asked``, no retries of its own) asked again if it failed."""
         try:
             return fut.result()
         except StorageError:
-            if not early:  # its own retries are spent
+            if fut is not asked:  # its retries are spent
                 raise
-        return retrying("head", lambda: store.head(spec.key))  # the early HEAD failed: as if never asked
+        return ask()
 
     try:
-        early = asked is not None
         head: dict[str, Any] | None = None
-        if asked is None and heads is not None:
-            asked = heads.submit(retrying, "head", lambda: store.head(spec.key))
-        elif heads is None:
-            head = answer(asked, early) if asked is not None else retrying("head", lambda: store.head(spec.key))
-            asked = None
+        beside: Future[dict[str, Any] | None] | None = None  # a HEAD answered after the encode
+        if heads is None:  # parts read from S3: the answer first, so a stored object reads nothing
+            head = answer(asked) if asked is not None else ask()
             if (done := stored(head)) is not None:
                 return done
+        else:
+            beside = asked if asked is not None else heads.submit(ask)
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_RAM, prefix="ttsflow-join-") as spool:
             try:
                 writer = audio_codec.JoinWriter(spool, spec.sr_in, spec.sr_out, spec.fmt)  # type: ignore[arg-type]
@@ -189,8 +192,8 @@ def join_upload(store: Any, spec: JoinSpec, n_parts: int, part_samples: Callable
             finally:
                 writer.close()
             duration_s = round(writer.frames / spec.sr_out, 4)
-            if asked is not None:
-                head = answer(asked, early)
+            if beside is not None:
+                head = answer(beside)
                 if (done := stored(head)) is not None:
                     return done
             if head is not None and head.get("sha256"):  # stored by an older worker: keep its bytes
