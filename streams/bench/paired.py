@@ -3,7 +3,8 @@
 For a change to the worker or the stage whose effect is a few milliseconds, which ``bench
 latency``'s run-to-run spread hides. Each pair of runs starts one stage and one worker from
 checkout A, then from checkout B (each in its own directory, on the running local stack, with
-its own ``TTS_*`` settings from ``--a-env`` / ``--b-env``), and sends both the same requests
+its own ``TTS_*`` settings from ``--a-env`` / ``--b-env``, and the broker's dynamic settings
+from ``--a-broker`` / ``--b-broker`` while it runs), and sends both the same requests
 at the same moments: a warm-up, then ``--seconds`` of Poisson arrivals at each of ``--rates``
 requests per second (the texts and arrival times drawn from the pair's seed, every second
 request streaming, as in ``bench latency``). Every run asks for a speed of its own (1 - k *
@@ -30,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,65 @@ def _cpu_s(sup: Any) -> dict[str, float]:
     return {name: s for name, s in cpu.items() if s is not None}
 
 
+def _pairs(items: list[str]) -> dict[str, str]:
+    """``K=V`` arguments as a dict."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bench paired: {item!r} is not K=V")
+        out[key] = value
+    return out
+
+
+@contextlib.contextmanager
+def broker_settings(values: dict[str, str], timeout_s: float = 30.0) -> Iterator[None]:
+    """Set ``values`` as each broker's dynamic settings (``kafka-configs --entity-type brokers``)
+    for the block, then delete them (each broker back to its static setting); each change waited
+    for until every broker reports it. For a broker knob's cost side by side
+    (``transaction.partition.verification.enable``): both arms on one broker."""
+    if not values:
+        yield
+        return
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+
+    from streams.kafka.admin import admin_client
+    from streams.settings import load_settings
+
+    admin = admin_client(load_settings().kafka)
+    brokers = [str(b) for b in admin.list_topics(timeout=10).brokers]
+
+    def seen(want_set: bool) -> bool:
+        res = [ConfigResource("broker", b) for b in brokers]
+        for fut in admin.describe_configs(res, request_timeout=10).values():
+            entries = fut.result(timeout=10)
+            for k, v in values.items():
+                entry = entries.get(k)
+                if entry is None:
+                    raise SystemExit(f"bench paired: the broker has no setting {k!r}")
+                dynamic = entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+                if want_set != (dynamic and entry.value == v):
+                    return False
+        return True
+
+    def alter(op: Any, want_set: bool) -> None:
+        res = [ConfigResource("broker", b, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=op) for k, v in values.items()]) for b in brokers]
+        for fut in admin.incremental_alter_configs(res).values():
+            fut.result(timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not seen(want_set):  # a dynamic setting reaches its broker through the metadata log
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bench paired: brokers did not take {values} within {timeout_s:.0f} s")
+            time.sleep(0.2)
+
+    alter(AlterConfigOpType.SET, True)
+    try:
+        yield
+    finally:
+        alter(AlterConfigOpType.DELETE, False)
+
+
 def _median(xs: list[float | None]) -> float | None:
     vals = [x for x in xs if x is not None]
     return round(statistics.median(vals), 3) if vals else None
@@ -137,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--b-env", action="append", default=[], metavar="K=V", help="a TTS_* setting for B's run")
     ap.add_argument("--rates", default="3,5,7", help="requests per second, one phase each (default 3,5,7)")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each phase (default 20)")
+    ap.add_argument("--a-broker", action="append", default=[], metavar="K=V",
+                    help="a dynamic broker setting (cluster-wide default) while A runs, removed after it")
+    ap.add_argument("--b-broker", action="append", default=[], metavar="K=V",
+                    help="a dynamic broker setting (cluster-wide default) while B runs, removed after it")
     ap.add_argument("--pairs", type=int, default=3, help="pairs of runs (default 3)")
     ap.add_argument("--seed", type=int, default=None, help="first pair's seed (default: random)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
@@ -154,20 +219,22 @@ def main(argv: list[str] | None = None) -> int:
     k = 0
     for i in range(ns.pairs):
         pair: dict[str, Any] = {"seed": seed + i}
-        arms = [("a", ns.a, ns.a_env), ("b", ns.b, ns.b_env)]
-        for arm, root, env in arms if i % 2 == 0 else arms[::-1]:
+        arms = [("a", ns.a, ns.a_env, ns.a_broker), ("b", ns.b, ns.b_env, ns.b_broker)]
+        for arm, root, env, broker in arms if i % 2 == 0 else arms[::-1]:
             k += 1
             speed = round(1 - k * 0.0001, 4)
-            _say(f"pair {i + 1}/{ns.pairs}: {arm} ({root}, {' '.join(env) or 'defaults'}), seed {seed + i}")
+            _say(f"pair {i + 1}/{ns.pairs}: {arm} ({root}, {' '.join(env + broker) or 'defaults'}), seed {seed + i}")
             # this file run in the checkout's directory ('' first on sys.path): its streams package, and the
             # stage and worker it starts, are that checkout's (one older than this module works too)
             args = ["--one", str(seed + i), str(speed), "--rates", ns.rates, "--seconds", str(ns.seconds)]
-            proc = subprocess.run([sys.executable, "-c", _RUN_HERE, __file__, *args],
-                                  cwd=root, env={**os.environ, **dict(e.split("=", 1) for e in env)},
-                                  stdout=subprocess.PIPE, text=True, check=True)
+            with broker_settings(_pairs(broker)):
+                proc = subprocess.run([sys.executable, "-c", _RUN_HERE, __file__, *args],
+                                      cwd=root, env={**os.environ, **_pairs(env)},
+                                      stdout=subprocess.PIPE, text=True, check=True)
             pair[arm] = json.loads(proc.stdout.strip().splitlines()[-1])
         runs.append(pair)
-    report = {"a": {"root": str(ns.a.resolve()), "env": ns.a_env}, "b": {"root": str(ns.b.resolve()), "env": ns.b_env},
+    report = {"a": {"root": str(ns.a.resolve()), "env": ns.a_env, "broker": ns.a_broker},
+              "b": {"root": str(ns.b.resolve()), "env": ns.b_env, "broker": ns.b_broker},
               "rates": rates, "seconds": ns.seconds, "pairs": ns.pairs, "seed": seed,
               "summary": summarize(runs, rates), "runs": runs, "wall_s": round(time.monotonic() - t0, 1)}
     if not ns.json:

@@ -85,3 +85,14 @@ def test_process_cpu_is_this_process_cpu_and_none_for_an_unknown_one() -> None:
     assert got is not None and got == pytest.approx(sum(os.times()[:2]), abs=0.05)
     assert process_cpu_s(None) is None
     assert process_cpu_s(2**22 + 12345) is None  # above Linux's pid_max: no such process
+
+
+def test_paired_arm_settings_are_k_equals_v_and_a_bare_word_is_refused() -> None:
+    from streams.bench.paired import _pairs
+
+    assert _pairs(["transaction.partition.verification.enable=false", "TTS_X=a=b", "E="]) == {
+        "transaction.partition.verification.enable": "false", "TTS_X": "a=b", "E": ""}
+    with pytest.raises(SystemExit, match="not K=V"):
+        _pairs(["oops"])
+    with pytest.raises(SystemExit, match="not K=V"):
+        _pairs(["=v"])
