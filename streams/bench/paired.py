@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,54 +115,6 @@ def _pairs(items: list[str]) -> dict[str, str]:
     return out
 
 
-@contextlib.contextmanager
-def broker_settings(values: dict[str, str], timeout_s: float = 30.0) -> Iterator[None]:
-    """Set ``values`` as each broker's dynamic settings (``kafka-configs --entity-type brokers``)
-    for the block, then delete them (each broker back to its static setting); each change waited
-    for until every broker reports it. For a broker knob's cost side by side
-    (``transaction.partition.verification.enable``): both arms on one broker."""
-    if not values:
-        yield
-        return
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
-
-    from streams.kafka.admin import admin_client
-    from streams.settings import load_settings
-
-    admin = admin_client(load_settings().kafka)
-    brokers = [str(b) for b in admin.list_topics(timeout=10).brokers]
-
-    def seen(want_set: bool) -> bool:
-        res = [ConfigResource("broker", b) for b in brokers]
-        for fut in admin.describe_configs(res, request_timeout=10).values():
-            entries = fut.result(timeout=10)
-            for k, v in values.items():
-                entry = entries.get(k)
-                if entry is None:
-                    raise SystemExit(f"bench paired: the broker has no setting {k!r}")
-                dynamic = entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
-                if want_set != (dynamic and entry.value == v):
-                    return False
-        return True
-
-    def alter(op: Any, want_set: bool) -> None:
-        res = [ConfigResource("broker", b, incremental_configs=[
-            ConfigEntry(k, v, incremental_operation=op) for k, v in values.items()]) for b in brokers]
-        for fut in admin.incremental_alter_configs(res).values():
-            fut.result(timeout=timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while not seen(want_set):  # a dynamic setting reaches its broker through the metadata log
-            if time.monotonic() > deadline:
-                raise SystemExit(f"bench paired: brokers did not take {values} within {timeout_s:.0f} s")
-            time.sleep(0.2)
-
-    alter(AlterConfigOpType.SET, True)
-    try:
-        yield
-    finally:
-        alter(AlterConfigOpType.DELETE, False)
-
-
 def _median(xs: list[float | None]) -> float | None:
     vals = [x for x in xs if x is not None]
     return round(statistics.median(vals), 3) if vals else None
@@ -213,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if ns.a is None or ns.b is None:
         ap.error("--a and --b are required")
+    from streams.kafka.admin import broker_settings
+    from streams.settings import load_settings
+
     seed = ns.seed if ns.seed is not None else random.SystemRandom().randrange(2**20)
     t0 = time.monotonic()
     runs: list[dict[str, Any]] = []
@@ -227,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             # this file run in the checkout's directory ('' first on sys.path): its streams package, and the
             # stage and worker it starts, are that checkout's (one older than this module works too)
             args = ["--one", str(seed + i), str(speed), "--rates", ns.rates, "--seconds", str(ns.seconds)]
-            with broker_settings(_pairs(broker)):
+            with broker_settings(load_settings().kafka, _pairs(broker)):
                 proc = subprocess.run([sys.executable, "-c", _RUN_HERE, __file__, *args],
                                       cwd=root, env={**os.environ, **_pairs(env)},
                                       stdout=subprocess.PIPE, text=True, check=True)

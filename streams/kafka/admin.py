@@ -14,16 +14,17 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from streams.kafka.config import client_config
 from streams.kafka.topics import done_topic_config, topic_specs
 from streams.settings import KafkaSettings, StageSettings
 
-__all__ = ["admin_client", "create_acls", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
+__all__ = ["admin_client", "broker_settings", "create_acls", "delete_topics", "ensure_done_topic", "ensure_topics", "group_members",
            "kafka_exception", "topic_names", "topic_replication", "wait_for_broker"]
 
 _log = logging.getLogger("ttsflow.kafka")
@@ -133,6 +134,54 @@ def admin_client(kafka: KafkaSettings, *, bootstrap: str | None = None, **conf: 
     if bootstrap:
         base["bootstrap.servers"] = bootstrap
     return AdminClient(base)
+
+
+@contextlib.contextmanager
+def broker_settings(kafka: KafkaSettings, values: dict[str, str], timeout_s: float = 30.0) -> Iterator[None]:
+    """Set ``values`` as each broker's dynamic settings (``kafka-configs --entity-type brokers``)
+    for the block, then delete them (each broker back to its static setting); each change waited
+    for until every broker reports it. For a broker knob's cost side by side (``bench paired
+    --b-broker``): both arms on one broker."""
+    if not values:
+        yield
+        return
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+
+    admin = admin_client(kafka)
+    brokers = [str(b) for b in admin.list_topics(timeout=10).brokers]
+
+    def described() -> list[dict[str, Any]]:
+        res = [ConfigResource("broker", b) for b in brokers]
+        return [fut.result(timeout=10) for fut in admin.describe_configs(res, request_timeout=10).values()]
+
+    def seen(want_set: bool) -> bool:
+        for entries in described():
+            for k, v in values.items():
+                dynamic = entries[k].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+                if want_set != (dynamic and entries[k].value == v):
+                    return False
+        return True
+
+    unknown = sorted({k for entries in described() for k in values if k not in entries})
+    if unknown:  # the broker would store it anyway, as a dynamic setting nothing reads
+        raise ValueError(f"the broker has no setting {', '.join(unknown)}")
+
+    def alter(op: Any, want_set: bool) -> None:
+        res = [ConfigResource("broker", b, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=op) for k, v in values.items()]) for b in brokers]
+        for fut in admin.incremental_alter_configs(res).values():
+            fut.result(timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not seen(want_set):  # a dynamic setting reaches its broker through the metadata log
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"brokers did not take {values} within {timeout_s:.0f} s")
+            time.sleep(0.2)
+
+    alter(AlterConfigOpType.SET, True)
+    try:
+        yield
+    finally:
+        alter(AlterConfigOpType.DELETE, False)
 
 
 def create_acls(kafka: KafkaSettings, acls: Sequence[tuple[str, str, str, str, str]], *,

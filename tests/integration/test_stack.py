@@ -115,6 +115,29 @@ def test_stack_topics_exist_with_settings_partitions(stack_settings: Settings) -
     assert f"{stack_settings.stage.stage_app_id}-__assignor-__leader" in md.topics
 
 
+def test_broker_settings_hold_for_the_block_and_are_removed_after_it(stack_settings: Settings) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    from streams.kafka.admin import broker_settings
+
+    admin = AdminClient({"bootstrap.servers": stack_settings.kafka.bootstrap_servers})
+    key = "transaction.partition.verification.enable"
+
+    def entry() -> Any:
+        res = ConfigResource(ConfigResource.Type.BROKER, str(next(iter(admin.list_topics(timeout=10).brokers))))
+        return admin.describe_configs([res])[res].result(10)[key]
+
+    before = entry()
+    assert before.value == "true"
+    with broker_settings(stack_settings.kafka, {key: "false"}):
+        inside = entry()
+        assert (inside.value, inside.source) == ("false", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    after = entry()
+    assert after.value == "true" and after.source != ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    with pytest.raises(ValueError, match="no setting"), broker_settings(stack_settings.kafka, {"no.such.setting": "1"}):
+        pass
+
+
 def test_s3_put_get_head_list_delete(stack_settings: Settings, s3: Any, unique: str) -> None:
     bucket = stack_settings.s3.s3_bucket
     prefix = f"test/{unique}/"
