@@ -86,16 +86,20 @@ def input_hole(offset: int, *, generation: int | None, last: tuple[int | None, i
     ``last``: ``(generation, offset)`` of the partition's record handed before (None: none since
     the process started); ``committed``: the group's committed offset (the next one to read). The
     first record of a generation must be the committed one, later ones the one after the record
-    before. One offset missing is not a hole: a transactional producer's commit marker takes an
-    offset no consumer is handed. Seen: a stage restarted after a SIGKILL was handed the last
-    piece of a stream and none of the 25 before it (faust drops records it fetched around a
-    rebalance); the pieces after the hole were held for the missing one until the stream timed
-    out, before the commit-stall watchdog's 30 s were up."""
+    before. Every offset missing counts, one as much as many: a transaction's marker or aborted
+    records take offsets no reader is handed, and the caller knows those (what the fetch passed
+    over, :class:`~streams.stage.patches.PassedOffsets`); this does not guess. Seen: a stage
+    restarted after a SIGKILL was handed the last piece of a stream and none of the 25 before it
+    (faust drops records it fetched around a rebalance); the pieces after the hole were held for
+    the missing one until the stream timed out, before the commit-stall watchdog's 30 s were up.
+    And one record missing: a stage restarted after a SIGKILL was handed offset 7 of a partition
+    whose committed offset was 6; a single missing offset was then taken for a marker, counted done,
+    and committed, and that request was never answered (CI, `test_chaos`, 2026-12-07)."""
     if last is not None and last[0] == generation:
         expected: int | None = last[1] + 1
     else:
         expected = committed
-    if expected is None or offset - expected <= 1:
+    if expected is None or offset <= expected:
         return None
     return expected, offset
 

@@ -82,10 +82,13 @@ def test_a_record_after_offsets_never_handed_over_is_a_hole() -> None:
     # within a generation: the one after the record before
     assert input_hole(21, generation=3, last=(3, 20), committed=15) is None
     assert input_hole(30, generation=3, last=(3, 20), committed=15) == (21, 30)
-    # one offset missing is a transaction marker, not a hole; nothing known, nothing to say
-    assert input_hole(22, generation=3, last=(3, 20), committed=15) is None
-    assert input_hole(16, generation=3, last=None, committed=15) is None
+    # one offset missing is a hole too (the caller tells a marker's offset from what the fetch passed
+    # over): a restarted stage handed offset 7 with 6 committed never answered the request at 6
+    assert input_hole(22, generation=3, last=(3, 20), committed=15) == (21, 22)
+    assert input_hole(16, generation=3, last=None, committed=15) == (15, 16)
+    # nothing known, nothing to say; a record handed again (a refetch) is no hole
     assert input_hole(500, generation=3, last=None, committed=None) is None
+    assert input_hole(20, generation=3, last=(3, 20), committed=15) is None
 
 
 def test_a_hole_fetched_again_skips_what_came_from_before_the_seek_until_the_offset_sought() -> None:
