@@ -27,13 +27,16 @@ pytestmark = pytest.mark.integration
 _ROOT = Path(__file__).resolve().parents[2]
 
 
+# five records, and one: a single offset missing was once taken for a transaction marker and its
+# request never answered (CI's test_chaos, a stage restarted after a SIGKILL, 2026-12-07)
+@pytest.mark.parametrize("dropped", [5, 1])
 def test_records_faust_dropped_are_fetched_again_and_answered_once_without_a_restart(
-        settings: Settings, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        settings: Settings, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch, dropped: int) -> None:
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text("from tests.support.faust_drops import install\ninstall()\n")
     monkeypatch.setenv("PYTHONPATH", f"{site}:{_ROOT}")
-    monkeypatch.setenv("TTSFLOW_TEST_DROP", "0:3:5")  # offsets 3..7 of partition 0, once
+    monkeypatch.setenv("TTSFLOW_TEST_DROP", f"0:3:{dropped}")  # offsets 3.. of partition 0, once
     monkeypatch.setenv("TTSFLOW_TEST_DROP_TOPIC", settings.kafka.topic_requests)
     s = settings.replace(home=str(tmp_path / "home"), s3_prefix=f"test/{unique}/", log_level="INFO")
     users = [f"user-{i}" for i in range(16)]
@@ -63,10 +66,11 @@ def test_records_faust_dropped_are_fetched_again_and_answered_once_without_a_res
     counts = Counter(c.request_id for c in cs)
     assert set(counts) == {rid for rid, _ in reqs} and max(counts.values()) == 1, counts
     assert all(c.status == "ok" for c in cs), [c.error for c in cs if c.status != "ok"][:3]
-    assert "event=input_hole partition=0 from_offset=3 to_offset=8" in log  # the drop happened, and was seen
+    assert f"event=input_hole partition=0 from_offset=3 to_offset={3 + dropped}" in log  # the drop happened, was seen
     assert "event=input_refetch partition=0 offset=3 reason=input_hole" in log
     assert "event=stage_restart" not in log, "the hole was filled by restarting the stage"
-    print(f"\n80 requests, offsets 3-7 of partition 0 dropped once: all answered once in {took:.1f} s, no restart")
+    print(f"\n80 requests, {dropped} offsets of partition 0 from 3 dropped once: all answered once in {took:.1f} s, "
+          "no restart")
 
 
 def test_requests_of_an_aborted_transaction_are_never_answered_and_the_commit_passes_them(
