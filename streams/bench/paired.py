@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default="3,5,7", help="requests per second, one phase each (default 3,5,7)")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each phase (default 20)")
     ap.add_argument("--a-broker", action="append", default=[], metavar="K=V",
-                    help="a dynamic broker setting (cluster-wide default) while A runs, removed after it")
+                    help="a dynamic setting of every broker while A runs, removed after it")
     ap.add_argument("--b-broker", action="append", default=[], metavar="K=V",
-                    help="a dynamic broker setting (cluster-wide default) while B runs, removed after it")
+                    help="a dynamic setting of every broker while B runs, removed after it")
     ap.add_argument("--pairs", type=int, default=3, help="pairs of runs (default 3)")
     ap.add_argument("--seed", type=int, default=None, help="first pair's seed (default: random)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
