@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     from streams.kafka.admin import broker_settings
     from streams.settings import load_settings
 
+    kafka = load_settings().kafka
     seed = ns.seed if ns.seed is not None else random.SystemRandom().randrange(2**20)
     t0 = time.monotonic()
     runs: list[dict[str, Any]] = []
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             # this file run in the checkout's directory ('' first on sys.path): its streams package, and the
             # stage and worker it starts, are that checkout's (one older than this module works too)
             args = ["--one", str(seed + i), str(speed), "--rates", ns.rates, "--seconds", str(ns.seconds)]
-            with broker_settings(load_settings().kafka, _pairs(broker)):
+            with broker_settings(kafka, _pairs(broker)):
                 proc = subprocess.run([sys.executable, "-c", _RUN_HERE, __file__, *args],
                                       cwd=root, env={**os.environ, **_pairs(env)},
                                       stdout=subprocess.PIPE, text=True, check=True)

@@ -72,6 +72,7 @@ from streams.bench.harness import (
     percentile,
     pin_threads,
     proc_status_mib,
+    process_cpu_s,
 )
 from streams.settings import Settings, load_settings
 from streams.stage.text import normalize, split_segments
@@ -315,7 +316,7 @@ def _backlog_throughput(s: Settings, sup: Any, reader: TopicReader, pub: Publish
         sup.check_alive()
         got = reader.poll(0.5, 2000)
         if got:
-            cpu = _cpu_seconds(proc.pid)
+            cpu = process_cpu_s(proc.pid) or 0.0
             cpu_first = cpu_first or cpu
             cpu_last = cpu
         for r in got:
@@ -457,13 +458,6 @@ def _restore_run(base: Settings, *, ids: int, store: str, restarts: tuple[str, .
         delete_run_topics(s)
         shutil.rmtree(home, ignore_errors=True)
     return res
-
-
-def _cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a process (Linux /proc), 0 if unknown."""
-    from streams.bench.harness import process_cpu_s
-
-    return process_cpu_s(pid) or 0.0
 
 
 def _r(x: float | None) -> float | None:
