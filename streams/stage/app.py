@@ -521,7 +521,7 @@ def build_app(settings: Settings, metrics: Any, *, core: StageCore | None = None
     # faust can leave an assigned input partition unserved (see InputWatch): the stage then
     # restarts itself in place (same PID, same command line) and reads again from the
     # committed offset; duplicates are dropped by the worker.
-    watch = InputWatch()
+    watch = InputWatch(stall_s=settings.stage.stage_stall_s)
 
     @app.timer(2.0)
     async def input_watchdog() -> None:

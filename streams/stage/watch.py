@@ -34,14 +34,18 @@ class InputWatch:
     partition that has records waiting and has not handed the agent a single one since it
     was assigned (``delivered`` false) is given only ``fresh_stall_s``: a healthy fetch
     delivers within a second, and the first stage on a fresh cluster once sat 35 s on such
-    a partition. The caller does not check while tables recover. One record past what is
-    done is not counted as waiting: a transactional producer's commit marker ends a
-    partition with an offset no consumer is ever handed.
+    a partition (never more than ``stall_s``). The caller does not check while tables recover.
+
+    Every offset past what is done counts as waiting, one as much as many: the caller passes
+    an ``end`` that leaves out what the fetch passed over as it should (a transaction's commit
+    marker at the end of a partition, aborted records: :class:`~streams.stage.patches.PassedOffsets`).
+    This used to let one offset through as a marker without looking, so a single record faust
+    dropped that was also its partition's last waited for the next record to come, however long.
     """
 
     def __init__(self, stall_s: float = _STALL_S, fresh_stall_s: float = _FRESH_STALL_S) -> None:
         self.stall_s = stall_s
-        self.fresh_stall_s = fresh_stall_s
+        self.fresh_stall_s = min(fresh_stall_s, stall_s)
         self._commit: dict[int, tuple[int | None, float]] = {}
         self._input: dict[int, tuple[tuple[int | None, int | None], float]] = {}
 
@@ -54,7 +58,8 @@ class InputWatch:
     def check(self, partition: int, *, committed: int | None, processed_next: int | None, end: int | None,
               acked_waiting: bool, now: float, delivered: bool = True) -> str | None:
         """``committed``: the group's committed offset; ``processed_next``: one past the last
-        offset the agent processed; ``end``: the partition's end offset (None: unknown);
+        offset the agent processed; ``end``: the partition's end offset, short of the markers and
+        aborted records the fetch passed over at its end (None: unknown);
         ``acked_waiting``: processed records wait to be committed; ``delivered``: the agent
         was handed a record of the partition since its assignment."""
         if acked_waiting:
@@ -66,7 +71,7 @@ class InputWatch:
         else:
             self._commit.pop(partition, None)
         done = max((x for x in (committed, processed_next) if x is not None), default=0)
-        if end is None or end - done <= 1:
+        if end is None or end <= done:
             self._input.pop(partition, None)
             return None
         key = (committed, processed_next)

@@ -73,6 +73,52 @@ def test_records_faust_dropped_are_fetched_again_and_answered_once_without_a_res
           "no restart")
 
 
+def test_the_last_record_of_a_partition_dropped_is_fetched_again_after_the_stall_time(
+        settings: Settings, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dropped record with nothing after it leaves no hole for the next record to show: the input
+    watchdog finds it waiting (it once took one offset past what is done for a commit marker and let the
+    request wait for the partition's next record, however long) and fetches it again in place."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("from tests.support.faust_drops import install\ninstall()\n")
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{_ROOT}")
+    monkeypatch.setenv("TTSFLOW_TEST_DROP", "0:3:1")  # offset 3 of partition 0, its last record, once
+    monkeypatch.setenv("TTSFLOW_TEST_DROP_TOPIC", settings.kafka.topic_requests)
+    stall_s = 4.0
+    s = settings.replace(home=str(tmp_path / "home"), s3_prefix=f"test/{unique}/", log_level="INFO",
+                         stage_stall_s=stall_s)
+    rids = [f"tail-{i}" for i in range(4)]
+    with Supervisor(tmp_path / "logs") as sup:
+        stage = sup.stage("stage", s)
+        monkeypatch.delenv("TTSFLOW_TEST_DROP")
+        w = sup.worker("w1", s)
+        sup.wait_ready(stage, timeout=120)
+        sup.wait_ready(w, timeout=120)
+        sup.wait_group(s, s.stage.stage_app_id, 1, timeout=120)
+        p = Producer(producer_conf(s, **{"enable.idempotence": True}))
+        t0 = time.monotonic()
+        for rid in rids:  # one user, all in partition 0: offsets 0-3
+            body = {"request_id": rid, "user_id": "tail-user", "text": "Your order has shipped."}
+            p.produce(s.kafka.topic_requests, partition=0, key=b"tail-user", value=json.dumps(body).encode())
+        assert p.flush(30) == 0
+        deadline = time.monotonic() + 90
+        while True:
+            cs = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers,
+                                                                     s.kafka.topic_completed, timeout=5)]
+            if len({c.request_id for c in cs}) >= len(rids) or time.monotonic() > deadline:
+                break
+        took = time.monotonic() - t0
+        sup.check_alive()
+    log = (tmp_path / "logs" / "stage.log").read_text(errors="replace")
+    counts = Counter(c.request_id for c in cs)
+    assert set(counts) == set(rids) and max(counts.values()) == 1, counts
+    assert "event=input_stalled partition=0 committed=3 processed_next=3 end=4" in log  # the drop happened, was seen
+    assert "event=input_refetch partition=0 offset=3 reason=input_stalled" in log
+    assert "event=stage_restart" not in log, "the record was fetched again by restarting the stage"
+    print(f"\nthe last of 4 records of partition 0 dropped once: answered once in {took:.1f} s (stall time {stall_s} s), "
+          "no restart")
+
+
 def test_requests_of_an_aborted_transaction_are_never_answered_and_the_commit_passes_them(
         settings: Settings, tmp_path: Path, unique: str) -> None:
     """A producer that publishes requests in a transaction and aborts it means them never to have been
@@ -82,7 +128,9 @@ def test_requests_of_an_aborted_transaction_are_never_answered_and_the_commit_pa
 
     from confluent_kafka import Consumer, TopicPartition
 
-    s = settings.replace(home=str(tmp_path / "home"), s3_prefix=f"test/{unique}/", log_level="INFO")
+    stall_s = 3.0  # the input watchdog's: the markers and aborted records at the end must not look stalled
+    s = settings.replace(home=str(tmp_path / "home"), s3_prefix=f"test/{unique}/", log_level="INFO",
+                         stage_stall_s=stall_s)
     with Supervisor(tmp_path / "logs") as sup:
         stage, w = sup.stage("stage", s), sup.worker("w1", s)
         sup.wait_ready(stage, timeout=120)
@@ -120,7 +168,14 @@ def test_requests_of_an_aborted_transaction_are_never_answered_and_the_commit_pa
             committed = c.committed([TopicPartition(s.kafka.topic_requests, part)], timeout=10)[0].offset
             time.sleep(0.2)
         c.close()
-        time.sleep(3)  # past two turns of the input watchdog
+        publish(["kept-3"], commit=True)  # now the partition ends in a commit marker
+        want.add("kept-3")
+        deadline = time.monotonic() + 60
+        while want - {c.request_id for c in cs} and time.monotonic() < deadline:
+            cs = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers,
+                                                                     s.kafka.topic_completed, timeout=5)]
+        # nothing may happen now: a marker taken for a record waiting would be fetched again within a stall time
+        time.sleep(2 * stall_s + 4)  # past the stall time twice, and the watchdog's turn of two seconds
         cs = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_completed,
                                                                  timeout=5)]
         sup.check_alive()

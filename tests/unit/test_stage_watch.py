@@ -28,10 +28,18 @@ def test_an_idle_caught_up_partition_never_restarts() -> None:
     assert run(w, [(t, {}) for t in range(0, 600, 5)]) == [None] * 120
 
 
-def test_a_trailing_transaction_marker_is_not_waiting_work() -> None:
-    # a transactional producer's commit marker: end is one past the last record the agent can see
+def test_one_record_waiting_at_the_end_of_a_partition_is_waiting_work() -> None:
+    # a single record faust dropped that was its partition's last: once taken for a commit marker and
+    # left until the next record came (the caller takes the markers the fetch passed over off ``end``)
     w = InputWatch(stall_s=30)
-    assert run(w, [(t, {"end": 11}) for t in range(0, 300, 5)]) == [None] * 60
+    got = run(w, [(t, {"end": 11}) for t in range(0, 40, 5)])
+    assert got == [None] * 7 + ["input_stalled"]
+
+
+def test_the_fresh_stall_time_is_never_longer_than_the_stall_time() -> None:
+    w = InputWatch(stall_s=3, fresh_stall_s=8)
+    fresh = {"end": 5, "committed": None, "processed_next": None, "delivered": False}
+    assert run(w, [(0, fresh), (2, fresh), (4, fresh)]) == [None, None, "input_stalled"]
 
 
 def test_an_unknown_end_offset_never_restarts() -> None:
