@@ -9,9 +9,10 @@ open-loop (Poisson) arrivals on the same fresh texts per phase, phases interleav
 1. **capacity** (``--capacity``): ``burst``: a batch of requests at once (100; 8 with
    ``--quick``), its completion rate (answers over first publish to last answer) is the
    system's own *capacity* C; ``sustained`` (the default of a full run): after that burst, open
-   loop at 0.6, 0.7, 0.8, ... 1.45 times its rate for ``--ramp-s`` each, up to the first step after
-   the first not sustained (``baseline.sustained``), and C is the highest arrival rate of a sustained step
-   (half the burst's if none was). A burst of 100 moved by 10% or more run to run, and "70% of
+   loop at 0.6, 0.7, 0.8, ... 1.45 times its rate for ``--ramp-s`` each, up to the first rate after
+   the first not sustained (``baseline.sustained``) twice running (a step not sustained is run once
+   more: ``baseline.ramp``), and C is the highest arrival rate of a sustained step (half the burst's
+   if none was). A burst of 100 moved by 10% or more run to run, and "70% of
    C" was anything from ~60% to ~90% of the sustainable rate, so the latency there followed that
    one measurement (issue 32);
 2. **open loop** at 30/50/70/90% of each system's own C (``--fractions``): completion
@@ -57,8 +58,8 @@ from streams.bench.baseline import _Baseline, _phase, _Ttsflow, ramp, schedule, 
 __all__ = ["main", "run_bench"]
 
 _FRACTIONS = [0.3, 0.5, 0.7, 0.9]
-# of the burst's rate: where a capacity is looked for (--capacity sustained), up to the first step after
-# the first not sustained (a burst can understate what a system keeps up with as well as overstate it)
+# of the burst's rate: where a capacity is looked for (--capacity sustained), up to the first rate after
+# the first not sustained twice running (a burst can understate what a system keeps up with as well as overstate it)
 _RAMP = (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.45)  # of the burst's rate: a capacity within 10% of it
 
 
