@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -27,20 +29,19 @@ pytestmark = pytest.mark.integration
 _ROOT = Path(__file__).resolve().parents[2]
 
 
-# five records, and one: a single offset missing was once taken for a transaction marker and its
-# request never answered (CI's test_chaos, a stage restarted after a SIGKILL, 2026-12-07)
-@pytest.mark.parametrize("dropped", [5, 1])
-def test_records_faust_dropped_are_fetched_again_and_answered_once_without_a_restart(
-        settings: Settings, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch, dropped: int) -> None:
+def _run_with_a_drop(s: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: str,
+                     publish: Callable[[Producer], None], want: set[str], timeout_s: float
+                     ) -> tuple[list[Any], float, str]:
+    """A stage that drops the records ``drop`` names once (``partition:first offset:count`` of the
+    requests topic; tests/support/faust_drops.py) and a worker as usual; ``publish`` sends, then the
+    completions are read until every one of ``want`` is there or ``timeout_s`` passed. The completions,
+    the seconds from the first send, the stage's log."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text("from tests.support.faust_drops import install\ninstall()\n")
     monkeypatch.setenv("PYTHONPATH", f"{site}:{_ROOT}")
-    monkeypatch.setenv("TTSFLOW_TEST_DROP", f"0:3:{dropped}")  # offsets 3.. of partition 0, once
-    monkeypatch.setenv("TTSFLOW_TEST_DROP_TOPIC", settings.kafka.topic_requests)
-    s = settings.replace(home=str(tmp_path / "home"), s3_prefix=f"test/{unique}/", log_level="INFO")
-    users = [f"user-{i}" for i in range(16)]
-    reqs = [(f"refetch-{i}", users[i % len(users)]) for i in range(80)]
+    monkeypatch.setenv("TTSFLOW_TEST_DROP", drop)
+    monkeypatch.setenv("TTSFLOW_TEST_DROP_TOPIC", s.kafka.topic_requests)
     with Supervisor(tmp_path / "logs") as sup:
         stage = sup.stage("stage", s)
         monkeypatch.delenv("TTSFLOW_TEST_DROP")  # the worker runs as usual
@@ -50,19 +51,39 @@ def test_records_faust_dropped_are_fetched_again_and_answered_once_without_a_res
         sup.wait_group(s, s.stage.stage_app_id, 1, timeout=120)
         p = Producer(producer_conf(s, **{"enable.idempotence": True}))
         t0 = time.monotonic()
-        for rid, user in reqs:
-            body = {"request_id": rid, "user_id": user, "text": "Your order has shipped."}
-            p.produce(s.kafka.topic_requests, key=user.encode(), value=json.dumps(body).encode())
+        publish(p)
         assert p.flush(30) == 0
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + timeout_s
         while True:
             cs = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers,
                                                                      s.kafka.topic_completed, timeout=5)]
-            if len({c.request_id for c in cs}) >= len(reqs) or time.monotonic() > deadline:
+            if want <= {c.request_id for c in cs} or time.monotonic() > deadline:
                 break
         took = time.monotonic() - t0
         sup.check_alive()
-    log = (tmp_path / "logs" / "stage.log").read_text(errors="replace")
+    return cs, took, (tmp_path / "logs" / "stage.log").read_text(errors="replace")
+
+
+def _request(rid: str, user: str) -> bytes:
+    return json.dumps({"request_id": rid, "user_id": user, "text": "Your order has shipped."}).encode()
+
+
+# five records, and one: a single offset missing was once taken for a transaction marker and its
+# request never answered (CI's test_chaos, a stage restarted after a SIGKILL, 2026-12-07)
+@pytest.mark.parametrize("dropped", [5, 1])
+def test_records_faust_dropped_are_fetched_again_and_answered_once_without_a_restart(
+        settings: Settings, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch, dropped: int) -> None:
+    s = settings.replace(home=str(tmp_path / "home"), s3_prefix=f"test/{unique}/", log_level="INFO")
+    users = [f"user-{i}" for i in range(16)]
+    reqs = [(f"refetch-{i}", users[i % len(users)]) for i in range(80)]
+
+    def publish(p: Producer) -> None:
+        for rid, user in reqs:
+            p.produce(s.kafka.topic_requests, key=user.encode(), value=_request(rid, user))
+
+    # offsets 3.. of partition 0, once
+    cs, took, log = _run_with_a_drop(s, tmp_path, monkeypatch, f"0:3:{dropped}", publish,
+                                     {rid for rid, _ in reqs}, 120)
     counts = Counter(c.request_id for c in cs)
     assert set(counts) == {rid for rid, _ in reqs} and max(counts.values()) == 1, counts
     assert all(c.status == "ok" for c in cs), [c.error for c in cs if c.status != "ok"][:3]
@@ -78,38 +99,17 @@ def test_the_last_record_of_a_partition_dropped_is_fetched_again_after_the_stall
     """A dropped record with nothing after it leaves no hole for the next record to show: the input
     watchdog finds it waiting (it once took one offset past what is done for a commit marker and let the
     request wait for the partition's next record, however long) and fetches it again in place."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("from tests.support.faust_drops import install\ninstall()\n")
-    monkeypatch.setenv("PYTHONPATH", f"{site}:{_ROOT}")
-    monkeypatch.setenv("TTSFLOW_TEST_DROP", "0:3:1")  # offset 3 of partition 0, its last record, once
-    monkeypatch.setenv("TTSFLOW_TEST_DROP_TOPIC", settings.kafka.topic_requests)
     stall_s = 4.0
     s = settings.replace(home=str(tmp_path / "home"), s3_prefix=f"test/{unique}/", log_level="INFO",
                          stage_stall_s=stall_s)
     rids = [f"tail-{i}" for i in range(4)]
-    with Supervisor(tmp_path / "logs") as sup:
-        stage = sup.stage("stage", s)
-        monkeypatch.delenv("TTSFLOW_TEST_DROP")
-        w = sup.worker("w1", s)
-        sup.wait_ready(stage, timeout=120)
-        sup.wait_ready(w, timeout=120)
-        sup.wait_group(s, s.stage.stage_app_id, 1, timeout=120)
-        p = Producer(producer_conf(s, **{"enable.idempotence": True}))
-        t0 = time.monotonic()
+
+    def publish(p: Producer) -> None:
         for rid in rids:  # one user, all in partition 0: offsets 0-3
-            body = {"request_id": rid, "user_id": "tail-user", "text": "Your order has shipped."}
-            p.produce(s.kafka.topic_requests, partition=0, key=b"tail-user", value=json.dumps(body).encode())
-        assert p.flush(30) == 0
-        deadline = time.monotonic() + 90
-        while True:
-            cs = [decode_completion(m.value()) for m in drain_topic(s.kafka.bootstrap_servers,
-                                                                     s.kafka.topic_completed, timeout=5)]
-            if len({c.request_id for c in cs}) >= len(rids) or time.monotonic() > deadline:
-                break
-        took = time.monotonic() - t0
-        sup.check_alive()
-    log = (tmp_path / "logs" / "stage.log").read_text(errors="replace")
+            p.produce(s.kafka.topic_requests, partition=0, key=b"tail-user", value=_request(rid, "tail-user"))
+
+    # offset 3 of partition 0, its last record, once
+    cs, took, log = _run_with_a_drop(s, tmp_path, monkeypatch, "0:3:1", publish, set(rids), 90)
     counts = Counter(c.request_id for c in cs)
     assert set(counts) == set(rids) and max(counts.values()) == 1, counts
     assert "event=input_stalled partition=0 committed=3 processed_next=3 end=4" in log  # the drop happened, was seen
@@ -161,13 +161,18 @@ def test_requests_of_an_aborted_transaction_are_never_answered_and_the_commit_pa
         # (a partition that ends in aborted records and markers is committed past them with its next record)
         visible = drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_requests, count=3, timeout=10)
         part, last_kept = visible[-1].partition(), max(m.offset() for m in visible)
-        c = Consumer({"bootstrap.servers": s.kafka.bootstrap_servers, "group.id": s.stage.stage_app_id})
-        committed = -1
-        deadline = time.monotonic() + 30
-        while committed <= last_kept and time.monotonic() < deadline:
-            committed = c.committed([TopicPartition(s.kafka.topic_requests, part)], timeout=10)[0].offset
-            time.sleep(0.2)
-        c.close()
+
+        def committed_past(offset: int) -> int:
+            """The stage's committed offset of the partition, once past ``offset`` (or after 30 s)."""
+            c = Consumer({"bootstrap.servers": s.kafka.bootstrap_servers, "group.id": s.stage.stage_app_id})
+            got, deadline = -1, time.monotonic() + 30
+            while got <= offset and time.monotonic() < deadline:
+                got = c.committed([TopicPartition(s.kafka.topic_requests, part)], timeout=10)[0].offset
+                time.sleep(0.2)
+            c.close()
+            return int(got)
+
+        committed = committed_past(last_kept)
         publish(["kept-3"], commit=True)  # now the partition ends in a commit marker
         want.add("kept-3")
         deadline = time.monotonic() + 60
@@ -176,13 +181,7 @@ def test_requests_of_an_aborted_transaction_are_never_answered_and_the_commit_pa
                                                                      s.kafka.topic_completed, timeout=5)]
         last3 = max(m.offset() for m in drain_topic(s.kafka.bootstrap_servers, s.kafka.topic_requests,
                                                         count=4, timeout=10))
-        c = Consumer({"bootstrap.servers": s.kafka.bootstrap_servers, "group.id": s.stage.stage_app_id})
-        committed3 = -1
-        deadline = time.monotonic() + 30
-        while committed3 <= last3 and time.monotonic() < deadline:
-            committed3 = c.committed([TopicPartition(s.kafka.topic_requests, part)], timeout=10)[0].offset
-            time.sleep(0.2)
-        c.close()
+        committed3 = committed_past(last3)
         # a stage restarted on it starts at the marker, the one offset left: the fetch passes over it
         sup.wait_ready(sup.restart("stage"), timeout=120)
         # nothing may happen now: a marker taken for a record waiting would be fetched again within a stall time
