@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -46,7 +47,6 @@ def open_engine(engine: EngineSettings, *, model_dir: Path, max_batch: int) -> A
     names = engine.served_backends
     if len(names) == 1:
         return _open_backend(engine, names[0], model_dir=model_dir, max_batch=max_batch)
-    import time
 
     from engine.router import BackendRouter
 
@@ -185,7 +185,6 @@ def end_open_transaction(settings: Settings, transactional_id: str, *, lock_dir:
     ``read_committed`` readers of what it wrote stop waiting behind it), then dropped. Done only
     while holding that id's lock: a live process that claimed it (a restart) fences it itself.
     Returns whether it was done. Errors are logged (the transaction then ends at its timeout)."""
-    import time
 
     from confluent_kafka import Producer
 
@@ -217,30 +216,74 @@ def end_open_transaction(settings: Settings, transactional_id: str, *, lock_dir:
 
 
 _STANDBY_NICE = 19  # a standby's start yields the CPU to every process that runs at the usual priority
+_AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def _yield_while_starting() -> Callable[[], None] | None:
     """A standby's start (imports, the model's load and warm-up: about a second of CPU on a small host)
     at the lowest CPU priority, so that on the host of a killed worker it does not slow the standby that
-    took over and is draining the dead one's backlog. Lowered for this thread now; threads started after
-    (onnxruntime's, the clients') inherit it. Returns what gives every thread of the process its
-    priority back, called before the standby waits; None, and nothing lowered, where the process may
-    not raise its priority again (neither ``CAP_SYS_NICE`` nor ``RLIMIT_NICE`` allows it: tried on a
-    thread of its own, which then ends)."""
+    took over and is draining the dead one's backlog. Returns what gives the process its priority back,
+    called before the standby waits; None where nothing was lowered.
+
+    Two priorities are lowered, each only where it can be raised again:
+
+    * every thread's nice (this thread's now; threads started after, onnxruntime's and the clients',
+      inherit it), where ``CAP_SYS_NICE`` or ``RLIMIT_NICE`` allows raising it (tried on a thread of
+      its own, which then ends). It orders threads of one scheduling group only.
+    * the nice of the process's *autogroup*, where the process leads its own session (a supervisor's
+      ``setsid``, so the group is its alone). Linux with ``sched_autogroup`` (the default on desktop
+      and many server kernels) shares the CPU between sessions first: a thread's nice 19 there took
+      nothing from a worker of another session (two busy processes on one core, one at nice 19: 50%
+      each; its autogroup at 19: 98% / 2%). Raising it back to 0 needs no privilege. Inside a CPU
+      cgroup (a container, a systemd unit) the cgroup decides and this changes nothing."""
     before = os.getpriority(os.PRIO_PROCESS, 0)  # on Linux, this thread's
-    if before >= _STANDBY_NICE or not _may_raise_priority(before):
+    threads = before < _STANDBY_NICE and _may_raise_priority(before)
+    group = _autogroup_nice()
+    if group is not None and not (0 <= group < _STANDBY_NICE and _set_autogroup_nice(_STANDBY_NICE)):
+        group = None
+    if not threads and group is None:
         return None
-    os.setpriority(os.PRIO_PROCESS, 0, _STANDBY_NICE)
+    if threads:
+        os.setpriority(os.PRIO_PROCESS, 0, _STANDBY_NICE)
 
     def restore() -> None:
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), before)
-            except ProcessLookupError:  # a thread that ended meanwhile
-                pass
-        _log.info("event=standby_priority_restored nice=%d", before)
+        if threads:
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    os.setpriority(os.PRIO_PROCESS, int(tid), before)
+                except ProcessLookupError:  # a thread that ended meanwhile
+                    pass
+        back = group is not None and _set_autogroup_nice(group)
+        _log.info("event=standby_priority_restored nice=%s autogroup_nice=%s", before if threads else "unchanged",
+                  group if back else "unchanged" if group is None else "not_restored")
 
     return restore
+
+
+def _autogroup_nice() -> int | None:
+    """The nice of this process's autogroup where the process leads its session (the group, one per
+    session, is then its own: no other process's priority changes with it); None otherwise, or where
+    the kernel has no autogroups."""
+    if os.getsid(0) != os.getpid():
+        return None
+    try:
+        return int(_AUTOGROUP.read_text().split()[-1])  # "/autogroup-123 nice 0"
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _set_autogroup_nice(nice: int) -> bool:
+    """Set this process's autogroup's nice; False where the kernel refuses. An unprivileged process gets one
+    change every 100 ms (any process's, kernel-wide): a refusal for that (EAGAIN) is retried for ~1 s."""
+    for _ in range(10):
+        try:
+            _AUTOGROUP.write_text(str(nice))
+            return True
+        except BlockingIOError:
+            time.sleep(0.11)
+        except OSError:
+            return False
+    return False
 
 
 def _may_raise_priority(to: int) -> bool:
@@ -268,7 +311,6 @@ _GC_LOG_S = 0.005  # a garbage collection at least this long is logged (the tail
 def _watch_gc(metrics: Any) -> None:
     """Time each garbage collection; log those of ``_GC_LOG_S`` or more (``event=gc_pause``)."""
     import gc
-    import time
 
     began = [0.0]
 
@@ -298,7 +340,6 @@ def _stand_by(settings: Settings, metrics: Any) -> int | None:
     """A warm standby's wait, its model loaded and warm and its producer ready: until a serving slot is
     freed (its worker killed or stopped), then that slot; None on SIGTERM or SIGINT meanwhile.
     ``/readyz`` answers 200 ``standby`` while it waits."""
-    import time
 
     stopping: list[int] = []
 

@@ -195,13 +195,22 @@ import json, os, sys, threading
 from streams.worker.main import _yield_while_starting
 if sys.argv[1] == "unprivileged" and os.geteuid() == 0:
     os.setuid(65534)  # nobody: may lower its priority, never raise it again (imports done: root's files)
+    import ctypes  # as if started as nobody: a setuid makes /proc/self root's until the process is dumpable again
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
 
 def nice(tid=0):
     return os.getpriority(os.PRIO_PROCESS, tid)
 
+def group():
+    try:
+        return int(open("/proc/self/autogroup").read().split()[-1])
+    except OSError:
+        return None
+
 before = nice()
 restore = _yield_while_starting()
-seen = {"before": before, "lowered": restore is not None, "main_while_starting": nice()}
+seen = {"before": before, "lowered": restore is not None, "main_while_starting": nice(),
+        "group_before": group() if restore is None else None, "group_while_starting": group()}
 started = []
 t = threading.Thread(target=lambda: (started.append(threading.get_native_id()), threading.Event().wait(2)))
 t.start()
@@ -210,17 +219,21 @@ while not started:
 seen["thread_while_starting"] = nice(started[0])
 if restore is not None:
     restore()
-seen["main_after"], seen["thread_after"] = nice(), nice(started[0])
+seen["main_after"], seen["thread_after"], seen["group_after"] = nice(), nice(started[0]), group()
 print(json.dumps(seen))
 """
 
 
-def _priorities(mode: str) -> dict[str, object]:
+def _priorities(mode: str, *, own_session: bool = False) -> dict[str, object]:
     import json
 
     out = subprocess.run([sys.executable, "-c", _PRIORITY_PROBE, mode], capture_output=True, text=True, timeout=60,
-                         check=True, cwd=Path(__file__).resolve().parents[2])
+                         check=True, cwd=Path(__file__).resolve().parents[2], start_new_session=own_session)
     return dict(json.loads(out.stdout))
+
+
+def _autogroups() -> bool:
+    return Path("/proc/self/autogroup").exists()
 
 
 def test_a_standby_starts_at_the_lowest_cpu_priority_and_every_thread_gets_its_own_back_before_the_wait() -> None:
@@ -229,13 +242,28 @@ def test_a_standby_starts_at_the_lowest_cpu_priority_and_every_thread_gets_its_o
     if subprocess.run([sys.executable, "-c", back_up], capture_output=True, timeout=60).returncode != 0:
         pytest.skip("this process may not raise a priority again (no CAP_SYS_NICE or RLIMIT_NICE; CI runs as root)")
     seen = _priorities("privileged")
-    b = seen["before"]
+    b, g = seen["before"], seen["group_after"]
     assert seen == {"before": b, "lowered": True, "main_while_starting": 19, "thread_while_starting": 19,
-                    "main_after": b, "thread_after": b}
+                    "main_after": b, "thread_after": b,
+                    # not its session's leader: its autogroup is shared (here with pytest), so left alone
+                    "group_before": None, "group_while_starting": g, "group_after": g}
 
 
 def test_a_standby_that_could_not_raise_its_priority_again_does_not_lower_it() -> None:
     seen = _priorities("unprivileged")
-    b = seen["before"]
+    b, g = seen["before"], seen["group_after"]
     assert seen == {"before": b, "lowered": False, "main_while_starting": b, "thread_while_starting": b,
-                    "main_after": b, "thread_after": b}
+                    "main_after": b, "thread_after": b, "group_before": g, "group_while_starting": g, "group_after": g}
+
+
+@pytest.mark.parametrize("mode", ["privileged", "unprivileged"])
+def test_a_standby_leading_its_own_session_also_lowers_its_autogroup_and_raises_it_again(mode: str) -> None:
+    """With sched_autogroup, Linux shares the CPU between sessions before threads: a supervisor's worker
+    (``setsid``) at thread nice 19 took nothing from the worker of another session. Raising an autogroup
+    back to 0 needs no privilege, so an unprivileged standby yields through it too."""
+    if not _autogroups():
+        pytest.skip("this kernel has no autogroups (/proc/self/autogroup)")
+    seen = _priorities(mode, own_session=True)
+    assert seen["lowered"] is True
+    assert seen["group_while_starting"] == 19
+    assert seen["group_after"] == 0
