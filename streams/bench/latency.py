@@ -48,6 +48,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -91,12 +92,30 @@ class _TtsflowTimed(_Ttsflow):
         self.first_chunk: dict[str, float] = {}               # id -> first chunk seen at
         self.chunks: dict[str, list[int]] = {}                # id -> seqs in the order seen
         self.chunk_reader: Any = None
+        self._chunks_stop = threading.Event()
+        self._chunks_thread: threading.Thread | None = None
 
     def wait_ready(self, timeout: float) -> None:
         from streams.bench.harness import TopicReader
 
         super().wait_ready(timeout)
         self.chunk_reader = TopicReader(self.s.kafka, self.s.kafka.topic_chunks, start="end")
+        # a thread of its own, blocked in its poll: a chunk is stamped as it arrives, not when the loop
+        # that waits for completions next looks (up to its poll's 20-50 ms later)
+        self._chunks_thread = threading.Thread(target=self._read_chunks, name="chunks", daemon=True)
+        self._chunks_thread.start()
+
+    def _read_chunks(self) -> None:
+        from schemas import SchemaError, decode_chunk
+
+        while not self._chunks_stop.is_set():
+            for rec in self.chunk_reader.poll(0.1):
+                try:
+                    ch = decode_chunk(rec.value)
+                except SchemaError:
+                    continue
+                self.first_chunk.setdefault(ch.request_id, rec.received)
+                self.chunks.setdefault(ch.request_id, []).append(ch.seq)
 
     def _request(self, rid: str, text: str) -> Any:
         import msgspec
@@ -110,28 +129,27 @@ class _TtsflowTimed(_Ttsflow):
     def _answered(self, c: Any, received: float) -> None:
         self.completions[c.request_id] = (c, received)
 
-    def pump(self, timeout: float) -> None:
-        from schemas import SchemaError, decode_chunk
-
-        super().pump(timeout)
-        for rec in self.chunk_reader.poll(0):
-            try:
-                ch = decode_chunk(rec.value)
-            except SchemaError:
-                continue
-            self.first_chunk.setdefault(ch.request_id, rec.received)
-            self.chunks.setdefault(ch.request_id, []).append(ch.seq)
-
     def close(self) -> None:
+        self._chunks_stop.set()
+        if self._chunks_thread is not None:
+            self._chunks_thread.join(5)
         if self.chunk_reader is not None:
             with contextlib.suppress(Exception):
                 self.chunk_reader.close()
         super().close()
 
     # -- what a phase's requests say -------------------------------------------------------
-    def first_chunk_stats(self, ids: list[str]) -> dict[str, Any]:
+    def first_chunk_stats(self, ids: list[str], *, settle_s: float = 5.0) -> dict[str, Any]:
+        """First-chunk latency and chunk checks of the streaming requests among ``ids``. A request's chunks
+        commit in or before its completion's transaction, but on another topic and reader: the last
+        request's can come a moment after its completion, so they are waited for (``settle_s`` at most)
+        before any is called missing."""
         stream = [i for i in ids if i in self.streaming and i in self.completions
                   and self.completions[i][0].status == "ok"]
+        deadline = time.monotonic() + settle_s
+        while (any(len(set(self.chunks.get(i, ()))) < self.completions[i][0].segments for i in stream)
+               and time.monotonic() < deadline):
+            time.sleep(0.02)
         multi = [i for i in stream if self.completions[i][0].segments >= 2]
         seen = [i for i in stream if i in self.first_chunk]
         out: dict[str, Any] = {"streaming_requests": len(stream), "of_several_segments": len(multi),

@@ -50,6 +50,7 @@ def test_quick_latency_bench_reports_both_systems_and_plots(stack_settings: Sett
             assert "reason" in fc
         else:
             assert 0 < fc["p50_ms"] <= fc["p99_ms"] and fc["chunks_out_of_order"] == 0
+            assert fc["chunks_missing"] == 0  # every streaming request: a chunk for each of its segments
     # where the time went, per system: the median requests' parts against the slowest 1%'s
     for name, parts in (("ttsflow", TTSFLOW_PARTS), ("baseline", ("queue", "synth", "upload", "task_rest",
                                                                     "result_read"))):
