@@ -576,7 +576,8 @@ def _machine(m: dict[str, Any]) -> str:
 def run_header(run: dict[str, Any]) -> str:
     git = run.get("git", {})
     commit = git.get("commit") or "unknown"
-    commit_txt = f"`{commit[:12]}`" + (" (with uncommitted changes)" if git.get("dirty") else "")
+    commit_txt = (f"`{commit[:12]}`" + (" (with uncommitted changes)" if git.get("dirty") else "")
+                  + (" (the checkout changed while it ran)" if git.get("changed_during_run") else ""))
     cmd = " ".join(run["command"]) if isinstance(run["command"], list) else str(run["command"])
     rows = [["date", run["recorded_at"]], ["machine", _machine(run.get("machine", {}))],
             ["commit", _Raw(commit_txt)], ["command", _Raw(code(cmd))],

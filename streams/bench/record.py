@@ -11,10 +11,13 @@ was measured, to ``docs/benchmarks/data/<NAME>-<YYYYMMDD-HHMM>.json`` (UTC):
     {"format": "ttsflow-bench-run/1", "name": "latency",
      "recorded_at": "2026-01-31T12:00:00Z", "wall_s": 412.3,
      "command": ["ttsflow", "bench", "latency", "--json"], "exit_code": 0,
-     "git": {"commit": "<40 hex>", "dirty": false},
+     "git": {"commit": "<40 hex>", "dirty": false, "changed_during_run": false},
      "machine": {"cpu_model": "...", "cores": 2, "memory_gib": 7.7, "gpu": null,
                  "os": "Linux 6.8.0", "python": "3.11.7", "loadavg_at_start": [0.4, 0.5, 0.6]},
      "result": {"...": "the command's JSON object, unchanged"}}
+
+``git`` is the checkout as the command started (the code that ran); ``changed_during_run`` says
+whether a commit or an edit came while it ran (the record then stands for the start's state only).
 
 A run is recorded even when the command exits non-zero after printing its JSON (a chaos run that
 lost a request is a result too); the recorder then exits with the command's status. Without a
@@ -158,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = dt.datetime.now(dt.UTC)
     host = machine()
+    at_start = _git(Path.cwd())
     t0 = time.monotonic()
     try:
         proc = subprocess.run(command, stdout=subprocess.PIPE, text=True)
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     run = envelope(ns.name, command, result, exit_code=proc.returncode, wall_s=wall, recorded_at=started,
-                   git=_git(Path.cwd()), host=host)
+                   git={**at_start, "changed_during_run": _git(Path.cwd()) != at_start}, host=host)
     path = write_run(run, ns.out)
     print(f"record: {path} (exit {proc.returncode})")
     return proc.returncode

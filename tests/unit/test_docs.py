@@ -176,8 +176,31 @@ def test_the_recorder_wraps_a_commands_json_in_the_envelope(tmp_path: Path) -> N
     assert doc["command"] == [sys.executable, "-c", script]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["recorded_at"])
     assert set(doc["machine"]) >= {"cpu_model", "cores", "memory_gib", "gpu"} and doc["machine"]["cores"] >= 1
-    assert set(doc["git"]) == {"commit", "dirty"}
+    assert set(doc["git"]) == {"commit", "dirty", "changed_during_run"}
     assert _hook().load_runs(tmp_path)[0]["name"] == "tiny"
+
+
+def test_the_recorder_keeps_the_checkout_as_the_run_started_and_says_when_it_changed_meanwhile(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "code.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "code.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    docs: list[dict[str, object]] = []
+    for name, script in (("quiet", "print('{}')"),
+                         ("edited", "open('code.py', 'w').write('x = 2'); print('{}')")):  # an edit while it runs
+        run = subprocess.run([sys.executable, "-m", "streams.bench.record", name, "--out", str(tmp_path), "--",
+                              sys.executable, "-c", script], cwd=repo, env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0, run.stderr
+        [path] = tmp_path.glob(f"{name}-*.json")
+        docs.append(json.loads(path.read_text())["git"])
+    assert docs == [{"commit": head, "dirty": False, "changed_during_run": False},
+                    {"commit": head, "dirty": False, "changed_during_run": True}]
 
 
 def test_the_recorder_writes_nothing_without_json(tmp_path: Path) -> None:
