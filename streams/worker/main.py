@@ -253,9 +253,11 @@ def _yield_while_starting() -> Callable[[], None] | None:
                     os.setpriority(os.PRIO_PROCESS, int(tid), before)
                 except ProcessLookupError:  # a thread that ended meanwhile
                     pass
-        back = group is not None and _set_autogroup_nice(group)
+        back = group is not None and _set_autogroup_nice(group, tries=50)
+        if group is not None and not back:  # it would serve at nice 19: say so loudly
+            _log.warning("event=standby_priority_not_restored autogroup_nice=%d", _STANDBY_NICE)
         _log.info("event=standby_priority_restored nice=%s autogroup_nice=%s", before if threads else "unchanged",
-                  group if back else "unchanged" if group is None else "not_restored")
+                  group if back else "unchanged" if group is None else _STANDBY_NICE)
 
     return restore
 
@@ -272,10 +274,11 @@ def _autogroup_nice() -> int | None:
         return None
 
 
-def _set_autogroup_nice(nice: int) -> bool:
+def _set_autogroup_nice(nice: int, *, tries: int = 10) -> bool:
     """Set this process's autogroup's nice; False where the kernel refuses. An unprivileged process gets one
-    change every 100 ms (any process's, kernel-wide): a refusal for that (EAGAIN) is retried for ~1 s."""
-    for _ in range(10):
+    change every 100 ms (any process's, kernel-wide): a refusal for that (EAGAIN) is tried again, ``tries``
+    times in all, 0.11 s apart."""
+    for _ in range(tries):
         try:
             _AUTOGROUP.write_text(str(nice))
             return True
