@@ -185,7 +185,6 @@ def end_open_transaction(settings: Settings, transactional_id: str, *, lock_dir:
     ``read_committed`` readers of what it wrote stop waiting behind it), then dropped. Done only
     while holding that id's lock: a live process that claimed it (a restart) fences it itself.
     Returns whether it was done. Errors are logged (the transaction then ends at its timeout)."""
-
     from confluent_kafka import Producer
 
     from streams.identity import try_slot
@@ -253,11 +252,11 @@ def _yield_while_starting() -> Callable[[], None] | None:
                     os.setpriority(os.PRIO_PROCESS, int(tid), before)
                 except ProcessLookupError:  # a thread that ended meanwhile
                     pass
-        back = group is not None and _set_autogroup_nice(group, tries=50)
-        if group is not None and not back:  # it would serve at nice 19: say so loudly
+        if group is not None and not _set_autogroup_nice(group, tries=50):  # it would serve at nice 19
             _log.warning("event=standby_priority_not_restored autogroup_nice=%d", _STANDBY_NICE)
+            return
         _log.info("event=standby_priority_restored nice=%s autogroup_nice=%s", before if threads else "unchanged",
-                  group if back else "unchanged" if group is None else _STANDBY_NICE)
+                  "unchanged" if group is None else group)
 
     return restore
 
@@ -343,7 +342,6 @@ def _stand_by(settings: Settings, metrics: Any) -> int | None:
     """A warm standby's wait, its model loaded and warm and its producer ready: until a serving slot is
     freed (its worker killed or stopped), then that slot; None on SIGTERM or SIGINT meanwhile.
     ``/readyz`` answers 200 ``standby`` while it waits."""
-
     stopping: list[int] = []
 
     def _on_signal(signum: int, _frame: Any) -> None:

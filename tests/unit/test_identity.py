@@ -207,10 +207,10 @@ def group():
     except OSError:
         return None
 
-before = nice()
+before, group_before = nice(), group()
 restore = _yield_while_starting()
 seen = {"before": before, "lowered": restore is not None, "main_while_starting": nice(),
-        "group_before": group() if restore is None else None, "group_while_starting": group()}
+        "group_before": group_before, "group_while_starting": group()}
 started = []
 t = threading.Thread(target=lambda: (started.append(threading.get_native_id()), threading.Event().wait(2)))
 t.start()
@@ -246,7 +246,7 @@ def test_a_standby_starts_at_the_lowest_cpu_priority_and_every_thread_gets_its_o
     assert seen == {"before": b, "lowered": True, "main_while_starting": 19, "thread_while_starting": 19,
                     "main_after": b, "thread_after": b,
                     # not its session's leader: its autogroup is shared (here with pytest), so left alone
-                    "group_before": None, "group_while_starting": g, "group_after": g}
+                    "group_before": g, "group_while_starting": g, "group_after": g}
 
 
 def test_a_standby_that_could_not_raise_its_priority_again_does_not_lower_it() -> None:
@@ -265,5 +265,6 @@ def test_a_standby_leading_its_own_session_also_lowers_its_autogroup_and_raises_
         pytest.skip("this kernel has no autogroups (/proc/self/autogroup)")
     seen = _priorities(mode, own_session=True)
     assert seen["lowered"] is True
+    assert seen["group_before"] == 0
     assert seen["group_while_starting"] == 19
     assert seen["group_after"] == 0
