@@ -201,10 +201,10 @@ if sys.argv[1] == "unprivileged" and os.geteuid() == 0:
 def nice(tid=0):
     return os.getpriority(os.PRIO_PROCESS, tid)
 
-def group():
+def group():  # None without autogroups, or in the root one (init's session, as CI's runner may be: an empty file)
     try:
         return int(open("/proc/self/autogroup").read().split()[-1])
-    except OSError:
+    except (OSError, ValueError, IndexError):
         return None
 
 before, group_before = nice(), group()
@@ -228,7 +228,8 @@ def _priorities(mode: str, *, own_session: bool = False) -> dict[str, object]:
     import json
 
     out = subprocess.run([sys.executable, "-c", _PRIORITY_PROBE, mode], capture_output=True, text=True, timeout=60,
-                         check=True, cwd=Path(__file__).resolve().parents[2], start_new_session=own_session)
+                         cwd=Path(__file__).resolve().parents[2], start_new_session=own_session)
+    assert out.returncode == 0, out.stderr  # the probe's traceback, not only its exit status
     return dict(json.loads(out.stdout))
 
 
