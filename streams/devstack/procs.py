@@ -100,6 +100,13 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return {d.env: str(getattr(getattr(settings, d.section), d.name)) for d in describe()}
 
 
+def serving(settings: Settings, backend: str) -> Settings:
+    """``settings`` whose workers (and stage, which accepts their voices) also serve ``backend``;
+    the default backend stays first."""
+    served = settings.engine.served_backends
+    return settings if backend in served else settings.replace(backends=",".join((*served, backend)))
+
+
 def _command(python: str, kind: str, settings: Settings, extra: Mapping[str, str]) -> list[str]:
     # env(1) puts the settings into the environment the child inherits (PATH, HOME, locale...),
     # and nothing here reads the environment itself; env execs the interpreter (same PID).

@@ -11,20 +11,34 @@ crash never leaves the service half up in silence. The stack itself stays up (``
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
 from streams.devstack.errors import ProcError
-from streams.settings import SettingsError, load_settings
+from streams.settings import Settings, SettingsError, load_settings
 
 __all__ = ["main"]
 
 
 def _line(name: str, state: str, pid: int | None, log: Path, extra: str = "") -> str:
     return f"{name:<10} {state:<8} pid={pid or '-':<8} {extra}{' ' if extra else ''}log={log}"
+
+
+def local_backends(settings: Settings, env: Mapping[str, str]) -> Settings:
+    """The local service speaks what the default install speaks: the configured backend plus kokoro
+    (Mandarin, Japanese, and the zh/en/ja mixes) where the ``kokoro`` extra is installed, as
+    ``make demo`` does. ``TTS_BACKENDS``, when set (even empty), decides alone."""
+    from engine.voices import backend_installed
+    from streams.devstack.procs import serving
+
+    if "TTS_BACKENDS" in env or not backend_installed("kokoro"):
+        return settings
+    return serving(settings, "kokoro")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print("ttsflow run: --workers must be at least 1", file=sys.stderr)
         return 2
     try:
-        settings = load_settings(gateway_port=a.port)
+        settings = local_backends(load_settings(gateway_port=a.port), os.environ)
     except SettingsError as e:
         print(f"ttsflow run: {e}", file=sys.stderr)
         return 2
@@ -64,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     sup = Supervisor(log_dir)
     try:
-        print(f"ttsflow run: stack up at {settings.kafka.bootstrap_servers}; starting 1 stage, {a.workers} worker(s), "
-              f"the gateway (logs in {log_dir})", flush=True)
+        print(f"ttsflow run: stack up at {settings.kafka.bootstrap_servers}; starting 1 stage, {a.workers} worker(s) "
+              f"serving {','.join(settings.engine.served_backends)} (TTS_BACKENDS), the gateway (logs in {log_dir})",
+              flush=True)
         sup.stage("stage", settings)
         for i in range(a.workers):
             sup.worker(f"worker-{i}", settings, claim_id=True)

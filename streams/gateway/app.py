@@ -102,8 +102,9 @@ class Voices:
     """Our voices by name plus the alias map; an alias with no target speaks with the default voice."""
 
     def __init__(self, settings: Settings) -> None:
-        self.names = engine_voices.backend_voices(settings.engine.backend) or ()
-        self.served = tuple(v for b in settings.engine.served_backends for v in engine_voices.backend_voices(b) or ())
+        # every served backend's voices (TTS_BACKENDS: kokoro's Mandarin and Japanese beside hibari), the
+        # default backend's first; the workers and the stage serve the same set
+        self.names = tuple(v for b in settings.engine.served_backends for v in engine_voices.backend_voices(b) or ())
         self.default = settings.engine.voice or (self.names[0] if self.names else "")
         self.aliases = {a: (v or self.default) for a, v in settings.gateway.aliases.items()}
 
@@ -115,7 +116,7 @@ class Voices:
             return name
         if engine_mix.is_mix(name):  # "zf_xiaobei(2)+zm_yunjian(1)": checked here, spelled one way
             try:
-                return engine_voices.mix_info(name, served=self.served).voice
+                return engine_voices.mix_info(name, served=self.names).voice
             except engine_mix.MixError as e:
                 raise ApiError(400, f"{e}.", param="voice", code="unknown_voice") from e
         target = self.aliases.get(name.lower())
@@ -137,8 +138,8 @@ class Voices:
             if lang not in LANGUAGES:
                 raise ApiError(400, f"voices: {lang[:16]!r} is not a language the input is cut by; use "
                                     f"{', '.join(LANGUAGES)}.", param="voices", code="unsupported_language")
-            try:  # any served backend's voice by name (a run may be spoken by another backend), else as `voice`
-                out[lang] = voice if isinstance(voice, str) and voice in self.served else self.resolve(voice)
+            try:
+                out[lang] = self.resolve(voice)
             except ApiError as e:
                 raise ApiError(e.status, f"voices.{lang}: {e.message}", param="voices", code=e.code) from None
         return out
@@ -150,8 +151,9 @@ class Voices:
 
 def _validate(body: SpeechBody, settings: Settings) -> None:
     gw = settings.gateway
-    if body.model not in MODELS and body.model != settings.engine.backend:
-        raise ApiError(400, f"Unknown model {body.model[:64]!r}; use one of {', '.join(MODELS)}.", param="model",
+    if body.model not in MODELS and body.model not in settings.engine.served_backends:
+        raise ApiError(400, f"Unknown model {body.model[:64]!r}; use one of "
+                            f"{', '.join(dict.fromkeys((*MODELS, *settings.engine.served_backends)))}.", param="model",
                        code="model_not_found")
     if not body.input.strip():
         raise ApiError(400, "input must not be empty.", param="input", code="empty_input")
@@ -260,7 +262,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         _caller(request)
-        names = (*MODELS, settings.engine.backend)
+        names = (*MODELS, *settings.engine.served_backends)
         return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "ttsflow"}
                                            for m in dict.fromkeys(names)]}
 

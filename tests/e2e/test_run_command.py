@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.voices import backend_installed
 from streams.bench.harness import isolated
 from streams.devstack.procs import free_port, settings_env
 from streams.devstack.stack import ensure_topics
@@ -33,6 +34,8 @@ def test_ttsflow_run_serves_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
                                        model_dir=str(base.effective_model_dir))
     ensure_topics(s, partitions=TEST_PARTITIONS)
     env = {**os.environ, **settings_env(s)}
+    env.pop("TTS_BACKENDS")  # as a user runs it: the default backend, plus kokoro where its extra is installed
+    kokoro = backend_installed("kokoro")
     lines: list[str] = []
     p = subprocess.Popen([sys.executable, "-m", "streams.cli", "run", "--workers", "2", "--no-stack"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -52,6 +55,14 @@ def test_ttsflow_run_serves_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
         assert status == 200
         x, rate = decode_av(audio)
         assert len(x) / rate > 1.0
+        assert any(f"serving {'hibari,kokoro' if kokoro else 'hibari'} " in line for line in lines), "".join(lines)
+        if kokoro:  # Mandarin out of the box, as `make demo` speaks it
+            status, _, audio = http("POST", f"http://127.0.0.1:{port}/v1/audio/speech",
+                                    {"model": "tts-1", "input": "你好。欢迎使用。", "voice": "zf_xiaobei",
+                                     "response_format": "wav"})
+            assert status == 200, audio[:300]
+            x, rate = decode_av(audio)
+            assert len(x) / rate > 0.8
         pids = [int(line.split("pid=")[1].split()[0]) for line in lines if " ready " in line]
         p.send_signal(signal.SIGINT)
         assert p.wait(60) == 0, "".join(lines)

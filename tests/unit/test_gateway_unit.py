@@ -256,6 +256,30 @@ def test_a_voice_mix_passes_in_its_one_spelling_and_a_bad_part_is_unknown_voice(
         assert r.status_code == 400 and err["code"] == "unknown_voice" and err["param"] == "voice" and part in err["message"]
 
 
+def test_every_served_backends_voices_are_known_by_name_and_listed_the_default_first(tmp_path: Path) -> None:
+    """With TTS_BACKENDS=hibari,kokoro (what `make run` serves where kokoro is installed) a Mandarin or Japanese
+    voice is asked for by name, and kokoro is a model name (Kokoro-FastAPI's clients send it); a voice no
+    worker serves stays unknown."""
+    c, stub = _client(tmp_path, TTS_BACKENDS="hibari,kokoro")
+    with c:
+        ok = [c.post("/v1/audio/speech", json={**BODY, "voice": v, **m}) for v, m in
+              (("zf_xiaobei", {}), ("jf_alpha", {"model": "kokoro"}), ("heart", {}))]
+        listed = c.get("/v1/audio/voices").json()["voices"]
+        models = {m["id"] for m in c.get("/v1/models").json()["data"]}
+    assert [r.status_code for r in ok] == [200, 200, 200], [r.text for r in ok]
+    assert [call["voice"] for call in stub.calls] == ["zf_xiaobei", "jf_alpha", "heart"]
+    names = [v["id"] for v in listed]
+    assert names[0] == "heart" and {"zf_xiaobei", "zm_yunjian", "jf_alpha"} <= set(names)
+    assert [v["id"] for v in listed if v["default"]] == ["heart"]
+    assert {"hibari", "kokoro", "tts-1"} <= models
+    alone, _ = _client(tmp_path / "alone")
+    with alone:
+        r = alone.post("/v1/audio/speech", json={**BODY, "voice": "zf_xiaobei"})
+        m = alone.post("/v1/audio/speech", json={**BODY, "model": "kokoro"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_voice"
+    assert m.status_code == 400 and m.json()["error"]["code"] == "model_not_found"
+
+
 def test_a_voice_map_passes_resolved_and_a_bad_entry_is_a_400_naming_it(tmp_path: Path) -> None:
     """``voices`` (the OpenAI SDK sends it with extra_body): each voice resolved like ``voice`` (a served
     voice of another backend by name, a mix in its one spelling), languages those the stage cuts by."""

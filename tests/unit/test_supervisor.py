@@ -34,3 +34,20 @@ def test_a_process_killed_by_the_supervisor_is_not_reported_as_dead_on_its_own(t
             time.sleep(0.05)
         with pytest.raises(ProcError, match="w2 exited with 3"):
             sup.check_alive()
+
+
+def test_the_local_service_serves_kokoro_beside_the_default_backend_unless_tts_backends_decides(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make run` answers Mandarin and Japanese out of the box, as `make demo` does, where the kokoro extra
+    is installed; TTS_BACKENDS, when set (even empty), decides alone."""
+    import engine.voices
+    from streams.devstack.run import local_backends
+
+    monkeypatch.setattr(engine.voices, "backend_installed", lambda b: b == "kokoro")
+    assert local_backends(load_settings({}), {}).engine.served_backends == ("hibari", "kokoro")
+    assert local_backends(load_settings({"TTS_BACKEND": "piper"}), {}).engine.served_backends == ("piper", "kokoro")
+    assert local_backends(load_settings({"TTS_BACKEND": "kokoro"}), {}).engine.served_backends == ("kokoro",)
+    chosen = load_settings({"TTS_BACKENDS": ""})
+    assert local_backends(chosen, {"TTS_BACKENDS": ""}).engine.served_backends == ("hibari",)
+    monkeypatch.setattr(engine.voices, "backend_installed", lambda b: False)  # no kokoro extra
+    assert local_backends(load_settings({}), {}).engine.served_backends == ("hibari",)
