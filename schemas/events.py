@@ -64,6 +64,7 @@ __all__ = [
     "decode_segment_event",
     "decode_word_timings",
     "encode",
+    "is_ssml_document",
     "peek_request_id",
     "request_hash",
     "segment_hash",
@@ -105,8 +106,10 @@ Timestamps = Annotated[bool, msgspec.Meta(description=(
     "JSON object and WebVTT/SRT captions in S3. A voice that predicts no durations (chattts) answers "
     "ok audio without words and says why in words_reason"))]
 TextType = Annotated[Literal["text", "ssml"], msgspec.Meta(
-    description="text (default): the text is read as it is, tags included; ssml: the text is an SSML document "
-                "(<speak>...</speak>, the subset in docs/using/pronunciation.md)")]
+    description="ssml: the text is an SSML document (<speak>...</speak>, the subset in docs/using/pronunciation.md); "
+                "text: the text is read as it is, tags included. Absent: ssml when the whole text is one <speak> "
+                "document (it ends with </speak> and starts with <speak, an XML declaration or a DOCTYPE), else text; "
+                "a request sent in pieces is text")]
 Priority = Annotated[Literal["interactive", "bulk"], msgspec.Meta(
     description="interactive (default): served first; bulk (audiobooks, backfills): served when interactive work "
                 "leaves room, never starved")]
@@ -131,7 +134,7 @@ class Request(_Event, frozen=True, kw_only=True):
     stream: Stream = False
     priority: Priority = "interactive"
     timestamps: Timestamps = False
-    text_type: TextType = "text"
+    text_type: TextType | msgspec.UnsetType = msgspec.UNSET  # absent stays absent on the wire (older stages)
     lexicons: Annotated[list[Annotated[str, msgspec.Meta(pattern=LEXICON_NAME_PATTERN)]], msgspec.Meta(
         max_length=5, description=(
             "Pronunciation lexicons to apply, in order (the first that has a word wins): the user's own by name, "
@@ -151,6 +154,25 @@ class Request(_Event, frozen=True, kw_only=True):
     def is_piece(self) -> bool:
         """A delta of a request whose text arrives in pieces (docs/using/streaming-input.md)."""
         return self.seq is not None
+
+    @property
+    def reads_ssml(self) -> bool:
+        """Whether ``text`` is read as SSML: ``text_type`` when given, else whether the whole text is one
+        ``<speak>`` document (a piece's text is never: SSML needs the whole document)."""
+        if self.text_type is not msgspec.UNSET:
+            return self.text_type == "ssml"
+        return not self.is_piece and is_ssml_document(self.text)
+
+
+_SPEAK_END = re.compile(r"</speak\s*>\Z")
+
+
+def is_ssml_document(text: str) -> bool:
+    """Whether ``text`` is, as a whole, one ``<speak>`` document: it ends with ``</speak>`` and starts with
+    ``<speak``, an XML declaration or a DOCTYPE (whitespace and a byte-order mark around it aside). Whether
+    the document is valid SSML is the parser's to say (``invalid_ssml``)."""
+    t = text.strip().lstrip("\ufeff").lstrip()
+    return t.startswith(("<speak", "<?xml", "<!")) and _SPEAK_END.search(t[-64:]) is not None
 
 
 class SegmentSource(_Event, frozen=True, kw_only=True):
@@ -394,7 +416,8 @@ class Timings(_Event, frozen=True, kw_only=True):
 ErrorCode = Annotated[str, msgspec.Meta(description=(
     "Stable code. From the stage: invalid_json, invalid_field, empty_text, text_too_long, unknown_voice, "
     "unsupported_format, unsupported_language (the text is mostly in scripts the voice cannot speak), "
-    "invalid_ssml (text_type ssml and the document is not valid or not allowed SSML: the message gives line, "
+    "invalid_ssml (text read as SSML, by text_type ssml or as one <speak> document with no text_type, that is not "
+    "valid or not allowed SSML: the message gives line, "
     "column and reason), unknown_lexicon (a lexicon the request names is not stored, or its document is invalid), "
     "too_many_lexicons (a lexicon the request names is one its owner wrote past TTS_LEXICONS_PER_USER: the stage "
     "serves an owner's first that many, by their last write), "

@@ -138,7 +138,7 @@ def main_say(argv: list[str]) -> int:
                 c = _say_streaming(client, a, fmt, t0)
             else:
                 rid = client.submit(a.text, a.user, voice=a.voice, format=fmt, priority=a.priority,
-                                    text_type="ssml" if a.ssml else "text", lexicons=a.lexicon,
+                                    text_type="ssml" if a.ssml else None, lexicons=a.lexicon,
                                     timestamps=a.timestamps, voices=a.voices)
                 dog = _Watchdog("say", settings, a.timeout)
                 try:

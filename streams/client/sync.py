@@ -191,12 +191,13 @@ class TTSClient:
     def submit(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
                block: bool = True, timeout: float = 30.0, stream: bool = False, priority: str = "interactive",
-               text_type: str = "text", lexicons: list[str] | None = None, timestamps: bool = False,
+               text_type: str | None = None, lexicons: list[str] | None = None, timestamps: bool = False,
                voices: dict[str, str] | None = None) -> str:
         """Publish one request; returns its id. ``block`` waits for the broker's ack. ``stream`` asks
         the worker for a chunk per segment on ``tts.chunks`` (see :meth:`stream`); ``priority`` is
         ``interactive`` or ``bulk`` (audiobooks, backfills: yields to interactive work for a while);
-        ``text_type`` ``ssml`` reads ``text`` as SSML; ``lexicons`` names up to 5 lexicons to apply;
+        ``text_type`` ``ssml`` reads ``text`` as SSML, ``text`` as it is, None (the default) as SSML when
+        it is one ``<speak>`` document; ``lexicons`` names up to 5 lexicons to apply;
         ``timestamps`` asks for every word's time (:meth:`words`, :meth:`captions`; chunks carry theirs);
         ``voices`` picks the voice of each language of a mixed-language text (``{"ja": "jf_alpha", "en":
         "heart"}``; the rest is spoken by ``voice``; docs/using/voices.md#per-language-voices)."""
@@ -205,7 +206,8 @@ class TTSClient:
 
         req = Request(request_id=rid, user_id=user_id, text=text, voice=voice, format=format, speed=speed,
                       sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
-                      priority=priority, text_type=text_type, lexicons=lexicons,  # type: ignore[arg-type]
+                      priority=priority, text_type=msgspec.UNSET if text_type is None else text_type,  # type: ignore[arg-type]
+                      lexicons=lexicons,
                       timestamps=timestamps, voices=voices or None)
         with self._lock:
             self._expected.add(rid)
@@ -321,7 +323,7 @@ class TTSClient:
     def stream(self, text: str, user_id: str, voice: str | None = None, format: str = "wav",
                request_id: str | None = None, *, speed: float = 1.0, sample_rate: int | None = None,
                priority: str = "interactive", timeout: float = 120.0, raise_on_failure: bool = True,
-               chunk_grace_s: float = _CHUNK_GRACE_S, timestamps: bool = False, text_type: str = "text",
+               chunk_grace_s: float = _CHUNK_GRACE_S, timestamps: bool = False, text_type: str | None = None,
                lexicons: list[str] | None = None, voices: dict[str, str] | None = None
                ) -> Generator[Chunk | Completion, None, None]:
         """Publish a streaming request (when iteration starts) and yield its chunks as they commit,

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict
 from engine import mix as engine_mix
 from engine import voices as engine_voices
 from engine.languages import LANGUAGES
-from schemas import Chunk, Completion, WordSpan
+from schemas import Chunk, Completion, WordSpan, is_ssml_document
 from streams.gateway.audio import CONTENT_TYPES, StreamEncoder, to_rate, transcode
 from streams.gateway.auth import ApiKey, KeyRing, Limiter, load_keys
 from streams.gateway.errors import ApiError
@@ -76,7 +76,7 @@ class SpeechBody(BaseModel):
     speed: float = 1.0
     instructions: str | None = None  # accepted and ignored: the voices take no style prompt
     stream_format: str = "audio"
-    text_type: str = "text"  # ttsflow's: "ssml" reads input as SSML (docs/using/pronunciation.md)
+    text_type: str | None = None  # ttsflow's: "ssml" / "text"; absent: SSML when input is one <speak> document
     lexicons: list[str] | None = None  # ttsflow's: up to 5 of the caller's (or global/NAME) lexicons
     timestamps: bool = False  # ttsflow's: every word's time (the OpenAI SDK sends it with extra_body)
     # ttsflow's: the voice of each language of a mixed-language input, {"ja": "jf_alpha", "en": "heart"}
@@ -168,7 +168,7 @@ def _validate(body: SpeechBody, settings: Settings) -> None:
                        code="invalid_value")
     if body.stream_format not in ("audio", "sse"):
         raise ApiError(400, "stream_format must be 'audio' or 'sse'.", param="stream_format", code="invalid_value")
-    if body.text_type not in ("text", "ssml"):
+    if body.text_type not in (None, "text", "ssml"):
         raise ApiError(400, "text_type must be 'text' or 'ssml'.", param="text_type", code="invalid_value")
     if body.lexicons is not None and len(body.lexicons) > 5:
         raise ApiError(400, f"lexicons names {len(body.lexicons)}; at most 5.", param="lexicons", code="invalid_value")
@@ -340,7 +340,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             _validate(body, settings)
             voice = voices.resolve(body.voice)
             vmap = voices.resolve_map(body.voices)
-            if vmap and body.text_type != "text":
+            if vmap and (body.text_type == "ssml" or (body.text_type is None and is_ssml_document(body.input))):
                 raise ApiError(400, "voices: an SSML input picks languages with xml:lang and takes no voice map.",
                                param="voices", code="invalid_value")
             idem = request.headers.get("idempotency-key")

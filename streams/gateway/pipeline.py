@@ -137,7 +137,7 @@ class Pipeline:
             return self._recent.get(rid)
 
     async def completion(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
-                         idempotent: bool, stream: bool = False, timestamps: bool = False, text_type: str = "text",
+                         idempotent: bool, stream: bool = False, timestamps: bool = False, text_type: str | None = None,
                          lexicons: list[str] | None = None, voices: dict[str, str] | None = None
                          ) -> tuple[Completion, str]:
         """The request's completion (ok or failed) and where it was found; raises :class:`ApiError`."""
@@ -203,7 +203,7 @@ class Pipeline:
                        type="server_error", code="timeout", headers={"x-request-id": rid})
 
     async def events(self, *, rid: str, user: str, text: str, voice: str | None, speed: float,
-                     idempotent: bool, timestamps: bool = False, text_type: str = "text",
+                     idempotent: bool, timestamps: bool = False, text_type: str | None = None,
                      lexicons: list[str] | None = None, voices: dict[str, str] | None = None
                      ) -> AsyncIterator[Chunk | Completion]:
         """A streaming request: its chunks as each segment commits (in ``seq`` order), ending with

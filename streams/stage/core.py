@@ -397,10 +397,11 @@ class StageCore:
 
             voiced: list[tuple[str, str | None]] | None = None  # per piece: (voice, lang) of a voice map
             spoken: engine_spoken.Spoken | None = None  # a timed request's text as read, where rewritten
-            if req.voices and req.text_type == "ssml":
+            ssml = req.reads_ssml
+            if req.voices and ssml:
                 raise ContentError("voices: an SSML request picks languages with xml:lang and takes no voice map",
                                    field="voices", code="invalid_field")
-            if req.text_type == "ssml":
+            if ssml:
                 voice, pieces, spoken = self._ssml(req, requested, rewrite if lexicons else None)
             else:
                 text = normalize(req.text)
@@ -442,7 +443,7 @@ class StageCore:
                 if spoken is not None:  # SSML, or text a lexicon rewrote (engine.spoken)
                     sources = [SegmentSource(start=m.start, map=m.map or None, groups=m.groups or None)
                                for m in engine_spoken.segment_sources(spoken, [p.text for p in pieces], len(req.text))]
-                elif req.text_type != "ssml":
+                elif not req.reads_ssml:
                     sources = [SegmentSource(start=a, map=m or None)
                                for a, m in segment_sources(req.text, text, [p.text for p in pieces])]
             except ValueError:  # a segment that is not a piece of the text (a voice map's lexicon alias)

@@ -301,7 +301,7 @@ class PieceHandler:
     # -- the request's text --------------------------------------------------------------
     def _settings(self, st: OpenRequest, req: Request) -> None:
         """Piece 0's settings, checked like a whole request's (its text is checked as it is cut)."""
-        if req.text_type != "text":
+        if req.text_type == "ssml":
             raise _Closed("invalid_field", "text_type: a request sent in pieces is plain text (SSML needs the whole "
                                            "document: send it as one request)")
         if req.voices:

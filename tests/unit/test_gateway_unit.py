@@ -290,13 +290,20 @@ def test_a_voice_map_passes_resolved_and_a_bad_entry_is_a_400_naming_it(tmp_path
         bad = [c.post("/v1/audio/speech", json={**BODY, "voices": v}) for v in
                ({"ko": "zf_xiaobei"}, {"ja": "nobody"}, {"ja": "jf_alpha+heart"})]
         ssml = c.post("/v1/audio/speech", json={**BODY, "text_type": "ssml", "voices": {"ja": "jf_alpha"}})
+        untyped = c.post("/v1/audio/speech", json={**BODY, "input": "<speak>Hi.</speak>", "voices": {"ja": "jf_alpha"}})
+        calls = len(stub.calls)
+        plain = c.post("/v1/audio/speech", json={**BODY, "input": "<speak>Hi.</speak>", "text_type": "text",
+                                                 "voices": {"ja": "jf_alpha"}})
     assert ok.status_code == 200, ok.text
-    assert stub.calls[-1]["voices"] == {"ja": "jf_alpha(2)+jm_kumo(1)", "en": "heart"}
+    assert stub.calls[0]["voices"] == {"ja": "jf_alpha(2)+jm_kumo(1)", "en": "heart"}
     for r, code, named in zip(bad, ("unsupported_language", "unknown_voice", "unknown_voice"),
                               ("'ko'", "voices.ja", "'heart'"), strict=True):
         err = r.json()["error"]
         assert r.status_code == 400 and err["code"] == code and err["param"] == "voices" and named in err["message"]
     assert ssml.status_code == 400 and ssml.json()["error"]["param"] == "voices"
+    # no text_type: a whole <speak> document is SSML (the stage reads it so), so it takes no map either
+    assert untyped.status_code == 400 and untyped.json()["error"]["param"] == "voices"
+    assert plain.status_code == 200 and stub.calls[calls]["text_type"] == "text"
 
 
 def test_a_voice_map_failed_by_the_stage_names_the_voices_param() -> None:

@@ -200,6 +200,12 @@ def test_ssml_cannot_come_in_pieces() -> None:
     assert isinstance(rej, Rejection) and rej.error.code == "invalid_field"
 
 
+def test_a_piece_that_looks_like_a_speak_document_is_text_when_no_text_type_is_given() -> None:
+    """A whole request's absent text_type reads a <speak> document as SSML; a piece is never one."""
+    segs = [e for e in events(Stage().piece(0, "<speak>Hi there.</speak>", final=True)) if isinstance(e, Segment)]
+    assert "".join(x.text for x in segs) == "<speak>Hi there.</speak>"
+
+
 def test_a_whole_request_under_an_open_id_is_dropped() -> None:
     s = Stage()
     s.piece(0, "Hi")

@@ -213,11 +213,44 @@ def test_stage_turns_ssml_into_segments_whose_hash_covers_the_spans() -> None:
     assert segs[1].spans is None and segs[1].hash == plain  # plain text in SSML shares the plain cache
 
 
-def test_plain_text_keeps_tags_as_text() -> None:
-    c = StageCore(S.stage, S.kafka, S.engine, voices=("heart",), clock=lambda: 1e9)
-    body = {"request_id": "r-1", "user_id": "alice", "text": "<speak>a &lt; b</speak>"}
-    out = c.handle(b"alice", json.dumps(body).encode(), partition=0, offset=1, timestamp_ms=None, seen={})
+def test_text_type_text_keeps_tags_as_text() -> None:
+    out = _run("<speak>a &lt; b</speak>", text_type="text")
     assert decode_segment(out.records[0].value).text == "<speak>a &lt; b</speak>"
+
+
+@pytest.mark.parametrize("text", [
+    '<speak>Wait <break time="1s"/> here.</speak>',
+    '<?xml version="1.0" encoding="UTF-8"?>\n<speak version="1.1" xmlns="http://www.w3.org/2001/10/synthesis" '
+    'xml:lang="en-US">Wait <break time="1s"/> here.</speak >\n',
+    '\ufeff<speak>Wait <break time="1s"/> here.</speak>',
+    '\n  <speak>Wait <break time="1s"/> here.</speak>\n\n',
+])
+def test_a_whole_speak_document_without_text_type_is_read_as_ssml(text: str) -> None:
+    """A producer that sends SSML and no text_type (most TTS APIs' users would) gets it spoken, not its tags."""
+    segs = [decode_segment(r.value) for r in _run_untyped(text).records]
+    assert [s.text for s in segs] == ["Wait here."]
+    assert segs[0].spans is not None and Span(break_ms=1000) in segs[0].spans
+
+
+@pytest.mark.parametrize("text", ["a <speak> tag </speak> in a sentence", "<speak>unfinished", "<b>bold</b>",
+                                  "Say </speak>", "<speaker>it</speaker>"])
+def test_text_that_is_not_one_speak_document_is_read_as_it_is(text: str) -> None:
+    out = _run_untyped(text)
+    assert out.kind != "failed" and decode_segment(out.records[0].value).text == text
+
+
+def test_a_malformed_speak_document_without_text_type_is_invalid_ssml_not_read_aloud() -> None:
+    for text in ("<speak><prosody rate='fast'>unclosed</speak>",
+                 '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;">]>'
+                 "<speak>&lol2;</speak>"):
+        out = _run_untyped(text)
+        assert out.kind == "failed" and out.code == "invalid_ssml", text
+
+
+def _run_untyped(text: str) -> Any:
+    c = StageCore(S.stage, S.kafka, S.engine, voices=("heart",), clock=lambda: 1e9)
+    body = {"request_id": "r-1", "user_id": "alice", "text": text}
+    return c.handle(b"alice", json.dumps(body).encode(), partition=0, offset=1, timestamp_ms=None, seen={})
 
 
 def test_invalid_ssml_is_one_rejection_with_line_and_column() -> None:
