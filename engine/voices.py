@@ -104,8 +104,8 @@ from engine import mix
 from engine.scripts import EMOJI, census, latin_only, strip
 
 __all__ = ["DEFAULT_MAX_CHARS_PER_S", "EMOJI", "FOREIGN_LIMIT", "JA_STYLES", "MIXABLE", "NO_TIMESTAMPS_REASON", "VOICES",
-           "Judgement", "VoiceInfo", "backend_installed", "backend_voices", "choose", "installed_voices", "judge", "mix_info", "speakers",
-           "voice_info"]
+           "Judgement", "VoiceInfo", "backend_installed", "backend_voices", "choose", "installed_voices", "judge",
+           "mix_info", "speakers", "voice_info"]
 
 FOREIGN_LIMIT = 0.5  # this share of spoken units or more in scripts a voice lacks: it cannot speak the text
 

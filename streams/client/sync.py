@@ -205,10 +205,9 @@ class TTSClient:
         from datetime import UTC, datetime
 
         req = Request(request_id=rid, user_id=user_id, text=text, voice=voice, format=format, speed=speed,
-                      sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream,
-                      priority=priority, text_type=msgspec.UNSET if text_type is None else text_type,  # type: ignore[arg-type]
-                      lexicons=lexicons,
-                      timestamps=timestamps, voices=voices or None)
+                      sample_rate=sample_rate, created_at=datetime.now(UTC), stream=stream, priority=priority,  # type: ignore[arg-type]
+                      text_type=msgspec.UNSET if text_type is None else text_type,  # type: ignore[arg-type]
+                      lexicons=lexicons, timestamps=timestamps, voices=voices or None)
         with self._lock:
             self._expected.add(rid)
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
