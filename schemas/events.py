@@ -64,8 +64,8 @@ __all__ = [
     "decode_segment_event",
     "decode_word_timings",
     "encode",
-    "is_ssml_document",
     "peek_request_id",
+    "reads_as_ssml",
     "request_hash",
     "segment_hash",
     "spans_key",
@@ -159,12 +159,18 @@ class Request(_Event, frozen=True, kw_only=True):
     def reads_ssml(self) -> bool:
         """Whether ``text`` is read as SSML: ``text_type`` when given, else whether the whole text is one
         ``<speak>`` document (a piece's text is never: SSML needs the whole document)."""
-        if self.text_type is not msgspec.UNSET:
-            return self.text_type == "ssml"
-        return not self.is_piece and is_ssml_document(self.text)
+        if self.text_type is msgspec.UNSET and self.is_piece:
+            return False
+        return reads_as_ssml(None if self.text_type is msgspec.UNSET else self.text_type, self.text)
 
 
 _SPEAK_END = re.compile(r"</speak\s*>\Z")
+
+
+def reads_as_ssml(text_type: str | None, text: str) -> bool:
+    """The one rule for whether a whole request's text is read as SSML (the stage's and the gateway's):
+    ``text_type`` when given, else whether the text is one ``<speak>`` document."""
+    return text_type == "ssml" if text_type is not None else is_ssml_document(text)
 
 
 def is_ssml_document(text: str) -> bool:

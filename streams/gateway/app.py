@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict
 from engine import mix as engine_mix
 from engine import voices as engine_voices
 from engine.languages import LANGUAGES
-from schemas import Chunk, Completion, WordSpan, is_ssml_document
+from schemas import Chunk, Completion, WordSpan, reads_as_ssml
 from streams.gateway.audio import CONTENT_TYPES, StreamEncoder, to_rate, transcode
 from streams.gateway.auth import ApiKey, KeyRing, Limiter, load_keys
 from streams.gateway.errors import ApiError
@@ -340,7 +340,7 @@ def build_app(settings: Settings, *, pipeline: Pipeline | None = None) -> FastAP
             _validate(body, settings)
             voice = voices.resolve(body.voice)
             vmap = voices.resolve_map(body.voices)
-            if vmap and (body.text_type == "ssml" or (body.text_type is None and is_ssml_document(body.input))):
+            if vmap and reads_as_ssml(body.text_type, body.input):
                 raise ApiError(400, "voices: an SSML input picks languages with xml:lang and takes no voice map.",
                                param="voices", code="invalid_value")
             idem = request.headers.get("idempotency-key")

@@ -443,7 +443,7 @@ class StageCore:
                 if spoken is not None:  # SSML, or text a lexicon rewrote (engine.spoken)
                     sources = [SegmentSource(start=m.start, map=m.map or None, groups=m.groups or None)
                                for m in engine_spoken.segment_sources(spoken, [p.text for p in pieces], len(req.text))]
-                elif not req.reads_ssml:
+                elif not ssml:
                     sources = [SegmentSource(start=a, map=m or None)
                                for a, m in segment_sources(req.text, text, [p.text for p in pieces])]
             except ValueError:  # a segment that is not a piece of the text (a voice map's lexicon alias)
