@@ -42,14 +42,29 @@ def ensure_topics(kafka: KafkaSettings, stage: StageSettings, *, partitions: int
     new = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=kafka.replication_factor,
                     config=t.config) for t in specs]
     created = []
-    for name, fut in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
-        try:
-            fut.result(timeout)
-            created.append(name)
-            _log.info("event=topic_created topic=%s", name)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
+    deadline = time.monotonic() + timeout
+    # a cluster that has just formed may drop the request's broker handle or move its controller: the
+    # topics not yet made are asked for again until the deadline (one already made answers "exists")
+    transient = (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError.NOT_CONTROLLER)
+    while new:
+        retry = []
+        asked = {t.topic: t for t in new}
+        for name, fut in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
+            try:
+                fut.result(timeout)
+                created.append(name)
+                _log.info("event=topic_created topic=%s", name)
+            except KafkaException as e:
+                err = e.args[0]
+                if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                if not (err.retriable() or err.code() in transient) or time.monotonic() > deadline:
+                    raise
+                _log.warning("event=topic_create_retry topic=%s error=%s", name, err)
+                retry.append(asked[name])
+        new = retry
+        if new:
+            time.sleep(0.5)
     deadline = time.monotonic() + timeout
     names = [t.name for t in specs]
     while True:
