@@ -344,15 +344,35 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     broker_log: list[dict[str, Any]] = []
     if private:
         base = _private_stack(base, run_id, cfg.brokers)
-        _say(f"bringing up a private stack in {base.process.home} (kafka {base.kafka.bootstrap_servers})")
-        t0 = time.monotonic()
-        stack.stack_up(base, quiet=True)
-        timings["private_stack_up_s"] = round(time.monotonic() - t0, 1)
-    else:
-        require_stack_up(base)
     s = isolated(base, run_id)
-    stack.ensure_topics(s)
-    stack.ensure_bucket(s)
+
+    def clean_up() -> None:
+        """The private stack taken down (or the run's topics deleted), unless asked to keep them."""
+        if cfg.keep:
+            return
+        try:
+            if private:
+                stack.stack_down(s, wipe=True, quiet=True)
+                shutil.rmtree(base.process.home, ignore_errors=True)
+            else:
+                delete_run_topics(s)
+        except Exception as e:  # cleanup must not hide the run's own error
+            _say(f"cleanup failed: {e}")
+
+    try:  # a failed start (a broker, topic creation) leaves no private stack running behind it
+        if private:
+            _say(f"bringing up a private stack in {base.process.home} (kafka {base.kafka.bootstrap_servers})")
+            t0 = time.monotonic()
+            stack.stack_up(base, quiet=True)
+            timings["private_stack_up_s"] = round(time.monotonic() - t0, 1)
+        else:
+            require_stack_up(base)
+        stack.ensure_topics(s)
+        stack.ensure_bucket(s)
+    except BaseException:
+        if private:
+            clean_up()
+        raise
     reqs = chaos_requests(cfg.requests, seed=seed, run_id=run_id)
     by_id = {r.request_id: r for r in reqs}
     # every k-th request carries bad content: its answer must be one failed completion with the code
@@ -573,15 +593,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         if broker_thread is not None:
             broker_thread.join(120)
         killer.join(120)
-        if not cfg.keep:
-            try:
-                if private:
-                    stack.stack_down(s, wipe=True, quiet=True)
-                    shutil.rmtree(base.process.home, ignore_errors=True)
-                else:
-                    delete_run_topics(s)
-            except Exception as e:  # cleanup must not hide the run's own error
-                _say(f"cleanup failed: {e}")
+        clean_up()
 
 
 def _broker_kills(log: list[dict[str, Any]], published: dict[str, float], answered: dict[str, float],
